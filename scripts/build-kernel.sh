@@ -1,0 +1,129 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# build-kernel.sh [--config-only] [MAKE-TARGET...]
+#
+# Builds the test kernel out of tree, incrementally:
+#   1. copies the overlay (drivers/ rust/ include/ Documentation/ of this
+#      repository) onto the extracted pristine tree, touching only files
+#      whose content changed, and removes files a previous overlay added but
+#      this one no longer has;
+#   2. applies the hook edits that cannot be overlaid (scripts/kernel-hooks.sh),
+#      always starting again from the pristine copy of each hooked file;
+#   3. configures from tinyconfig + the top-level Kconfig fragment whenever the
+#      fragment changed, and checks that every option of it stuck;
+#   4. runs make in a build directory keyed by the toolchain (rustc, bindgen,
+#      gcc, libclang), then installs the modules into BUILD/modroot.
+# With MAKE-TARGETs, step 4 builds only those (e.g. modules).
+#
+# Prints the build directory on the last line of stdout.
+
+_step_name=kernel
+. "$(dirname "$0")/lib.sh"
+
+config_only=0
+if [ "${1:-}" = --config-only ]; then
+	config_only=1
+	shift
+fi
+
+[ -f "$KSRC/Makefile" ] || die "no kernel source in $KSRC: run 'make setup' first"
+[ -f "$RUST_LIB_SRC/core/src/lib.rs" ] || die "no rust-src for rustc $RUSTC_VERSION: run 'make setup' first"
+BINDGEN=$BINDGEN_ROOT/bin/bindgen
+[ -x "$BINDGEN" ] || die "no bindgen in $BINDGEN_ROOT: run 'make setup' first"
+[ -d "$LIBCLANG_PATH" ] || die "no libclang in $LIBCLANG_PATH: run 'make setup' first"
+export PATH=$BINDGEN_ROOT/bin:$PATH
+
+toolkey=$(key_of "$KERNEL_PKG_VERSION" "$(rustc -vV)" "$("$BINDGEN" --version)" \
+	"$(gcc --version | head -1)" "$LLVM_MAJOR")
+KOUT=${KOUT:-$KERNEL_DIR/build-$toolkey}
+mkdir -p "$KOUT"
+
+# ---- 1. overlay -------------------------------------------------------------
+manifest=$KERNEL_DIR/overlay.manifest
+new_manifest=$(mktemp)
+trap 'rm -f "$new_manifest"' EXIT
+(cd "$TOP" && for d in drivers rust include Documentation; do
+	[ -d "$d" ] && find "$d" -type f ! -name '*.orig' ! -name '*~'
+done | LC_ALL=C sort) >"$new_manifest"
+changed=0
+while read -r f; do
+	if [ -e "$KSRC/$f" ] && ! grep -qxF "$f" "$manifest" 2>/dev/null &&
+		! cmp -s "$TOP/$f" "$KSRC/$f"; then
+		die "overlay file $f would replace a file of the pristine kernel; change it with a hook edit in scripts/kernel-hooks.sh instead"
+	fi
+	if ! cmp -s "$TOP/$f" "$KSRC/$f"; then
+		mkdir -p "$(dirname "$KSRC/$f")"
+		cp "$TOP/$f" "$KSRC/$f"
+		changed=$((changed + 1))
+	fi
+done <"$new_manifest"
+if [ -f "$manifest" ]; then
+	comm -23 "$manifest" "$new_manifest" | while read -r f; do
+		rm -f "$KSRC/$f"
+		say "overlay: removed $f"
+	done
+fi
+cp "$new_manifest" "$manifest"
+say "overlay: $(wc -l <"$new_manifest") files, $changed updated"
+
+# ---- 2. hook edits ----------------------------------------------------------
+. "$TOP/scripts/kernel-hooks.sh"
+apply_kernel_hooks
+
+# ---- 3. configuration -------------------------------------------------------
+kmake() {
+	make -C "$KSRC" O="$KOUT" LOCALVERSION= BINDGEN="$BINDGEN" RUST_LIB_SRC="$RUST_LIB_SRC" "$@"
+}
+
+fragment=$TOP/Kconfig
+cfgkey=$(key_of "$fragment" "$TOP/drivers/infiniband/hw/erdma_rs/Kconfig")
+if [ ! -f "$KOUT/.config" ] || ! stamp_ok "$KOUT/.fragment.key" "$cfgkey"; then
+	say "configuring: tinyconfig + $(grep -c '^CONFIG_' "$fragment") options from Kconfig"
+	if ! kmake rustavailable >"$KOUT/rustavailable.log" 2>&1; then
+		cat "$KOUT/rustavailable.log" >&2
+		die "the kernel does not accept this Rust toolchain (see above); CONFIG_RUST would be dropped"
+	fi
+	kmake tinyconfig >"$KOUT/config.log" 2>&1 || die "make tinyconfig failed; see $KOUT/config.log"
+	"$KSRC/scripts/kconfig/merge_config.sh" -m -O "$KOUT" "$KOUT/.config" "$fragment" \
+		>>"$KOUT/config.log" 2>&1 || die "merging the fragment failed; see $KOUT/config.log"
+	kmake olddefconfig >>"$KOUT/config.log" 2>&1 || die "make olddefconfig failed; see $KOUT/config.log"
+	bad=0
+	while read -r line; do
+		case "$line" in
+		CONFIG_*=*)
+			grep -qxF "$line" "$KOUT/.config" || {
+				warn "$line did not stick (now: $(grep "^${line%%=*}=" "$KOUT/.config" || echo unset))"
+				bad=1
+			}
+			;;
+		"# CONFIG_"*" is not set")
+			opt=${line#\# }
+			opt=${opt%% *}
+			! grep -q "^$opt=" "$KOUT/.config" || {
+				warn "$opt should be unset"
+				bad=1
+			}
+			;;
+		esac
+	done <"$fragment"
+	[ $bad = 0 ] || die "the configuration does not match Kconfig; inspect dependencies with: make -C $KSRC O=$KOUT menuconfig"
+	echo "$cfgkey" >"$KOUT/.fragment.key"
+fi
+[ $config_only = 0 ] || {
+	echo "$KOUT"
+	exit 0
+}
+
+# ---- 4. build ---------------------------------------------------------------
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(all)
+run_logged "make ${targets[*]} (log: $KOUT/build.log)" "$KOUT/build.log" kmake -j"$(nproc)" "${targets[@]}"
+if [ "${targets[*]}" = all ] || [ "${targets[*]}" = modules ]; then
+	rm -rf "$KOUT/modroot.new"
+	kmake INSTALL_MOD_PATH="$KOUT/modroot.new" modules_install >"$KOUT/modules_install.log" 2>&1 ||
+		die "modules_install failed; see $KOUT/modules_install.log"
+	rm -rf "$KOUT/modroot" && mv "$KOUT/modroot.new" "$KOUT/modroot"
+fi
+ln -sfn "$(basename "$KOUT")" "$KERNEL_DIR/build-current"
+echo "$KOUT"

@@ -1,0 +1,54 @@
+# SPDX-License-Identifier: GPL-2.0
+# The few edits to existing kernel files that an overlay cannot express.
+# Sourced by build-kernel.sh.  Each hooked file is rebuilt from its pristine
+# copy (saved on first use) plus the edits below, and written back only when
+# the result differs, so an unchanged hook never triggers a rebuild and a
+# removed hook restores the original file.
+
+# hook FILE EDIT-FUNCTION: apply EDIT-FUNCTION (which edits "$1" in place)
+# to a copy of the pristine FILE, and install the result if it changed.
+hook() {
+	local f=$1 edit=$2 pristine=$KERNEL_DIR/pristine/$1 tmp
+	if [ ! -f "$pristine" ]; then
+		mkdir -p "$(dirname "$pristine")"
+		cp "$KSRC/$f" "$pristine"
+	fi
+	tmp=$(mktemp)
+	cp "$pristine" "$tmp"
+	"$edit" "$tmp"
+	if ! cmp -s "$tmp" "$KSRC/$f"; then
+		cp "$tmp" "$KSRC/$f"
+		say "hook: updated $f"
+	fi
+	rm -f "$tmp"
+}
+
+# insert_after FILE ANCHOR-REGEX LINE: insert LINE after the first line
+# matching ANCHOR-REGEX; fails loudly if the anchor is not there.
+insert_after() {
+	grep -qE "$2" "$1" || die "hook anchor '$2' not found in $1 (kernel source changed?)"
+	awk -v re="$2" -v line="$3" '{ print } !done && $0 ~ re { print line; done = 1 }' "$1" >"$1.new"
+	mv "$1.new" "$1"
+}
+
+edit_ib_kconfig() {
+	insert_after "$1" '^source "drivers/infiniband/hw/erdma/Kconfig"' \
+		'source "drivers/infiniband/hw/erdma_rs/Kconfig"'
+}
+
+edit_ib_hw_makefile() {
+	insert_after "$1" 'CONFIG_INFINIBAND_ERDMA\)' \
+		'obj-$(CONFIG_INFINIBAND_ERDMA_RS)	+= erdma_rs/'
+}
+
+
+# rust/kernel/pci/resource.rs (BAR types, disable) is a submodule of kernel::pci.
+edit_rust_pci() {
+	insert_after "$1" '^mod irq;$' 'mod resource;\npub use self::resource::BarType;'
+}
+
+apply_kernel_hooks() {
+	hook drivers/infiniband/Kconfig edit_ib_kconfig
+	hook drivers/infiniband/hw/Makefile edit_ib_hw_makefile
+	hook rust/kernel/pci.rs edit_rust_pci
+}

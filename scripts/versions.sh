@@ -1,0 +1,22 @@
+# SPDX-License-Identifier: GPL-2.0
+# Pinned versions of everything the build and the tests fetch.
+# Changing a pin changes the cache keys that depend on it.
+
+# Linux source: Debian's linux-source-7.3 from trixie-backports.
+KERNEL_PKG=linux-source-7.3
+KERNEL_PKG_VERSION=7.3.4-1~bpo13+1
+
+# bindgen-cli from crates.io, and the libclang it loads (bookworm).
+BINDGEN_VERSION=0.72.1
+LLVM_MAJOR=19
+
+# QEMU with vfio-user-pci: qemu-system-x86 from trixie-backports, any 11.1.x.
+QEMU_SERIES=11.1
+
+# Guest userland: Debian trixie, with rdma-core of this upstream version.
+GUEST_SUITE=trixie
+RDMA_CORE_SERIES=56.1
+GUEST_PACKAGES="rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,python3-pyverbs,iproute2,kmod,busybox,pciutils"
+
+# Host packages (Debian 12), installed with apt-get; none upgrades the base system.
+HOST_PACKAGES="flex bison bc cpio kmod libelf-dev libssl-dev dwarves rsync debootstrap libclang-$LLVM_MAJOR-dev xz-utils make gcc"
