@@ -1,0 +1,734 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The eRDMA function: its configuration, PCI configuration space and BAR0 register state machine.
+//!
+//! # Access semantics
+//!
+//! Every access of any size at any offset is accepted without panicking:
+//!
+//! * Register page: an access is split at register boundaries. Reads return, byte by byte, the
+//!   bytes of the register(s) the access covers, so a 2-byte read at `DEV_STATUS + 1` returns
+//!   bits 23:8 and an 8-byte read of a 32-bit register pair returns both. Writes merge the written
+//!   bytes into the register. Bytes in holes read 0 and writes to them are dropped; both are
+//!   logged once per offset.
+//! * 64-bit registers accept one 8-byte access or two 4-byte halves. A doorbell fires when the
+//!   write covers its most significant byte: an 8-byte write fires at once; with 4-byte halves the
+//!   low half is staged and the high half fires with the combined value (the `lo_hi` order of
+//!   Linux's non-atomic `writeq`). The staging is cleared after each doorbell.
+//! * Doorbell spaces (SQ, RQ, CQ, extended): writes are recorded (see
+//!   [`Device::last_db_space_write`]); reads return 0.
+//! * An access must stay within one BAR0 area; one that crosses into the next area, or goes beyond
+//!   BAR0, is logged and ignored (reads return 0).
+//! * BAR2 holds the MSI-X table and PBA, which QEMU emulates itself: reads return 0, writes are
+//!   ignored.
+//!
+//! # Function state
+//!
+//! At power-on DEV_STATUS reads 0. `DEV_CTRL.RESET` returns the function (all BAR0 register
+//! state) to power-on and then sets `DEV_STATUS.RESET_DONE`; PCI configuration space is not
+//! affected (that is a function-level reset by the host, [`Device::reset`]). `DEV_CTRL.INIT`
+//! validates and latches the admin queue registers and sets `DEV_STATUS.INIT_DONE`.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::io::Io;
+use crate::pci::{self, ConfigSpace};
+use crate::regs::{self, AdminQueue, Bar0Area, Doorbell, Reg, RegSlot};
+
+/// Default VERSION register value. Any non-zero value marks a functional device and the drivers do
+/// not interpret it further; the model reports 1 ("model revision 1 of the register interface").
+pub const DEFAULT_VERSION: u32 = 1;
+/// Default GRP_NUM register value (4 direct-WQE groups: what older drivers required).
+pub const DEFAULT_GRP_NUM: u32 = 4;
+/// Default MAC address (QEMU's default prefix 52:54:00).
+pub const DEFAULT_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
+
+/// The RDMA protocol the function runs, as reported in DEV_PROTO.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Protocol {
+    /// iWARP (DEV_PROTO = 0).
+    Iwarp = 0,
+    /// RoCEv2 (DEV_PROTO = 1).
+    #[default]
+    RoceV2 = 1,
+}
+
+impl Protocol {
+    /// The DEV_PROTO register value.
+    pub fn value(self) -> u32 {
+        self as u32
+    }
+}
+
+impl FromStr for Protocol {
+    type Err = String;
+
+    /// Accepts `iwarp`, `roce` and `rocev2` (case-insensitive).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "iwarp" => Ok(Protocol::Iwarp),
+            "roce" | "rocev2" => Ok(Protocol::RoceV2),
+            _ => Err(format!(
+                "unknown protocol {s:?} (expected \"roce\" or \"iwarp\")"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Iwarp => "iwarp",
+            Protocol::RoceV2 => "roce",
+        })
+    }
+}
+
+/// How a function is configured; fixed for the lifetime of the [`Device`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// Permanent MAC address, reported in NETDEV_MAC_H/L. The guest needs a NIC with the same
+    /// permanent MAC or the driver defers probing forever.
+    pub mac: [u8; 6],
+    /// Protocol reported in DEV_PROTO.
+    pub protocol: Protocol,
+    /// VERSION register value. 0 models a "non-functional function" that drivers must refuse.
+    pub version: u32,
+    /// PCI revision ID (reported by the driver as `hw_ver`).
+    pub revision: u8,
+    /// GRP_NUM register value.
+    pub grp_num: u32,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        DeviceConfig {
+            mac: DEFAULT_MAC,
+            protocol: Protocol::default(),
+            version: DEFAULT_VERSION,
+            revision: pci::DEFAULT_REVISION,
+            grp_num: DEFAULT_GRP_NUM,
+        }
+    }
+}
+
+/// One admin ring as latched by `DEV_CTRL.INIT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingConfig {
+    /// DMA address of the ring (aligned to the entry size).
+    pub addr: u64,
+    /// Number of entries (WQEBBs for the CMDQ SQ): a power of two.
+    pub depth: u32,
+    /// DMA address of the doorbell record (8-byte aligned).
+    pub dbrec: u64,
+}
+
+/// The admin queues latched by `DEV_CTRL.INIT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdminQueues {
+    /// CMDQ submission queue (32-byte WQEBBs).
+    pub cmdq_sq: RingConfig,
+    /// CMDQ completion queue (32-byte CQEs, depth = CMDQ_DEPTH).
+    pub cmdq_cq: RingConfig,
+    /// CMDQ event queue (16-byte EQEs).
+    pub cmdq_eq: RingConfig,
+    /// Asynchronous event queue (16-byte EQEs).
+    pub aeq: RingConfig,
+}
+
+impl AdminQueues {
+    /// The ring of queue `q`.
+    pub fn get(&self, q: AdminQueue) -> &RingConfig {
+        match q {
+            AdminQueue::CmdqSq => &self.cmdq_sq,
+            AdminQueue::CmdqCq => &self.cmdq_cq,
+            AdminQueue::CmdqEq => &self.cmdq_eq,
+            AdminQueue::Aeq => &self.aeq,
+        }
+    }
+}
+
+/// Why `DEV_CTRL.INIT` was refused: one programmed register holds an unusable value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitProblem {
+    /// The offending register (for a ring address, its `_L` half).
+    pub reg: Reg,
+    /// The programmed value (for a ring address, both halves combined).
+    pub value: u64,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl fmt::Display for InitProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.reg {
+            Reg::RingAddrL(q) => write!(f, "{}:{}", Reg::RingAddrH(q), self.reg)?,
+            reg => write!(f, "{reg}")?,
+        }
+        write!(f, " = {:#x}: {}", self.value, self.reason)
+    }
+}
+
+/// The last write into a doorbell space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DbSpaceWrite {
+    /// Which doorbell space.
+    pub area: Bar0Area,
+    /// BAR0 offset of the write.
+    pub offset: u64,
+    /// Length of the write in bytes.
+    pub len: usize,
+    /// The first (up to) 8 bytes written, little-endian.
+    pub value: u64,
+}
+
+/// The admin queue registers as programmed (readable back, reset 0).
+#[derive(Clone, Debug, Default)]
+struct Programmed {
+    ring_addr: [u64; 4],
+    cmdq_depth: u32,
+    cmdq_eq_depth: u32,
+    aeq_depth: u32,
+    dbrec: [u64; 4],
+}
+
+impl Programmed {
+    fn depth_reg(q: AdminQueue) -> Reg {
+        match q {
+            AdminQueue::CmdqSq | AdminQueue::CmdqCq => Reg::CmdqDepth,
+            AdminQueue::CmdqEq => Reg::CmdqEqDepth,
+            AdminQueue::Aeq => Reg::AeqDepth,
+        }
+    }
+
+    fn depth(&self, q: AdminQueue) -> u32 {
+        match q {
+            AdminQueue::CmdqSq | AdminQueue::CmdqCq => self.cmdq_depth,
+            AdminQueue::CmdqEq => self.cmdq_eq_depth,
+            AdminQueue::Aeq => self.aeq_depth,
+        }
+    }
+
+    /// The admin queues, if everything programmed is usable.
+    fn validate(&self) -> Result<AdminQueues, Vec<InitProblem>> {
+        let mut problems = Vec::new();
+        let mut ring = |q: AdminQueue| {
+            let (entry, min_depth) = match q {
+                AdminQueue::CmdqSq => (regs::CMDQ_WQEBB_SIZE, regs::CMDQ_WQEBBS_PER_CMD),
+                AdminQueue::CmdqCq => (regs::CMDQ_CQE_SIZE, regs::CMDQ_WQEBBS_PER_CMD),
+                AdminQueue::CmdqEq | AdminQueue::Aeq => (regs::EQE_SIZE, 1),
+            };
+            let addr = self.ring_addr[q.index()];
+            let depth = self.depth(q);
+            let dbrec = self.dbrec[q.index()];
+            let mut bad = |reg, value, reason: String| {
+                problems.push(InitProblem { reg, value, reason });
+            };
+            if addr == 0 {
+                bad(Reg::RingAddrL(q), addr, "ring address is 0".into());
+            } else if addr % entry != 0 {
+                bad(
+                    Reg::RingAddrL(q),
+                    addr,
+                    format!("ring address not aligned to the {entry}-byte entry size"),
+                );
+            }
+            let depth_ok =
+                depth.is_power_of_two() && (min_depth..=regs::MAX_RING_DEPTH).contains(&depth);
+            // The CMDQ CQ has no depth register of its own: CMDQ_DEPTH is reported once, for the SQ.
+            if !depth_ok && q != AdminQueue::CmdqCq {
+                bad(
+                    Self::depth_reg(q),
+                    depth.into(),
+                    format!(
+                        "depth must be a power of two in {min_depth}..={}",
+                        regs::MAX_RING_DEPTH
+                    ),
+                );
+            }
+            if depth_ok && addr.checked_add(u64::from(depth) * entry).is_none() {
+                bad(
+                    Reg::RingAddrL(q),
+                    addr,
+                    "ring wraps the 64-bit address space".into(),
+                );
+            }
+            if dbrec == 0 {
+                bad(
+                    Reg::DbrecAddr(q),
+                    dbrec,
+                    "doorbell record address is 0".into(),
+                );
+            } else if dbrec % regs::DBREC_ALIGN != 0 {
+                bad(
+                    Reg::DbrecAddr(q),
+                    dbrec,
+                    format!(
+                        "doorbell record address not {}-byte aligned",
+                        regs::DBREC_ALIGN
+                    ),
+                );
+            }
+            RingConfig { addr, depth, dbrec }
+        };
+        let admin = AdminQueues {
+            cmdq_sq: ring(AdminQueue::CmdqSq),
+            cmdq_cq: ring(AdminQueue::CmdqCq),
+            cmdq_eq: ring(AdminQueue::CmdqEq),
+            aeq: ring(AdminQueue::Aeq),
+        };
+        if problems.is_empty() {
+            Ok(admin)
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+/// Everything `DEV_CTRL.RESET` returns to power-on.
+#[derive(Clone, Debug)]
+struct Function {
+    programmed: Programmed,
+    status: u32,
+    admin: Option<AdminQueues>,
+    init_problems: Vec<InitProblem>,
+    db_last: [Option<u64>; Doorbell::COUNT],
+    db_staged: [u64; Doorbell::COUNT],
+    db_space_last: Option<DbSpaceWrite>,
+    db_space_writes: u64,
+}
+
+impl Function {
+    fn power_on() -> Self {
+        Function {
+            programmed: Programmed::default(),
+            status: 0,
+            admin: None,
+            init_problems: Vec::new(),
+            db_last: [None; Doorbell::COUNT],
+            db_staged: [0; Doorbell::COUNT],
+            db_space_last: None,
+            db_space_writes: 0,
+        }
+    }
+}
+
+/// What an unexpected access was, for rate-limited logging.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Oddity {
+    HoleRead,
+    HoleWrite,
+    ReadOnlyWrite,
+    CrossesArea,
+    OutOfRange,
+    Bar2OutOfRange,
+    ConfigOutOfRange,
+    DevCtrlBits,
+}
+
+/// Remembers which odd accesses were already logged, so that a guest cannot flood the log.
+#[derive(Clone, Debug, Default)]
+struct WarnOnce {
+    seen: HashSet<(Oddity, u64)>,
+    saturated: bool,
+}
+
+impl WarnOnce {
+    /// Distinct (kind, offset) pairs remembered; beyond that, odd accesses are no longer logged.
+    const LIMIT: usize = 1024;
+
+    /// Whether `(what, key)` is new and should be logged.
+    fn first(&mut self, what: Oddity, key: u64) -> bool {
+        if self.seen.len() >= Self::LIMIT {
+            if !self.saturated {
+                self.saturated = true;
+                log::warn!("too many unexpected accesses; no longer logging them");
+            }
+            return false;
+        }
+        self.seen.insert((what, key))
+    }
+}
+
+/// One eRDMA PCI function.
+#[derive(Clone, Debug)]
+pub struct Device {
+    config: DeviceConfig,
+    pci: ConfigSpace,
+    func: Function,
+    warned: WarnOnce,
+}
+
+impl Device {
+    /// A function at power-on.
+    pub fn new(config: DeviceConfig) -> Self {
+        Device {
+            pci: ConfigSpace::new(config.revision),
+            config,
+            func: Function::power_on(),
+            warned: WarnOnce::default(),
+        }
+    }
+
+    /// Power-on reset of the whole function (what a host FLR or a new VM sees): configuration
+    /// space and all register state. DEV_STATUS reads 0 afterwards.
+    pub fn reset(&mut self) {
+        self.pci.reset();
+        self.func = Function::power_on();
+        self.warned = WarnOnce::default();
+    }
+
+    /// The configuration the function was created with.
+    pub fn device_config(&self) -> &DeviceConfig {
+        &self.config
+    }
+
+    /// The PCI configuration space.
+    pub fn pci(&self) -> &ConfigSpace {
+        &self.pci
+    }
+
+    /// Whether the function may initiate DMA.
+    pub fn bus_master(&self) -> bool {
+        self.pci.bus_master()
+    }
+
+    /// The DEV_STATUS register.
+    pub fn dev_status(&self) -> u32 {
+        self.func.status
+    }
+
+    /// The admin queues latched by the last successful `DEV_CTRL.INIT`, if any.
+    pub fn admin_queues(&self) -> Option<&AdminQueues> {
+        self.func.admin.as_ref()
+    }
+
+    /// Why the last `DEV_CTRL.INIT` was refused (empty if it was not).
+    pub fn init_problems(&self) -> &[InitProblem] {
+        &self.func.init_problems
+    }
+
+    /// The last value written to doorbell `db` since the last reset.
+    pub fn last_doorbell(&self, db: Doorbell) -> Option<u64> {
+        self.func.db_last[db.index()]
+    }
+
+    /// The last write into a doorbell space since the last reset.
+    pub fn last_db_space_write(&self) -> Option<DbSpaceWrite> {
+        self.func.db_space_last
+    }
+
+    /// Number of writes into the doorbell spaces since the last reset.
+    pub fn db_space_writes(&self) -> u64 {
+        self.func.db_space_writes
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Configuration space
+    // --------------------------------------------------------------------------------------------
+
+    /// Reads PCI configuration space.
+    pub fn pci_config_read(&mut self, offset: u64, data: &mut [u8]) {
+        self.check_config_range(offset, data.len());
+        self.pci.read(offset, data);
+    }
+
+    /// Writes PCI configuration space.
+    pub fn pci_config_write(&mut self, offset: u64, data: &[u8]) {
+        self.check_config_range(offset, data.len());
+        self.pci.write(offset, data);
+    }
+
+    fn check_config_range(&mut self, offset: u64, len: usize) {
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|e| e > pci::CONFIG_SPACE_SIZE as u64)
+            && self.warned.first(Oddity::ConfigOutOfRange, offset)
+        {
+            log::warn!("config space access {offset:#x}+{len} beyond 256 bytes (reads 0 there)");
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // BAR2 (MSI-X, emulated by QEMU)
+    // --------------------------------------------------------------------------------------------
+
+    /// Reads BAR2. QEMU emulates the MSI-X table and PBA itself, so this reads 0.
+    pub fn bar2_read(&mut self, offset: u64, data: &mut [u8]) {
+        data.fill(0);
+        self.check_bar2_range(offset, data.len());
+    }
+
+    /// Writes BAR2: ignored (QEMU emulates the MSI-X table and PBA itself).
+    pub fn bar2_write(&mut self, offset: u64, data: &[u8]) {
+        self.check_bar2_range(offset, data.len());
+    }
+
+    fn check_bar2_range(&mut self, offset: u64, len: usize) {
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|e| e > regs::BAR2_SIZE) && self.warned.first(Oddity::Bar2OutOfRange, 0) {
+            log::warn!("BAR2 access {offset:#x}+{len} beyond the BAR, ignored");
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // BAR0
+    // --------------------------------------------------------------------------------------------
+
+    /// Reads BAR0 at `offset`. Never fails: see the module documentation for the semantics.
+    pub fn bar0_read(&mut self, offset: u64, data: &mut [u8]) {
+        data.fill(0);
+        // Doorbell spaces are write-only and read 0.
+        if self.bar0_area_of(offset, data.len(), "read") == Some(Bar0Area::Registers) {
+            self.reg_read(offset, data);
+        }
+    }
+
+    /// Writes BAR0 at `offset`. Never fails: see the module documentation for the semantics.
+    pub fn bar0_write(&mut self, offset: u64, data: &[u8], io: &mut Io<'_>) {
+        match self.bar0_area_of(offset, data.len(), "write") {
+            Some(Bar0Area::Registers) => self.reg_write(offset, data, io),
+            Some(area) => self.db_space_write(area, offset, data, io),
+            None => {}
+        }
+    }
+
+    /// The BAR0 area an access falls in, or `None` (logged) if it leaves its area or BAR0.
+    fn bar0_area_of(&mut self, offset: u64, len: usize, dir: &str) -> Option<Bar0Area> {
+        let end = offset.checked_add(len as u64);
+        match (regs::bar0_area(offset), end) {
+            (Some((area, _, area_end)), Some(end)) if end <= area_end => Some(area),
+            (Some((area, _, _)), Some(end)) if end <= regs::BAR0_SIZE => {
+                if self.warned.first(Oddity::CrossesArea, offset) {
+                    log::warn!(
+                        "BAR0 {dir} {offset:#x}+{len} crosses the end of the {}, ignored",
+                        area.name()
+                    );
+                }
+                None
+            }
+            _ => {
+                // Keyed by a single slot: offsets beyond the BAR are unbounded.
+                if self.warned.first(Oddity::OutOfRange, 0) {
+                    log::warn!("BAR0 {dir} {offset:#x}+{len} beyond the 4 MiB BAR, ignored");
+                }
+                None
+            }
+        }
+    }
+
+    /// Reads from the register page; the range is inside it.
+    fn reg_read(&mut self, offset: u64, data: &mut [u8]) {
+        let end = offset + data.len() as u64;
+        let mut a = offset;
+        while a < end {
+            match regs::decode(a) {
+                Some(slot) => {
+                    let value = self.reg_value(slot.reg);
+                    let stop = end.min(slot.base + slot.width);
+                    for x in a..stop {
+                        data[(x - offset) as usize] = (value >> (8 * (x - slot.base))) as u8;
+                    }
+                    a = stop;
+                }
+                None => {
+                    let dword = a & !3;
+                    if self.warned.first(Oddity::HoleRead, dword) {
+                        log::warn!("read of unknown register {dword:#x} returns 0");
+                    }
+                    a = end.min(dword + 4);
+                }
+            }
+        }
+    }
+
+    /// Writes to the register page; the range is inside it.
+    fn reg_write(&mut self, offset: u64, data: &[u8], io: &mut Io<'_>) {
+        let end = offset + data.len() as u64;
+        let mut a = offset;
+        while a < end {
+            match regs::decode(a) {
+                Some(slot) => {
+                    let stop = end.min(slot.base + slot.width);
+                    let (mut value, mut mask) = (0u64, 0u64);
+                    for x in a..stop {
+                        let shift = 8 * (x - slot.base);
+                        value |= u64::from(data[(x - offset) as usize]) << shift;
+                        mask |= 0xff << shift;
+                    }
+                    self.write_reg(slot, value, mask, io);
+                    a = stop;
+                }
+                None => {
+                    let dword = a & !3;
+                    if self.warned.first(Oddity::HoleWrite, dword) {
+                        log::warn!("write to unknown register {dword:#x} ignored");
+                    }
+                    a = end.min(dword + 4);
+                }
+            }
+        }
+    }
+
+    /// The current value of a register (what a full-width read returns).
+    fn reg_value(&self, reg: Reg) -> u64 {
+        let p = &self.func.programmed;
+        let mac = self.config.mac.map(u64::from);
+        match reg {
+            Reg::Version => self.config.version.into(),
+            Reg::DevProto => self.config.protocol.value().into(),
+            Reg::DevCtrl => 0,
+            Reg::DevStatus => self.func.status.into(),
+            Reg::NetdevMacL => mac[2] << 24 | mac[3] << 16 | mac[4] << 8 | mac[5],
+            Reg::NetdevMacH => mac[0] << 8 | mac[1],
+            Reg::RingAddrL(q) => p.ring_addr[q.index()] & 0xffff_ffff,
+            Reg::RingAddrH(q) => p.ring_addr[q.index()] >> 32,
+            Reg::CmdqDepth => p.cmdq_depth.into(),
+            Reg::CmdqEqDepth => p.cmdq_eq_depth.into(),
+            Reg::AeqDepth => p.aeq_depth.into(),
+            Reg::GrpNum => self.config.grp_num.into(),
+            Reg::DbrecAddr(q) => p.dbrec[q.index()],
+            // Traffic counters are not modelled yet.
+            Reg::Stats(_) => 0,
+            // Doorbells are write-only.
+            Reg::Doorbell(_) => 0,
+        }
+    }
+
+    /// Writes the bytes selected by `mask` of `value` (both positioned within the register) to the
+    /// register in `slot`.
+    fn write_reg(&mut self, slot: RegSlot, value: u64, mask: u64, io: &mut Io<'_>) {
+        let merge = |old: u64| (old & !mask) | (value & mask);
+        let merge32 = |old: u32| merge(old.into()) as u32;
+        let p = &mut self.func.programmed;
+        match slot.reg {
+            Reg::Version
+            | Reg::DevProto
+            | Reg::DevStatus
+            | Reg::NetdevMacL
+            | Reg::NetdevMacH
+            | Reg::GrpNum
+            | Reg::Stats(_) => {
+                if self.warned.first(Oddity::ReadOnlyWrite, slot.base) {
+                    log::warn!(
+                        "write of {value:#x} to read-only register {} ({:#x}) ignored",
+                        slot.reg,
+                        slot.base
+                    );
+                }
+            }
+            Reg::DevCtrl => self.dev_ctrl((value & mask) as u32),
+            Reg::RingAddrL(q) => {
+                let a = &mut p.ring_addr[q.index()];
+                *a = (*a & !0xffff_ffff) | u64::from(merge32(*a as u32));
+            }
+            Reg::RingAddrH(q) => {
+                let a = &mut p.ring_addr[q.index()];
+                *a = (*a & 0xffff_ffff) | u64::from(merge32((*a >> 32) as u32)) << 32;
+            }
+            Reg::CmdqDepth => p.cmdq_depth = merge32(p.cmdq_depth),
+            Reg::CmdqEqDepth => p.cmdq_eq_depth = merge32(p.cmdq_eq_depth),
+            Reg::AeqDepth => p.aeq_depth = merge32(p.aeq_depth),
+            Reg::DbrecAddr(q) => p.dbrec[q.index()] = merge(p.dbrec[q.index()]),
+            Reg::Doorbell(db) => {
+                let staged = &mut self.func.db_staged[db.index()];
+                *staged = merge(*staged);
+                if mask >> 56 != 0 {
+                    let value = std::mem::take(staged);
+                    self.doorbell(db, value, io);
+                }
+            }
+        }
+    }
+
+    /// A write to DEV_CTRL; `value` holds the written bits.
+    fn dev_ctrl(&mut self, value: u32) {
+        let unknown = value & !(regs::DEV_CTRL_RESET | regs::DEV_CTRL_INIT);
+        if unknown != 0 && self.warned.first(Oddity::DevCtrlBits, 0) {
+            log::warn!("DEV_CTRL: unknown bits {unknown:#x} ignored");
+        }
+        if value & regs::DEV_CTRL_RESET != 0 {
+            if value & regs::DEV_CTRL_INIT != 0 {
+                log::warn!("DEV_CTRL: RESET and INIT written together; RESET wins");
+            }
+            self.func = Function::power_on();
+            self.func.status = regs::DEV_STATUS_RESET_DONE;
+            log::info!("function reset (DEV_CTRL.RESET)");
+        } else if value & regs::DEV_CTRL_INIT != 0 {
+            self.init();
+        }
+    }
+
+    /// `DEV_CTRL.INIT`: latch the admin queues if what was programmed is usable.
+    fn init(&mut self) {
+        if self.func.status & regs::DEV_STATUS_INIT_DONE != 0 {
+            log::warn!("DEV_CTRL.INIT while already initialized, ignored (write RESET first)");
+            return;
+        }
+        match self.func.programmed.validate() {
+            Ok(admin) => {
+                log::info!(
+                    "initialized: CMDQ SQ {:#x}/{} CQ {:#x} EQ {:#x}/{}, AEQ {:#x}/{}",
+                    admin.cmdq_sq.addr,
+                    admin.cmdq_sq.depth,
+                    admin.cmdq_cq.addr,
+                    admin.cmdq_eq.addr,
+                    admin.cmdq_eq.depth,
+                    admin.aeq.addr,
+                    admin.aeq.depth
+                );
+                self.func.admin = Some(admin);
+                self.func.init_problems.clear();
+                self.func.status |= regs::DEV_STATUS_INIT_DONE;
+            }
+            Err(problems) => {
+                let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                log::warn!(
+                    "DEV_CTRL.INIT refused, INIT_DONE stays 0: {}",
+                    list.join("; ")
+                );
+                self.func.init_problems = problems;
+            }
+        }
+    }
+
+    /// The single dispatch point for the register-page doorbells: `value` is the complete 64-bit
+    /// doorbell. The engines that consume doorbells (command queue, event queues) hook in here.
+    fn doorbell(&mut self, db: Doorbell, value: u64, _io: &mut Io<'_>) {
+        log::trace!("doorbell {} = {value:#x}", Reg::Doorbell(db));
+        self.func.db_last[db.index()] = Some(value);
+        match db {
+            // CMDQ engine: fetch commands up to the new producer index (bits 15:0).
+            Doorbell::CmdqSq => {}
+            // CMDQ CQ arm (CQ doorbell format).
+            Doorbell::CmdqCq => {}
+            // Event queue consumer index / re-arm (EQ doorbell format).
+            Doorbell::Aeq | Doorbell::Eq(_) => {}
+        }
+    }
+
+    /// A write into one of the doorbell spaces; the range is inside `area`.
+    fn db_space_write(&mut self, area: Bar0Area, offset: u64, data: &[u8], _io: &mut Io<'_>) {
+        let mut first = [0u8; 8];
+        let n = data.len().min(8);
+        first[..n].copy_from_slice(&data[..n]);
+        let value = u64::from_le_bytes(first);
+        log::trace!(
+            "{} write {offset:#x}+{} = {value:#x}",
+            area.name(),
+            data.len()
+        );
+        self.func.db_space_last = Some(DbSpaceWrite {
+            area,
+            offset,
+            len: data.len(),
+            value,
+        });
+        self.func.db_space_writes = self.func.db_space_writes.wrapping_add(1);
+    }
+}
+
+#[cfg(test)]
+mod tests;

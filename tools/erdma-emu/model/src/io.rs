@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The device's view of the outside world: guest memory (DMA) and MSI-X interrupts.
+//!
+//! The model never touches guest memory or interrupt lines directly; the transport (the
+//! vfio-user server) implements these traits, and tests use [`crate::testing`].
+
+use core::fmt;
+
+/// Why a guest-memory access failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemErrorKind {
+    /// Part of the range is not backed by guest memory the device can reach.
+    Unmapped,
+    /// Part of the range is mapped without the needed permission (for example a write to a
+    /// read-only mapping).
+    Permission,
+    /// The range wraps around the end of the 64-bit address space.
+    Overflow,
+}
+
+/// A failed guest-memory access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemError {
+    /// Guest-physical (IOVA) start of the access.
+    pub gpa: u64,
+    /// Length of the access in bytes.
+    pub len: usize,
+    /// Guest-physical address of the first byte that could not be accessed.
+    pub at: u64,
+    /// What went wrong.
+    pub kind: MemErrorKind,
+}
+
+impl fmt::Display for MemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            MemErrorKind::Unmapped => "not mapped",
+            MemErrorKind::Permission => "not accessible (mapping permissions)",
+            MemErrorKind::Overflow => "wraps the address space",
+        };
+        write!(
+            f,
+            "guest memory {:#x}+{:#x}: {:#x} {}",
+            self.gpa, self.len, self.at, what
+        )
+    }
+}
+
+impl std::error::Error for MemError {}
+
+/// Guest-physical memory as the device sees it through DMA.
+///
+/// Implementations must check every range and return an error, never panic, for ranges that are
+/// not entirely backed by mapped guest memory. A failed access may have transferred a prefix of
+/// the range.
+pub trait GuestMemory {
+    /// Copies `buf.len()` bytes from guest-physical address `gpa` into `buf`.
+    fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), MemError>;
+
+    /// Copies `data` to guest-physical address `gpa`.
+    fn write(&mut self, gpa: u64, data: &[u8]) -> Result<(), MemError>;
+
+    /// Reads a little-endian `u64` (for example a doorbell record).
+    fn read_u64_le(&self, gpa: u64) -> Result<u64, MemError> {
+        let mut b = [0u8; 8];
+        self.read(gpa, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Writes a little-endian `u64`.
+    fn write_u64_le(&mut self, gpa: u64, value: u64) -> Result<(), MemError> {
+        self.write(gpa, &value.to_le_bytes())
+    }
+}
+
+/// The MSI-X vectors of the function.
+pub trait IrqSink {
+    /// Raises MSI-X vector `vector`. Returns whether the interrupt was delivered, which it is not
+    /// when the guest has not connected the vector (no eventfd) or `vector` is out of range.
+    fn raise(&mut self, vector: u16) -> bool;
+}
+
+/// What a register write may use besides the device state itself.
+pub struct Io<'a> {
+    /// Guest memory, for DMA.
+    pub mem: &'a mut dyn GuestMemory,
+    /// Interrupts.
+    pub irq: &'a mut dyn IrqSink,
+}
+
+impl<'a> Io<'a> {
+    /// Bundles guest memory and interrupts.
+    pub fn new(mem: &'a mut dyn GuestMemory, irq: &'a mut dyn IrqSink) -> Self {
+        Io { mem, irq }
+    }
+}

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Software model of Alibaba's Elastic RDMA Adapter (eRDMA, PCI 1ded:107f).
+//!
+//! The model implements the adapter's behaviour against small traits for the outside world
+//! ([`GuestMemory`], [`IrqSink`]), so it is unit-tested without QEMU; a transport (the `erdma-emu`
+//! vfio-user server) connects it to a VM. It treats everything the guest writes as hostile: no
+//! access, of any size at any offset, panics or reaches outside guest memory.
+//!
+//! * [`pci`]: the PCI configuration space (identity, BARs, MSI-X capability).
+//! * [`regs`]: the BAR0 address map and register offsets, decoded in one place.
+//! * [`device`]: the function's state machine: [`Device`], configured by a [`DeviceConfig`].
+//! * [`io`]: the traits through which the device reaches guest memory and interrupts.
+//! * [`testing`]: simple implementations of those traits for tests.
+//!
+//! Facts about the hardware interface come from `shared/docs/erdma-hw.md`; section numbers in
+//! comments (§2.2, ...) refer to it.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod device;
+pub mod io;
+pub mod pci;
+pub mod regs;
+pub mod testing;
+
+pub use device::{AdminQueues, Device, DeviceConfig, Protocol, RingConfig};
+pub use io::{GuestMemory, Io, IrqSink, MemError, MemErrorKind};

@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! MSI-X vectors as eventfds (VFIO SET_IRQS semantics).
+//!
+//! QEMU hands over one eventfd per enabled vector; writing to it makes QEMU inject the MSI-X
+//! message the guest programmed in the (QEMU-emulated) MSI-X table. QEMU sends runs of vectors:
+//! either a run that all have an fd (one fd per vector) or a run without fds, which disconnects
+//! those vectors.
+
+use std::fs::File;
+use std::io::{self, Write};
+
+use erdma_model::regs::MSIX_VECTORS;
+use erdma_model::IrqSink;
+use vfio_bindings::bindings::vfio::{
+    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK, VFIO_IRQ_SET_DATA_EVENTFD,
+    VFIO_IRQ_SET_DATA_NONE, VFIO_IRQ_SET_DATA_TYPE_MASK, VFIO_PCI_MSIX_IRQ_INDEX,
+};
+
+/// The eventfds of the MSI-X vectors.
+pub struct EventFdIrqs {
+    fds: Vec<Option<File>>,
+}
+
+impl Default for EventFdIrqs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+impl EventFdIrqs {
+    /// No vector connected.
+    pub fn new() -> Self {
+        EventFdIrqs {
+            fds: (0..MSIX_VECTORS).map(|_| None).collect(),
+        }
+    }
+
+    /// Disconnects every vector.
+    pub fn clear(&mut self) {
+        self.fds.iter_mut().for_each(|f| *f = None);
+    }
+
+    /// Number of connected vectors.
+    pub fn connected(&self) -> usize {
+        self.fds.iter().filter(|f| f.is_some()).count()
+    }
+
+    /// Whether `vector` has an eventfd.
+    pub fn is_connected(&self, vector: u16) -> bool {
+        self.fds
+            .get(usize::from(vector))
+            .is_some_and(Option::is_some)
+    }
+
+    /// Handles a SET_IRQS message.
+    pub fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> io::Result<()> {
+        let data = flags & VFIO_IRQ_SET_DATA_TYPE_MASK;
+        let action = flags & VFIO_IRQ_SET_ACTION_TYPE_MASK;
+        if index != VFIO_PCI_MSIX_IRQ_INDEX {
+            // Only MSI-X exists; disabling another (empty) index is harmless.
+            if count == 0 && fds.is_empty() {
+                return Ok(());
+            }
+            return Err(invalid(format!(
+                "SET_IRQS: IRQ index {index} has no vectors"
+            )));
+        }
+        if action != VFIO_IRQ_SET_ACTION_TRIGGER {
+            // MASK/UNMASK: QEMU masks MSI-X vectors in its own table emulation.
+            log::debug!("SET_IRQS: MSI-X action {action:#x} ignored");
+            return Ok(());
+        }
+        let range = start
+            .checked_add(count)
+            .filter(|&end| end <= u32::from(MSIX_VECTORS))
+            .map(|end| start as usize..end as usize)
+            .ok_or_else(|| invalid(format!("SET_IRQS: vectors {start}+{count} out of range")))?;
+        match data {
+            VFIO_IRQ_SET_DATA_NONE if count == 0 => {
+                log::debug!("MSI-X disabled: all vectors disconnected");
+                self.clear();
+            }
+            VFIO_IRQ_SET_DATA_NONE => {
+                // Loopback trigger of the given vectors.
+                for v in range {
+                    self.raise(v as u16);
+                }
+            }
+            VFIO_IRQ_SET_DATA_EVENTFD if fds.is_empty() => {
+                self.fds[range].iter_mut().for_each(|f| *f = None);
+            }
+            VFIO_IRQ_SET_DATA_EVENTFD if fds.len() == range.len() => {
+                for (slot, fd) in self.fds[range].iter_mut().zip(fds) {
+                    *slot = Some(fd);
+                }
+            }
+            VFIO_IRQ_SET_DATA_EVENTFD => {
+                return Err(invalid(format!(
+                    "SET_IRQS: {} eventfds for {count} vectors",
+                    fds.len()
+                )));
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "SET_IRQS: unsupported data type {data:#x}"
+                )))
+            }
+        }
+        log::debug!(
+            "MSI-X vectors {start}+{count} updated, {} connected",
+            self.connected()
+        );
+        Ok(())
+    }
+}
+
+impl IrqSink for EventFdIrqs {
+    fn raise(&mut self, vector: u16) -> bool {
+        let Some(Some(fd)) = self.fds.get_mut(usize::from(vector)) else {
+            return false;
+        };
+        match fd.write(&1u64.to_ne_bytes()) {
+            Ok(8) => true,
+            Ok(n) => {
+                log::warn!("MSI-X vector {vector}: short eventfd write ({n} bytes)");
+                false
+            }
+            Err(e) => {
+                log::warn!("MSI-X vector {vector}: eventfd write failed: {e}");
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+
+    /// A non-blocking eventfd.
+    pub(crate) fn eventfd() -> File {
+        // SAFETY: plain eventfd creation; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        assert!(fd >= 0, "eventfd: {}", io::Error::last_os_error());
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        unsafe { File::from_raw_fd(fd) }
+    }
+
+    /// The eventfd counter (0 if not signalled); resets it.
+    pub(crate) fn take_count(f: &File) -> u64 {
+        let mut b = [0u8; 8];
+        match (&*f).read(&mut b) {
+            Ok(8) => u64::from_ne_bytes(b),
+            _ => 0,
+        }
+    }
+
+    const TRIGGER_EVENTFD: u32 = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+    const TRIGGER_NONE: u32 = VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER;
+
+    #[test]
+    fn runs_of_fds_and_gaps() {
+        let mut irqs = EventFdIrqs::new();
+        let efd: Vec<File> = (0..3).map(|_| eventfd()).collect();
+        let dup = |f: &File| f.try_clone().unwrap();
+        let m = VFIO_PCI_MSIX_IRQ_INDEX;
+        irqs.set_irqs(m, TRIGGER_EVENTFD, 0, 1, vec![dup(&efd[0])])
+            .unwrap();
+        irqs.set_irqs(m, TRIGGER_EVENTFD, 1, 2, vec![]).unwrap(); // a run of -1
+        irqs.set_irqs(m, TRIGGER_EVENTFD, 3, 2, vec![dup(&efd[1]), dup(&efd[2])])
+            .unwrap();
+        assert_eq!(irqs.connected(), 3);
+        assert!(irqs.is_connected(0) && !irqs.is_connected(1) && irqs.is_connected(4));
+        assert!(irqs.raise(0));
+        assert!(!irqs.raise(1));
+        assert!(irqs.raise(4));
+        assert!(irqs.raise(4));
+        assert!(!irqs.raise(32));
+        assert_eq!(take_count(&efd[0]), 1);
+        assert_eq!(take_count(&efd[1]), 0);
+        assert_eq!(take_count(&efd[2]), 2);
+        // Loopback trigger.
+        irqs.set_irqs(m, TRIGGER_NONE, 3, 1, vec![]).unwrap();
+        assert_eq!(take_count(&efd[1]), 1);
+        // Disconnect vector 3, then disable everything.
+        irqs.set_irqs(m, TRIGGER_EVENTFD, 3, 1, vec![]).unwrap();
+        assert!(!irqs.raise(3));
+        irqs.set_irqs(m, TRIGGER_NONE, 0, 0, vec![]).unwrap();
+        assert_eq!(irqs.connected(), 0);
+    }
+
+    #[test]
+    fn bad_requests() {
+        let mut irqs = EventFdIrqs::new();
+        let m = VFIO_PCI_MSIX_IRQ_INDEX;
+        assert!(irqs.set_irqs(m, TRIGGER_EVENTFD, 31, 2, vec![]).is_err());
+        assert!(irqs
+            .set_irqs(m, TRIGGER_EVENTFD, u32::MAX, 2, vec![])
+            .is_err());
+        assert!(irqs
+            .set_irqs(m, TRIGGER_EVENTFD, 0, 2, vec![eventfd()])
+            .is_err());
+        assert!(irqs
+            .set_irqs(0, TRIGGER_EVENTFD, 0, 1, vec![eventfd()])
+            .is_err());
+        assert!(irqs.set_irqs(0, TRIGGER_NONE, 0, 0, vec![]).is_ok());
+        assert_eq!(irqs.connected(), 0);
+    }
+}

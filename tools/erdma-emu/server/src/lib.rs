@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! vfio-user front end of the eRDMA device model: serves [`erdma_model::Device`]s to QEMU's
+//! `vfio-user-pci`, one UNIX socket per device, from one process.
+//!
+//! The transport is kept apart from the device state machine: [`backend`] turns vfio-user
+//! messages into model calls, [`guest_mem`] and [`irqs`] implement the model's
+//! [`erdma_model::GuestMemory`] and [`erdma_model::IrqSink`] over QEMU's shared memory and
+//! eventfds, and [`runner`] runs one server thread per device.
+//!
+//! `unsafe` is confined to this crate (mmap/munmap of guest RAM, signal masks, raw copies); every
+//! block carries a `// SAFETY:` comment.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod backend;
+pub mod cli;
+pub mod guest_mem;
+pub mod irqs;
+pub mod logging;
+pub mod runner;
+pub mod signals;
+
+#[cfg(test)]
+mod protocol_tests;
