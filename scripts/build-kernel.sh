@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# build-kernel.sh [--config-only] [MAKE-TARGET...]
+# build-kernel.sh [--config-only | --module] [MAKE-TARGET...]
 #
 # Builds the test kernel out of tree, incrementally:
 #   1. copies the overlay (drivers/ rust/ include/ Documentation/ of this
@@ -14,7 +14,10 @@
 #      fragment changed, and checks that every option of it stuck;
 #   4. runs make in a build directory keyed by the toolchain (rustc, bindgen,
 #      gcc, libclang), then installs the modules into BUILD/modroot.
-# With MAKE-TARGETs, step 4 builds only those (e.g. modules).
+# With MAKE-TARGETs, step 4 builds only those (e.g. modules).  --module is the
+# fast path after a driver change: it rebuilds only erdma_rs.ko (a few seconds)
+# and installs it into BUILD/modroot; it falls back to a full build when the
+# kernel has not been built yet.
 #
 # Prints the build directory on the last line of stdout.
 
@@ -22,10 +25,17 @@ _step_name=kernel
 . "$(dirname "$0")/lib.sh"
 
 config_only=0
-if [ "${1:-}" = --config-only ]; then
+module_only=0
+case "${1:-}" in
+--config-only)
 	config_only=1
 	shift
-fi
+	;;
+--module)
+	module_only=1
+	shift
+	;;
+esac
 
 [ -f "$KSRC/Makefile" ] || die "no kernel source in $KSRC: run 'make setup' first"
 [ -f "$RUST_LIB_SRC/core/src/lib.rs" ] || die "no rust-src for rustc $RUSTC_VERSION: run 'make setup' first"
@@ -116,6 +126,20 @@ fi
 }
 
 # ---- 4. build ---------------------------------------------------------------
+MODDIR=drivers/infiniband/hw/erdma_rs
+if [ $module_only = 1 ] && [ -f "$KOUT/Module.symvers" ] && [ -d "$KOUT/modroot/lib/modules" ]; then
+	start=$(date +%s)
+	kmake -j"$(nproc)" "$MODDIR/erdma_rs.ko" >"$KOUT/module.log" 2>&1 || {
+		tail -n 40 "$KOUT/module.log" >&2
+		die "building $MODDIR/erdma_rs.ko failed; full log: $KOUT/module.log"
+	}
+	dst=$(find "$KOUT/modroot/lib/modules" -name erdma_rs.ko | head -1)
+	[ -n "$dst" ] || die "erdma_rs.ko is not installed in $KOUT/modroot yet: run a full build (make kernel)"
+	cp "$KOUT/$MODDIR/erdma_rs.ko" "$dst"
+	say "erdma_rs.ko rebuilt and installed in $(($(date +%s) - start))s"
+	echo "$KOUT"
+	exit 0
+fi
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(all)
 run_logged "make ${targets[*]} (log: $KOUT/build.log)" "$KOUT/build.log" kmake -j"$(nproc)" "${targets[@]}"

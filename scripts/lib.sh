@@ -145,15 +145,17 @@ fetch_deb_into() {
 run_logged() {
 	local what=$1 log=$2
 	shift 2
-	local interval=${PROGRESS_INTERVAL:-30} start pid rc last
+	local interval=${PROGRESS_INTERVAL:-30} start next pid rc last
 	start=$(date +%s)
+	next=$((start + interval))
 	"$@" >"$log" 2>&1 &
 	pid=$!
 	while kill -0 "$pid" 2>/dev/null; do
 		sleep 1
-		if [ $((($(date +%s) - start) % interval)) -eq 0 ]; then
+		if [ "$(date +%s)" -ge "$next" ]; then
+			next=$((next + interval))
 			last=$(tail -n 1 "$log" 2>/dev/null | cut -c1-100)
-			say "$what: $(($(date +%s) - start))s elapsed; last: $last"
+			say "$what: $(($(date +%s) - start))s elapsed, $(wc -l <"$log") lines of log; last: $last"
 		fi
 	done
 	rc=0

@@ -20,11 +20,14 @@ pub enum BarType {
 }
 
 impl BarType {
-    fn resource_flags(self) -> core::ffi::c_ulong {
-        match self {
-            Self::Io => bindings::IORESOURCE_IO.into(),
-            Self::Memory => bindings::IORESOURCE_MEM.into(),
-        }
+    fn resource_flags(self) -> crate::ffi::c_ulong {
+        let flags = match self {
+            Self::Io => bindings::IORESOURCE_IO,
+            Self::Memory => bindings::IORESOURCE_MEM,
+        };
+
+        // CAST: the `IORESOURCE_*` type flags fit in 32 bits, and `c_ulong` is at least as wide.
+        flags as crate::ffi::c_ulong
     }
 }
 

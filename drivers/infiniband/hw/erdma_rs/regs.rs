@@ -2,9 +2,8 @@
 
 //! The adapter's register page (BAR0 offsets 0x000-0xfff).
 
-use core::fmt;
-
 use kernel::{
+    fmt,
     io::register,
     num::Bounded,
     prelude::*, //

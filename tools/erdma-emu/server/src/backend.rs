@@ -12,8 +12,8 @@ use erdma_model::regs::{BAR0_SIZE, BAR2_SIZE, MSIX_VECTORS};
 use erdma_model::{pci, Device, DeviceConfig, Io};
 use vfio_bindings::bindings::vfio::{
     vfio_region_info, VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR0_REGION_INDEX,
-    VFIO_PCI_BAR2_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX,
-    VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
+    VFIO_PCI_BAR2_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_ERR_IRQ_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
     VFIO_REGION_INFO_FLAG_WRITE,
 };
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, ServerBackend, ServerRegion};
@@ -93,15 +93,21 @@ pub fn regions() -> Vec<ServerRegion> {
         .collect()
 }
 
-/// The interrupt indexes: MSI-X with 32 eventfd vectors, the others empty.
+/// The interrupt indexes: MSI-X with 32 eventfd vectors, and the error-reporting IRQ that PCIe
+/// functions have (QEMU wires it for AER recovery; the model never raises it). INTx and MSI are
+/// empty: the adapter is MSI-X only.
 pub fn irqs() -> Vec<IrqInfo> {
     (0..VFIO_PCI_NUM_IRQS)
         .map(|index| {
-            let msix = index == VFIO_PCI_MSIX_IRQ_INDEX;
+            let count = match index {
+                VFIO_PCI_MSIX_IRQ_INDEX => MSIX_VECTORS.into(),
+                VFIO_PCI_ERR_IRQ_INDEX => 1,
+                _ => 0,
+            };
             IrqInfo {
                 index,
-                count: if msix { MSIX_VECTORS.into() } else { 0 },
-                flags: if msix { VFIO_IRQ_INFO_EVENTFD } else { 0 },
+                count,
+                flags: if count > 0 { VFIO_IRQ_INFO_EVENTFD } else { 0 },
             }
         })
         .collect()

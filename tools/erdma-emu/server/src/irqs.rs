@@ -14,7 +14,8 @@ use erdma_model::regs::MSIX_VECTORS;
 use erdma_model::IrqSink;
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK, VFIO_IRQ_SET_DATA_EVENTFD,
-    VFIO_IRQ_SET_DATA_NONE, VFIO_IRQ_SET_DATA_TYPE_MASK, VFIO_PCI_MSIX_IRQ_INDEX,
+    VFIO_IRQ_SET_DATA_NONE, VFIO_IRQ_SET_DATA_TYPE_MASK, VFIO_PCI_ERR_IRQ_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX,
 };
 
 /// The eventfds of the MSI-X vectors.
@@ -68,6 +69,10 @@ impl EventFdIrqs {
     ) -> io::Result<()> {
         let data = flags & VFIO_IRQ_SET_DATA_TYPE_MASK;
         let action = flags & VFIO_IRQ_SET_ACTION_TYPE_MASK;
+        if index == VFIO_PCI_ERR_IRQ_INDEX && start == 0 && count <= 1 {
+            // The error IRQ is never raised: accept and drop its eventfd.
+            return Ok(());
+        }
         if index != VFIO_PCI_MSIX_IRQ_INDEX {
             // Only MSI-X exists; disabling another (empty) index is harmless.
             if count == 0 && fds.is_empty() {

@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# erdma-rs: a Rust-for-Linux driver for Alibaba's Elastic RDMA Adapter, and a
+# software model of the adapter for QEMU.  See README.md.
+#
+#   make demo     build what is missing, boot a guest with one emulated adapter,
+#                 load the Rust driver and show what it found
+#   make check    every test: model unit tests and lints, kernel build, driver
+#                 lints, guest tests; ends with "N passed, N failed"
+#
+# Pieces: setup, model, kernel, module (fast path: the erdma_rs module only),
+# rootfs, vm (boot a guest: make vm RUN='cmd'), clean.
+#
+# Everything downloaded or built lives in $(ERDMA_CACHE), outside the checkout.
+
+ERDMA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/erdma-rs
+export ERDMA_CACHE
+
+CARGO_TARGET_DIR := $(ERDMA_CACHE)/cargo-target
+export CARGO_TARGET_DIR
+EMU := $(CARGO_TARGET_DIR)/release/erdma-emu
+
+.PHONY: all demo check setup model kernel module rootfs vm clean help
+
+all: setup model kernel
+
+help:
+	@sed -n '3,16p' Makefile
+
+setup:
+	@scripts/setup.sh
+
+model:
+	@echo "==> [model] cargo build --release (tools/erdma-emu)"
+	@cd tools/erdma-emu && cargo build --release --locked --quiet
+
+kernel: setup
+	@scripts/build-kernel.sh >/dev/null
+
+# Fast path after editing the driver: rebuild only erdma_rs.ko and install it.
+module:
+	@scripts/build-kernel.sh --module >/dev/null
+
+rootfs:
+	@scripts/build-rootfs.sh
+
+# Boot one guest with one RoCEv2 adapter and run RUN in it, e.g.
+#   make vm RUN='modprobe erdma_rs && dmesg | tail'
+vm: model
+	@scripts/vmrun.py --run '$(RUN)'
+
+demo: all
+	@scripts/demo.sh
+
+check:
+	@tests/check.sh
+
+clean:
+	rm -rf out

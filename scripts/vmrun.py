@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Boot QEMU guests with emulated eRDMA adapters and run a command in each.
+
+One erdma-emu process serves every adapter of the run, one vfio-user socket
+each; every adapter is paired with a virtio-net NIC carrying the same MAC.
+Guests boot the test kernel with the shared, read-only guest userland over
+9p, mount a per-guest payload share, run the command there, write their
+results back into it and power off.
+
+    vmrun.py --dev proto=roce --dev proto=iwarp --guest 0,1 --run 'sh t.sh'
+    vmrun.py --dev proto=roce --dev proto=roce --guest 0 --guest 1 ...
+
+Exit status: 0 when every guest ran its command with exit status 0, saw no
+kernel oops/BUG/WARNING, and every TAP file it wrote has no failure; 1
+otherwise; 2 on bad usage or missing artifacts.
+"""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("ERDMA_CACHE",
+                            Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "erdma-rs"))
+
+# Kernel messages that mean the guest kernel is broken, whatever the tests say.
+KERNEL_TROUBLE = re.compile(
+    r"\b(Oops|BUG:|WARNING:|Kernel panic|general protection fault|Call Trace:|"
+    r"UBSAN:|KASAN:|rust_panic|refcount_t:)")
+TAP_LINE = re.compile(r"^(not ok|ok)\b(?:\s+\d+)?\s*-?\s*([^#]*)(?:#\s*(\w+)\s*(.*))?$")
+
+
+def pinned(name):
+    """A pin from scripts/versions.sh (the single place versions are set)."""
+    m = re.search(rf"^{name}=(\S+)$", (TOP / "scripts" / "versions.sh").read_text(), re.M)
+    if not m:
+        die(f"{name} is not set in scripts/versions.sh")
+    return m.group(1)
+
+
+def die(msg, code=2):
+    print(f"vmrun: error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def default_path(*parts):
+    return CACHE.joinpath(*parts)
+
+
+@dataclass
+class Adapter:
+    index: int
+    proto: str = "roce"
+    mac: str = ""
+    version: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def emu_arg(self, sock):
+        parts = [f"socket={sock}", f"mac={self.mac}", f"proto={self.proto}"]
+        if self.version:
+            parts.append(f"version={self.version}")
+        parts += [f"{k}={v}" for k, v in self.extra.items()]
+        return ",".join(parts)
+
+
+def parse_dev(index, spec):
+    a = Adapter(index=index, mac=f"52:54:00:e1:00:{index + 1:02x}")
+    for item in filter(None, spec.split(",")):
+        k, sep, v = item.partition("=")
+        if not sep:
+            die(f"--dev {spec!r}: expected key=value, got {item!r}")
+        if k == "proto":
+            if v not in ("roce", "iwarp"):
+                die(f"--dev {spec!r}: proto must be roce or iwarp")
+            a.proto = v
+        elif k == "mac":
+            if not re.fullmatch(r"([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}", v):
+                die(f"--dev {spec!r}: bad MAC {v!r}")
+            a.mac = v.lower()
+        elif k == "version":
+            a.version = v
+        else:
+            a.extra[k] = v
+    return a
+
+
+class Run:
+    """Owns every process of one run and tears them all down."""
+
+    def __init__(self, args):
+        self.args = args
+        self.procs = []
+        self.lock = threading.Lock()
+        self.out = Path(args.out).resolve()
+
+    def spawn(self, name, argv, **kw):
+        p = subprocess.Popen(argv, start_new_session=True, **kw)
+        with self.lock:
+            self.procs.append((name, p))
+        return p
+
+    def stop_all(self):
+        with self.lock:
+            procs = list(reversed(self.procs))
+        for _, p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 5
+        for name, p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                print(f"vmrun: {name} ignored SIGTERM; killing it", file=sys.stderr)
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+
+
+def start_emu(run, adapters):
+    emu_log = run.out / "emu.log"
+    argv = [str(run.args.emu)]
+    for a in adapters:
+        argv += ["--device", a.emu_arg(run.out / f"dev{a.index}.sock")]
+    with open(run.out / "emu.cmdline", "w") as f:
+        f.write(shlex.join(argv) + "\n")
+    log = open(emu_log, "w")
+    p = run.spawn("erdma-emu", argv, stdout=subprocess.PIPE, stderr=log, text=True)
+    ready = threading.Event()
+
+    def watch():
+        for line in p.stdout:
+            if line.startswith("erdma-emu: ready"):
+                ready.set()
+    threading.Thread(target=watch, daemon=True).start()
+    if not ready.wait(15):
+        die(f"erdma-emu did not get ready in 15 s; read {emu_log}", 1)
+    print(f"vmrun: erdma-emu serving {len(adapters)} adapter(s) (log: {emu_log})", file=sys.stderr)
+    return p
+
+
+def netdev_args(run, a, all_adapters):
+    """Every NIC needs a backend. Two NICs in the whole run are wired to each
+    other (so traffic can flow between the two adapters' netdevs, in one guest
+    or across two guests); otherwise each NIC gets a restricted user-mode
+    backend, which reaches nothing outside the guest."""
+    nid = f"net{a.index}"
+    if len(all_adapters) == 2:
+        peer = all_adapters[1 - all_adapters.index(a)]
+        return ["-netdev",
+                f"dgram,id={nid},local.type=unix,local.path={run.out}/nic{a.index}.sock,"
+                f"remote.type=unix,remote.path={run.out}/nic{peer.index}.sock"]
+    return ["-netdev", f"user,id={nid},restrict=on,ipv6=off"]
+
+
+def write_payload(run, gi, adapters, command):
+    payload = run.out / f"guest{gi}"
+    if payload.exists():
+        shutil.rmtree(payload)
+    (payload / "results").mkdir(parents=True)
+    for src in run.args.copy:
+        src = Path(src)
+        dst = payload / src.name
+        if src.is_dir():
+            shutil.copytree(src, dst, symlinks=False)
+        else:
+            shutil.copy(src, dst)
+    with open(payload / "adapters", "w") as f:
+        f.write("# index mac proto version (empty version: model default)\n")
+        for a in adapters:
+            f.write(f"{a.index} {a.mac} {a.proto} {a.version or '-'}\n")
+    init = f"""#!/bin/sh
+# Generated by scripts/vmrun.py: runs the test command of guest {gi}.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb
+export ERDMA_GUEST={gi} ERDMA_PAYLOAD=/mnt/payload ERDMA_RESULTS=/mnt/payload/results
+mount -t 9p -o trans=virtio,version=9p2000.L,ro modules /lib/modules
+mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug
+hostname guest{gi}
+cd /mnt/payload
+echo "vmrun-guest: running command.sh: $(head -c 200 command.sh)"
+{{ sh command.sh; echo $? > results/exit-status; }} 2>&1 | tee results/output.log
+dmesg > results/dmesg.log
+echo "vmrun-guest: done, exit status $(cat results/exit-status)"
+sync
+busybox poweroff -f
+"""
+    (payload / "init.sh").write_text(init)
+    (payload / "command.sh").write_text(command + "\n")
+    return payload
+
+
+def qemu_argv(run, adapters, all_adapters, payload):
+    a = run.args
+    mem = a.memory
+    append = ("console=ttyS0 root=/dev/root rootfstype=9p "
+              "rootflags=trans=virtio,version=9p2000.L,cache=loose,msize=262144 ro "
+              "init=/sbin/erdma-init panic=-1 " + a.append).strip()
+    argv = [str(a.qemu),
+            "-machine", "q35,memory-backend=mem", "-accel", "tcg", "-cpu", "max",
+            "-smp", str(a.smp), "-m", mem,
+            "-object", f"memory-backend-memfd,id=mem,size={mem},share=on",
+            "-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio",
+            "-kernel", str(a.kernel), "-append", append,
+            "-virtfs", f"local,id=rootfs,path={a.rootfs},mount_tag=/dev/root,security_model=none,readonly=on",
+            "-virtfs", f"local,id=payload,path={payload},mount_tag=payload,security_model=none",
+            "-virtfs", f"local,id=modules,path={a.modules},mount_tag=modules,security_model=none,readonly=on"]
+    for ad in adapters:
+        argv += netdev_args(run, ad, all_adapters)
+        argv += ["-device", f"virtio-net-pci,netdev=net{ad.index},mac={ad.mac}"]
+        argv += ["-device", json.dumps({"driver": "vfio-user-pci",
+                                        "socket": {"type": "unix", "path": str(run.out / f"dev{ad.index}.sock")},
+                                        "x-msg-timeout": a.msg_timeout_ms})]
+    return argv
+
+
+def stream_console(proc, prefix, logpath, trouble):
+    """Log a guest console, note kernel trouble, and echo it with PREFIX (unless None)."""
+    with open(logpath, "w") as log:
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            log.write(line + "\n")
+            log.flush()
+            if KERNEL_TROUBLE.search(line):
+                trouble.append(line)
+            if prefix is not None:
+                print(f"{prefix} {line}", flush=True)
+
+
+def parse_tap(path):
+    passed = failed = skipped = 0
+    failures = []
+    plan = None
+    for line in path.read_text(errors="replace").splitlines():
+        if re.match(r"^1\.\.(\d+)", line):
+            plan = int(line[3:].split()[0])
+            continue
+        m = TAP_LINE.match(line)
+        if not m:
+            continue
+        status, desc, directive = m.group(1), m.group(2).strip(), (m.group(3) or "").upper()
+        if directive == "SKIP":
+            skipped += 1
+        elif status == "ok" or directive == "TODO":
+            passed += 1
+        else:
+            failed += 1
+            failures.append(desc)
+    if plan is not None and passed + failed + skipped != plan:
+        failed += 1
+        failures.append(f"{path.name}: planned {plan} tests, ran {passed + failed + skipped}")
+    return passed, failed, skipped, failures
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dev", action="append", default=[], metavar="SPEC",
+                    help="an adapter: proto=roce|iwarp,mac=..,version=N,... (repeatable; default one RoCEv2)")
+    ap.add_argument("--guest", action="append", default=[], metavar="I,J",
+                    help="a guest and the indexes of its adapters (repeatable; default: one guest with all)")
+    ap.add_argument("--run", required=True, help="shell command each guest runs in its payload directory")
+    ap.add_argument("--copy", action="append", default=[], metavar="PATH",
+                    help="file or directory copied into every guest's payload (repeatable)")
+    ap.add_argument("--out", default=str(TOP / "out" / "vm"), help="run directory (logs, sockets, payloads)")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds before every guest is killed")
+    ap.add_argument("--smp", type=int, default=2)
+    ap.add_argument("--memory", default="1G")
+    ap.add_argument("--append", default="", help="extra kernel command line")
+    ap.add_argument("--msg-timeout-ms", type=int, default=20000, help="vfio-user message timeout")
+    ap.add_argument("--quiet", action="store_true", help="do not echo guest consoles")
+    ap.add_argument("--kernel", default=str(default_path("linux-" + pinned("KERNEL_PKG_VERSION"),
+                                                         "build-current", "arch", "x86", "boot", "bzImage")))
+    ap.add_argument("--modules", default=None, help="lib/modules directory of the test kernel")
+    ap.add_argument("--rootfs", default=str(default_path("rootfs", "current")))
+    ap.add_argument("--qemu", default=None)
+    ap.add_argument("--emu", default=str(default_path("cargo-target", "release", "erdma-emu")))
+    args = ap.parse_args()
+
+    args.kernel = Path(args.kernel)
+    if args.modules is None:
+        args.modules = args.kernel.parents[3] / "modroot" / "lib" / "modules"
+    if args.qemu is None:
+        try:
+            args.qemu = Path((CACHE / "qemu" / "current").read_text().strip()) / "bin" / "qemu-system-x86_64"
+        except OSError:
+            args.qemu = Path("/nonexistent/qemu (run make setup)")
+    for what, p in (("kernel", args.kernel), ("modules", args.modules), ("rootfs", Path(args.rootfs) / "sbin" / "erdma-init"),
+                    ("qemu", args.qemu), ("erdma-emu", args.emu)):
+        if not Path(p).exists():
+            die(f"{what} not found at {p}: run 'make' (or make setup / make kernel / make model)")
+    args.rootfs = Path(args.rootfs).resolve()
+    args.modules = Path(args.modules).resolve()
+
+    adapters = [parse_dev(i, s) for i, s in enumerate(args.dev or ["proto=roce"])]
+    guests = [[int(x) for x in g.split(",") if x != ""] for g in args.guest] or [[a.index for a in adapters]]
+    guest_of = {}
+    for gi, idxs in enumerate(guests):
+        for i in idxs:
+            if i >= len(adapters) or i in guest_of:
+                die(f"--guest {args.guest[gi]}: adapter {i} does not exist or is already in a guest")
+            guest_of[i] = gi
+
+    run = Run(args)
+    if run.out.exists():
+        shutil.rmtree(run.out)
+    run.out.mkdir(parents=True)
+
+    def on_signal(signum, _frame):
+        print(f"vmrun: signal {signum}: stopping every process", file=sys.stderr)
+        run.stop_all()
+        sys.exit(128 + signum)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    ok = True
+    totals = [0, 0, 0]
+    try:
+        start_emu(run, adapters)
+        vms = []
+        for gi, idxs in enumerate(guests):
+            gads = [adapters[i] for i in idxs]
+            payload = write_payload(run, gi, gads, args.run)
+            argv = qemu_argv(run, gads, adapters, payload)
+            (run.out / f"guest{gi}.cmdline").write_text(shlex.join(argv) + "\n")
+            p = run.spawn(f"qemu guest{gi}", argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT)
+            trouble = []
+            logpath = run.out / f"guest{gi}.console.log"
+            prefix = None if args.quiet else f"[guest{gi}]"
+            t = threading.Thread(target=stream_console, args=(p, prefix, logpath, trouble), daemon=True)
+            t.start()
+            print(f"vmrun: guest{gi} booting with adapters {idxs} (console: {logpath})", file=sys.stderr)
+            vms.append((gi, p, t, trouble, payload, logpath))
+
+        deadline = time.monotonic() + args.timeout
+        for gi, p, t, trouble, payload, logpath in vms:
+            try:
+                p.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                print(f"vmrun: FAIL guest{gi}: no power-off within {args.timeout} s; killed. "
+                      f"Read {logpath}", file=sys.stderr)
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                ok = False
+            t.join(5)
+            status_file = payload / "results" / "exit-status"
+            status = status_file.read_text().strip() if status_file.exists() else None
+            if status != "0":
+                print(f"vmrun: FAIL guest{gi}: command exit status {status or 'unknown (guest died?)'}; "
+                      f"read {logpath}", file=sys.stderr)
+                ok = False
+            if trouble:
+                print(f"vmrun: FAIL guest{gi}: the kernel reported trouble, first: {trouble[0]!r}; "
+                      f"read {logpath}", file=sys.stderr)
+                ok = False
+            for tap in sorted((payload / "results").glob("*.tap")):
+                pa, fa, sk, failures = parse_tap(tap)
+                totals[0] += pa
+                totals[1] += fa
+                totals[2] += sk
+                for f in failures:
+                    print(f"vmrun: FAIL guest{gi} {tap.name}: {f}", file=sys.stderr)
+                if fa:
+                    ok = False
+    finally:
+        run.stop_all()
+    (run.out / "totals").write_text(f"{totals[0]} {totals[1]} {totals[2]}\n")
+    counts = (f"{totals[0]} passed, {totals[1]} failed, {totals[2]} skipped" if any(totals)
+              else "no TAP results")
+    print(f"vmrun: {'PASS' if ok else 'FAIL'}: {counts} (run directory: {run.out})", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

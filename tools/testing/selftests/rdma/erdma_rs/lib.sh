@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: GPL-2.0
+# Helpers for the erdma_rs selftests: kselftest TAP output and adapter lookup.
+# Source it from a test; it needs only a POSIX shell, kmod and sysfs.
+
+KSFT_PASS=0
+KSFT_FAIL=1
+KSFT_SKIP=4
+
+# The driver under test: erdma_rs (ours) or erdma (the upstream C driver).
+ERDMA_DRIVER=${ERDMA_DRIVER:-erdma_rs}
+# Optional list of the adapters the harness created: "index mac proto version".
+ERDMA_ADAPTERS=${ERDMA_ADAPTERS:-${ERDMA_PAYLOAD:-/nonexistent}/adapters}
+
+_tap_n=0
+_tap_failed=0
+
+# The plan is printed last (TAP 13 allows it), so that the number of test
+# points may depend on what the test finds.
+tap_header() { echo "TAP version 13"; }
+
+tap_diag() { echo "# $*"; }
+
+tap_ok() {
+	_tap_n=$((_tap_n + 1))
+	echo "ok $_tap_n $*"
+}
+
+tap_not_ok() {
+	_tap_n=$((_tap_n + 1))
+	_tap_failed=$((_tap_failed + 1))
+	echo "not ok $_tap_n $*"
+}
+
+tap_skip() {
+	_tap_n=$((_tap_n + 1))
+	echo "ok $_tap_n $1 # SKIP $2"
+}
+
+# tap_check DESCRIPTION COMMAND...: one test point, passing when COMMAND does.
+tap_check() {
+	_desc=$1
+	shift
+	if "$@"; then
+		tap_ok "$_desc"
+	else
+		tap_not_ok "$_desc"
+	fi
+}
+
+tap_finish() {
+	echo "1..$_tap_n"
+	[ "$_tap_failed" -eq 0 ] && exit $KSFT_PASS
+	tap_diag "$_tap_failed of $_tap_n tests failed"
+	exit $KSFT_FAIL
+}
+
+ksft_skip_all() {
+	echo "TAP version 13"
+	echo "1..0 # SKIP $*"
+	exit $KSFT_SKIP
+}
+
+# PCI addresses of every eRDMA function (1ded:107f).
+erdma_functions() {
+	for d in /sys/bus/pci/devices/*; do
+		[ "$(cat "$d/vendor")" = 0x1ded ] && [ "$(cat "$d/device")" = 0x107f ] &&
+			basename "$d"
+	done
+	return 0
+}
+
+# True when PCI function $1 is bound to the driver under test (no fork: this
+# runs in loops, and every process costs under TCG).
+is_bound() { [ -e "/sys/bus/pci/drivers/$ERDMA_DRIVER/$1" ]; }
+
+# Expected adapters as "mac proto version" lines (version "-" = model default).
+expected_adapters() {
+	[ -r "$ERDMA_ADAPTERS" ] && grep -v '^#' "$ERDMA_ADAPTERS" | while read -r _i mac proto ver; do
+		echo "$mac $proto $ver"
+	done
+	return 0
+}
+
+# Kernel messages that must never appear.
+kernel_trouble() {
+	dmesg | grep -E 'Oops|BUG:|WARNING:|Call Trace:|general protection fault|UBSAN:|rust_panic|refcount_t:'
+}
