@@ -9,7 +9,8 @@
 #                 lints, guest tests; ends with "N passed, N failed"
 #
 # Pieces: setup, model, kernel, module (fast path: the erdma_rs module only),
-# rootfs, vm (boot a guest: make vm RUN='cmd'), clean.
+# rootfs, vm (boot a guest: make vm RUN='cmd'), rustfmt (format our kernel
+# Rust), clippy (lint it), clean.
 #
 # Everything downloaded or built lives in $(ERDMA_CACHE), outside the checkout.
 
@@ -20,12 +21,12 @@ CARGO_TARGET_DIR := $(ERDMA_CACHE)/cargo-target
 export CARGO_TARGET_DIR
 EMU := $(CARGO_TARGET_DIR)/release/erdma-emu
 
-.PHONY: all demo check setup model kernel module rootfs vm clean help
+.PHONY: all demo check setup model kernel module rootfs vm rustfmt clippy clean help
 
 all: setup model kernel
 
 help:
-	@sed -n '3,16p' Makefile
+	@sed -n '3,18p' Makefile
 
 setup:
 	@scripts/setup.sh
@@ -43,6 +44,14 @@ module:
 
 rootfs:
 	@scripts/build-rootfs.sh
+
+# Format our kernel Rust with the kernel's rustfmt configuration.
+rustfmt:
+	@rustfmt --edition 2021 --config-path scripts/rustfmt.toml $$(find drivers rust -name '*.rs')
+
+# clippy on the driver crate and our kernel-crate files (needs a built kernel).
+clippy:
+	@scripts/build-kernel.sh --clippy
 
 # Boot one guest with one RoCEv2 adapter and run RUN in it, e.g.
 #   make vm RUN='modprobe erdma_rs && dmesg | tail'

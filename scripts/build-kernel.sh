@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# build-kernel.sh [--config-only | --module] [MAKE-TARGET...]
+# build-kernel.sh [--config-only | --module | --clippy | --rustfmtcheck] [MAKE-TARGET...]
 #
 # Builds the test kernel out of tree, incrementally:
 #   1. copies the overlay (drivers/ rust/ include/ Documentation/ of this
@@ -17,7 +17,11 @@
 # With MAKE-TARGETs, step 4 builds only those (e.g. modules).  --module is the
 # fast path after a driver change: it rebuilds only erdma_rs.ko (a few seconds)
 # and installs it into BUILD/modroot; it falls back to a full build when the
-# kernel has not been built yet.
+# kernel has not been built yet.  --clippy lints our Rust (the driver crate,
+# and the kernel crate's files this overlay adds) with clippy-driver, using the
+# exact rustc command lines of the last build, without touching the build.
+# --rustfmtcheck runs the kernel's 'make rustfmtcheck' over the whole tree,
+# overlay included.
 #
 # Prints the build directory on the last line of stdout.
 
@@ -26,6 +30,8 @@ _step_name=kernel
 
 config_only=0
 module_only=0
+clippy_only=0
+rustfmt_only=0
 case "${1:-}" in
 --config-only)
 	config_only=1
@@ -33,6 +39,14 @@ case "${1:-}" in
 	;;
 --module)
 	module_only=1
+	shift
+	;;
+--clippy)
+	clippy_only=1
+	shift
+	;;
+--rustfmtcheck)
+	rustfmt_only=1
 	shift
 	;;
 esac
@@ -124,6 +138,54 @@ fi
 	echo "$KOUT"
 	exit 0
 }
+
+if [ $rustfmt_only = 1 ]; then
+	kmake -s rustfmtcheck || die "rustfmt wants changes (above); run 'make rustfmt' to apply them"
+	say "rustfmtcheck: clean"
+	exit 0
+fi
+
+# ---- clippy -----------------------------------------------------------------
+# clippy OBJ: re-runs the recorded rustc command of OBJ through clippy-driver,
+# emitting only metadata into a scratch directory.  Prints the diagnostics
+# about files of this repository; fails if there is any.
+clippy() {
+	local obj=$1 cmdfile scratch cmd out ours
+	cmdfile=$KOUT/$(dirname "$obj")/.$(basename "$obj").cmd
+	[ -f "$cmdfile" ] || die "no $cmdfile: build the kernel first (make kernel)"
+	scratch=$KOUT/clippy/$(dirname "$obj")
+	mkdir -p "$scratch"
+	cmd=$(sed -n "s/^savedcmd_[^ ]* := //p" "$cmdfile")
+	cmd=${cmd%%;*}
+	cmd=$(printf '%s' "$cmd" | sed -E "s/ rustc / clippy-driver /; s/ --emit=[^ ]+//g; s| --out-dir [^ ]+| --out-dir $scratch|")
+	cmd="$cmd --emit=metadata"
+	case "$cmd" in *clippy-driver*) ;; *) die "unexpected command line in $cmdfile" ;; esac
+	# The kernel build exports RUSTC_BOOTSTRAP=1 (it uses -Z options); so do we.
+	out=$(cd "$KOUT" && RUSTC_BOOTSTRAP=1 eval "$cmd" 2>&1) || {
+		echo "$out"
+		return 1
+	}
+	# Diagnostics are attributed to a file by their "--> path:line" line.
+	ours=$(printf '%s\n' "$out" | awk -v src="$KSRC/" -v manifest="$manifest" '
+		BEGIN { while ((getline f < manifest) > 0) own[src f] = 1 }
+		/^(warning|error)/ { msg = $0; next }
+		/^ *--> / { split($2, p, ":"); if (msg != "" && (p[1] in own)) print msg " at " $2; msg = "" }')
+	if [ -n "$ours" ]; then
+		echo "$out"
+		echo "clippy: $(printf '%s\n' "$ours" | wc -l) diagnostics in our files:"
+		echo "$ours"
+		return 1
+	fi
+	say "clippy $obj: clean"
+}
+
+if [ $clippy_only = 1 ]; then
+	command -v clippy-driver >/dev/null || die "clippy-driver is not installed (rustup component add clippy)"
+	rc=0
+	clippy rust/kernel.o || rc=1
+	clippy drivers/infiniband/hw/erdma_rs/erdma_rs.o || rc=1
+	exit $rc
+fi
 
 # ---- 4. build ---------------------------------------------------------------
 MODDIR=drivers/infiniband/hw/erdma_rs

@@ -89,7 +89,8 @@ impl pci::Driver for ErdmaDriver {
                     bar.read(regs::DEV_PROTO).into_raw()
                 )
             })?;
-            let mac = MacAddr::from_regs(bar.read(regs::NETDEV_MAC_L), bar.read(regs::NETDEV_MAC_H));
+            let mac =
+                MacAddr::from_regs(bar.read(regs::NETDEV_MAC_L), bar.read(regs::NETDEV_MAC_H));
 
             Erdma::reset(&bar);
 

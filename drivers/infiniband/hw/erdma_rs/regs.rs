@@ -133,8 +133,14 @@ mod tests {
 
     #[test]
     fn protocol_values() {
-        assert_eq!(Protocol::try_from(Bounded::<u32, 32>::from(0u32)), Ok(Protocol::Iwarp));
-        assert_eq!(Protocol::try_from(Bounded::<u32, 32>::from(1u32)), Ok(Protocol::RoceV2));
+        assert_eq!(
+            Protocol::try_from(Bounded::<u32, 32>::from(0u32)),
+            Ok(Protocol::Iwarp)
+        );
+        assert_eq!(
+            Protocol::try_from(Bounded::<u32, 32>::from(1u32)),
+            Ok(Protocol::RoceV2)
+        );
         assert!(Protocol::try_from(Bounded::<u32, 32>::from(2u32)).is_err());
     }
 }
