@@ -157,8 +157,16 @@ clippy() {
 	mkdir -p "$scratch"
 	cmd=$(sed -n "s/^savedcmd_[^ ]* := //p" "$cmdfile")
 	cmd=${cmd%%;*}
-	cmd=$(printf '%s' "$cmd" | sed -E "s/ rustc / clippy-driver /; s/ --emit=[^ ]+//g; s| --out-dir [^ ]+| --out-dir $scratch|")
-	cmd="$cmd --emit=metadata"
+	cmd=$(printf '%s' "$cmd" | sed -E "s/ rustc / clippy-driver /; s/ --emit=[^ ]+//g; s/ --out-dir [^ ]+//")
+	# Crates other than the kernel crate see the kernel crate as just checked, so that
+	# the lint reflects the tree, not the last build.
+	if [ "$obj" != rust/kernel.o ] && [ -f "$KOUT/clippy/rust/libkernel.rmeta" ]; then
+		rm -rf "$KOUT/clippy/deps" && mkdir -p "$KOUT/clippy/deps"
+		ln -s "$KOUT"/rust/*.rmeta "$KOUT"/rust/*.so "$KOUT/clippy/deps/"
+		ln -sf "$KOUT/clippy/rust/libkernel.rmeta" "$KOUT/clippy/deps/libkernel.rmeta"
+		cmd=$(printf '%s' "$cmd" | sed -E "s| -L ?\./rust/?| -L $KOUT/clippy/deps|")
+	fi
+	cmd="$cmd --out-dir $scratch --emit=metadata"
 	case "$cmd" in *clippy-driver*) ;; *) die "unexpected command line in $cmdfile" ;; esac
 	# The kernel build exports RUSTC_BOOTSTRAP=1 (it uses -Z options); so do we.
 	out=$(cd "$KOUT" && RUSTC_BOOTSTRAP=1 eval "$cmd" 2>&1) || {

@@ -31,6 +31,16 @@ insert_after() {
 	mv "$1.new" "$1"
 }
 
+# insert_file_before FILE ANCHOR-REGEX SNIPPET-FILE: insert the snippet's lines
+# before the first line matching ANCHOR-REGEX.
+insert_file_before() {
+	grep -qE "$2" "$1" || die "hook anchor '$2' not found in $1 (kernel source changed?)"
+	awk -v re="$2" -v snip="$3" '
+		!done && $0 ~ re { while ((getline l < snip) > 0) print l; done = 1 }
+		{ print }' "$1" >"$1.new"
+	mv "$1.new" "$1"
+}
+
 edit_ib_kconfig() {
 	insert_after "$1" '^source "drivers/infiniband/hw/erdma/Kconfig"' \
 		'source "drivers/infiniband/hw/erdma_rs/Kconfig"'
@@ -42,13 +52,35 @@ edit_ib_hw_makefile() {
 }
 
 
-# rust/kernel/pci/resource.rs (BAR types, disable) is a submodule of kernel::pci.
+# rust/kernel/pci/resource.rs (BAR types, disable) and vectors.rs (MSI-X vectors
+# managed for the binding) are submodules of kernel::pci.
 edit_rust_pci() {
-	insert_after "$1" '^mod irq;$' 'mod resource;\npub use self::resource::BarType;'
+	insert_after "$1" '^mod irq;$' 'mod resource;\nmod vectors;\npub use self::resource::BarType;\npub use self::vectors::BoundIrqVectors;'
+}
+
+# rust/kernel/irq/named.rs (IRQ registrations with an owned name) in kernel::irq.
+edit_rust_irq() {
+	insert_after "$1" '^mod request;$' '\nmod named;'
+	insert_after "$1" '^pub use flags::Flags;$' '\npub use named::NamedRegistration;'
+}
+
+# rust/kernel/cpu/online.rs (num_online_cpus, local_spread) in kernel::cpu.
+edit_rust_cpu() {
+	insert_after "$1" '^use crate::\{bindings, device::Device' '\nmod online;\npub use online::{local_spread, num_online_cpus};'
+}
+
+# CondVar::wait_timeout: the uninterruptible timed wait (condvar.rs has only the
+# interruptible one).
+edit_rust_condvar() {
+	insert_file_before "$1" '^    /// Calls the kernel function to notify the appropriate number of threads\.' \
+		"$TOP/scripts/kernel-hooks/condvar_wait_timeout.rs"
 }
 
 apply_kernel_hooks() {
 	hook drivers/infiniband/Kconfig edit_ib_kconfig
 	hook drivers/infiniband/hw/Makefile edit_ib_hw_makefile
 	hook rust/kernel/pci.rs edit_rust_pci
+	hook rust/kernel/irq.rs edit_rust_irq
+	hook rust/kernel/cpu.rs edit_rust_cpu
+	hook rust/kernel/sync/condvar.rs edit_rust_condvar
 }

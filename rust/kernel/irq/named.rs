@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! IRQ registrations that own their name and may carry an affinity hint.
+//!
+//! [`Registration`] takes a `&'static CStr` name, because `request_irq()` keeps the pointer for as
+//! long as the handler is registered. Drivers with several devices name their interrupts per
+//! device (`"foo-ceq3@pci:0000:00:04.0"`), so the name must be allocated and outlive the
+//! registration: [`NamedRegistration`] owns it.
+//!
+//! C header: [`include/linux/interrupt.h`](srctree/include/linux/interrupt.h)
+
+use super::{
+    Flags,
+    Handler,
+    IrqRequest,
+    Registration, //
+};
+use crate::{
+    bindings,
+    cpu::CpuId,
+    cpumask::CpumaskVar,
+    prelude::*,
+    str::CString, //
+};
+
+/// An IRQ handler registration that owns its name and, optionally, an affinity hint.
+///
+/// The hint is published with `irq_set_affinity_and_hint()` once the handler is registered, and
+/// withdrawn before the handler is freed (`free_irq()` warns about a hint left behind).
+///
+/// # Invariants
+///
+/// - `registration` was requested with a pointer to `name`'s buffer, which is not freed or
+///   changed before `registration` is dropped (fields drop in declaration order).
+/// - If `hint` is `Some`, the IRQ's affinity hint points to it; it stays pinned until
+///   [`PinnedDrop::drop`] withdraws the hint.
+#[pin_data(PinnedDrop)]
+pub struct NamedRegistration<'a, T: Handler> {
+    #[pin]
+    registration: Registration<'a, T>,
+    name: CString,
+    hint: Option<CpumaskVar>,
+    irq: u32,
+}
+
+impl<'a, T: Handler + 'a> NamedRegistration<'a, T> {
+    /// Registers `handler` for `request` under `name`, and hints that the IRQ should be handled
+    /// on `cpu` if one is given.
+    ///
+    /// A failure to publish the hint is not an error: the hint is advisory.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Registration::new`]: callers must not `mem::forget()` the returned registration
+    /// or otherwise prevent its destructor from running.
+    pub unsafe fn new(
+        request: IrqRequest<'a>,
+        flags: Flags,
+        name: CString,
+        cpu: Option<CpuId>,
+        handler: impl PinInit<T, Error> + 'a,
+    ) -> impl PinInit<Self, Error> + 'a {
+        let irq = request.irq();
+        // The name lives in its own allocation, so moving the `CString` into `Self` does not
+        // move the bytes `request_irq()` keeps a pointer to.
+        let name_ptr: *const CStr = &*name;
+        let hint = cpu.map(|cpu| -> Result<CpumaskVar> {
+            let mut mask = CpumaskVar::new_zero(GFP_KERNEL)?;
+            mask.set(cpu);
+            Ok(mask)
+        });
+
+        try_pin_init!(Self {
+            // SAFETY: `name_ptr` points to the buffer of `name`, which is stored in `Self` and
+            // dropped after `registration` (see the type invariants), so it outlives the
+            // registration; the caller promises not to forget `Self`.
+            registration <- unsafe { Registration::new(request, flags, &*name_ptr, handler) },
+            name,
+            hint: hint.transpose()?,
+            irq,
+            _: {
+                // Initialised fields are in scope here, in their final (pinned) place.
+                if let Some(mask) = hint {
+                    // SAFETY: `irq` is registered (above), and `mask` is a valid cpumask that
+                    // stays pinned inside `Self` until `drop` withdraws the hint.
+                    let _ = unsafe {
+                        bindings::__irq_apply_affinity_hint(*irq, mask.as_raw(), true)
+                    };
+                }
+            },
+        })
+    }
+
+    /// Returns the IRQ number.
+    pub fn irq(&self) -> u32 {
+        self.irq
+    }
+
+    /// Returns the handler.
+    pub fn handler(&self) -> &T {
+        self.registration.handler()
+    }
+
+    /// Waits for running handlers of this IRQ on other CPUs to finish.
+    pub fn synchronize(&self) {
+        self.registration.synchronize()
+    }
+}
+
+#[pinned_drop]
+impl<T: Handler> PinnedDrop for NamedRegistration<'_, T> {
+    fn drop(self: Pin<&mut Self>) {
+        if self.hint.is_some() {
+            // SAFETY: `self.irq` is still registered (the registration drops after this);
+            // clearing the hint takes no pointer.
+            unsafe { bindings::__irq_apply_affinity_hint(self.irq, core::ptr::null(), false) };
+        }
+    }
+}
