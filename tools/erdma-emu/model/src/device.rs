@@ -17,6 +17,8 @@
 //!   Linux's non-atomic `writeq`). The staging is cleared after each doorbell.
 //! * Doorbell spaces (SQ, RQ, CQ, extended): writes are recorded (see
 //!   [`Device::last_db_space_write`]); reads return 0.
+//! * The test page ([`regs::test_page`], only with [`DeviceConfig::test_page`]): the last 4 KiB
+//!   of BAR0, byte-addressable.
 //! * An access must stay within one BAR0 area; one that crosses into the next area, or goes beyond
 //!   BAR0, is logged and ignored (reads return 0).
 //! * BAR2 holds the MSI-X table and PBA, which QEMU emulates itself: reads return 0, writes are
@@ -25,17 +27,51 @@
 //! # Function state
 //!
 //! At power-on DEV_STATUS reads 0. `DEV_CTRL.RESET` returns the function (all BAR0 register
-//! state) to power-on and then sets `DEV_STATUS.RESET_DONE`; PCI configuration space is not
-//! affected (that is a function-level reset by the host, [`Device::reset`]). `DEV_CTRL.INIT`
-//! validates and latches the admin queue registers and sets `DEV_STATUS.INIT_DONE`.
+//! state, the command queue, every EQ, doorbell pages, delayed completions) to power-on and then
+//! sets `DEV_STATUS.RESET_DONE`; PCI configuration space is not affected (that is a
+//! function-level reset by the host, [`Device::reset`]). `DEV_CTRL.INIT` validates and latches
+//! the admin queue registers, creates the CMDQ EQ and the AEQ (armed) and sets
+//! `DEV_STATUS.INIT_DONE`.
+//!
+//! # Engines
+//!
+//! * The command queue (`cmdq_engine` submodule, formats in [`crate::cmdq`]): CMDQ_SQ_DB fetches
+//!   and executes commands, writes CMDQ CQEs, and with an armed CMDQ CQ an EQE into the CMDQ EQ
+//!   (vector 0).
+//! * Event queues ([`crate::eq`]): the CMDQ EQ, the AEQ and up to 31 CEQs created by CREATE_EQ.
+//!   [`Device::post_ceqe`] and [`Device::post_aeqe`] are the entry points for the engines that
+//!   produce events.
+//! * The control language ([`crate::control`]) and the opt-in test page: fault injection and
+//!   inspection. Their state (the "harness": fault rules, refuse-init, GET_STATS counters,
+//!   command count, test-page buffers) is not device state: it survives `DEV_CTRL.RESET` and
+//!   [`Device::reset`], and only [`Device::reset_harness`] (a client disconnect) returns it to
+//!   the start-up commands of [`DeviceConfig::startup`].
+//!
+//! # Time
+//!
+//! The device keeps delayed completions with deadlines on its [`Clock`]; the transport calls
+//! [`Device::run_due`] when [`Device::next_deadline`] has passed.
 
 use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
 
+use crate::caps::Caps;
+use crate::clock::{Clock, MonotonicClock};
+use crate::cmdq::{Cqe, STAT_NAMES};
+use crate::control::{ControlCommand, FaultRules};
+use crate::eq::EventQueue;
+use crate::extdb::DbPages;
 use crate::io::Io;
 use crate::pci::{self, ConfigSpace};
 use crate::regs::{self, AdminQueue, Bar0Area, Doorbell, Reg, RegSlot};
+
+mod cmdq_engine;
+mod harness;
+
+pub use cmdq_engine::{PostError, CEQ_DEPTH_LOG2_RANGE, CEQ_RANGE, MTU_RANGE};
 
 /// Default VERSION register value. Any non-zero value marks a functional device and the drivers do
 /// not interpret it further; the model reports 1 ("model revision 1 of the register interface").
@@ -101,6 +137,14 @@ pub struct DeviceConfig {
     pub revision: u8,
     /// GRP_NUM register value.
     pub grp_num: u32,
+    /// What QUERY_DEVICE and QUERY_FW_INFO report.
+    pub caps: Caps,
+    /// Whether the test page at [`regs::TEST_PAGE_BASE`] is enabled (off: the page is ordinary
+    /// extended doorbell space).
+    pub test_page: bool,
+    /// Control commands (fault rules, `refuse-init`, `stats`) applied at power-on and after
+    /// [`Device::reset_harness`]. Others are ignored here (the command line refuses them).
+    pub startup: Vec<ControlCommand>,
 }
 
 impl Default for DeviceConfig {
@@ -111,6 +155,9 @@ impl Default for DeviceConfig {
             version: DEFAULT_VERSION,
             revision: pci::DEFAULT_REVISION,
             grp_num: DEFAULT_GRP_NUM,
+            caps: Caps::default(),
+            test_page: false,
+            startup: Vec::new(),
         }
     }
 }
@@ -288,6 +335,57 @@ impl Programmed {
     }
 }
 
+/// A CEQ created by CREATE_EQ.
+#[derive(Clone, Debug)]
+struct Ceq {
+    eq: EventQueue,
+    /// Doorbell-record address from CREATE_EQ (recorded; the model takes doorbells from MMIO).
+    dbrec: u64,
+}
+
+/// The queues that exist after `DEV_CTRL.INIT`.
+#[derive(Clone, Debug)]
+struct Queues {
+    admin: AdminQueues,
+    /// Device consumer index of the CMDQ SQ (WQEBBs, 16-bit wrapping like the header index).
+    sq_ci: u16,
+    /// CMDQ CQEs written (wrapping counter; slot and owner bit derive from it).
+    cq_pi: u32,
+    /// The CI of the last CMDQ CQ doorbell.
+    cq_ci: u32,
+    /// The next CQE produces an EQE (CMDQ_CQ_DB with ARM, one event per arm).
+    cq_armed: bool,
+    /// The CMDQ EQ (EQN 0, vector 0).
+    cmdq_eq: EventQueue,
+    /// The AEQ (vector 0).
+    aeq: EventQueue,
+    /// CEQs by EQN (index 0 unused).
+    ceqs: Vec<Option<Ceq>>,
+}
+
+impl Queues {
+    fn new(admin: AdminQueues) -> Self {
+        Queues {
+            admin,
+            sq_ci: 0,
+            cq_pi: 0,
+            cq_ci: 0,
+            cq_armed: false,
+            cmdq_eq: EventQueue::new(admin.cmdq_eq.addr, admin.cmdq_eq.depth, 0),
+            aeq: EventQueue::new(admin.aeq.addr, admin.aeq.depth, 0),
+            ceqs: vec![None; usize::from(regs::EQ_DB_COUNT)],
+        }
+    }
+}
+
+/// A command completion held back by a `delay` rule.
+#[derive(Clone, Debug)]
+struct Delayed {
+    due: Duration,
+    seq: u64,
+    cqe: Cqe,
+}
+
 /// Everything `DEV_CTRL.RESET` returns to power-on.
 #[derive(Clone, Debug)]
 struct Function {
@@ -299,10 +397,16 @@ struct Function {
     db_staged: [u64; Doorbell::COUNT],
     db_space_last: Option<DbSpaceWrite>,
     db_space_writes: u64,
+    queues: Option<Queues>,
+    /// The last CONF_MTU (0: none yet).
+    mtu: u32,
+    dbs: DbPages,
+    delayed: Vec<Delayed>,
+    delayed_seq: u64,
 }
 
 impl Function {
-    fn power_on() -> Self {
+    fn power_on(test_page: bool) -> Self {
         Function {
             programmed: Programmed::default(),
             status: 0,
@@ -312,8 +416,33 @@ impl Function {
             db_staged: [0; Doorbell::COUNT],
             db_space_last: None,
             db_space_writes: 0,
+            queues: None,
+            mtu: 0,
+            dbs: DbPages::new(test_page),
+            delayed: Vec::new(),
+            delayed_seq: 0,
         }
     }
+}
+
+/// Test-page buffers (see [`regs::test_page`]).
+#[derive(Clone, Debug)]
+struct TestPage {
+    mailbox: [u8; regs::test_page::BUF_SIZE as usize],
+    reply: [u8; regs::test_page::BUF_SIZE as usize],
+    status: u32,
+}
+
+/// Control state that is not device state: survives resets, cleared by
+/// [`Device::reset_harness`].
+#[derive(Clone, Debug)]
+struct Harness {
+    rules: FaultRules,
+    refuse_init: bool,
+    stats: [u64; STAT_NAMES.len()],
+    /// Commands fetched from the CMDQ.
+    cmds: u64,
+    test_page: TestPage,
 }
 
 /// What an unexpected access was, for rate-limited logging.
@@ -327,6 +456,13 @@ enum Oddity {
     Bar2OutOfRange,
     ConfigOutOfRange,
     DevCtrlBits,
+    DoorbellBeforeInit,
+    UnknownCeqDoorbell,
+    CqDoorbellCqn,
+    SqUnreadable,
+    CqeWrite,
+    EqPost,
+    TestPageWrite,
 }
 
 /// Remembers which odd accesses were already logged, so that a guest cannot flood the log.
@@ -334,11 +470,31 @@ enum Oddity {
 struct WarnOnce {
     seen: HashSet<(Oddity, u64)>,
     saturated: bool,
+    /// Failed commands logged at warning level so far.
+    cmd_errors: u32,
 }
 
 impl WarnOnce {
     /// Distinct (kind, offset) pairs remembered; beyond that, odd accesses are no longer logged.
     const LIMIT: usize = 1024;
+    /// Failed commands logged as warnings; later ones are logged at debug level.
+    const CMD_ERROR_LIMIT: u32 = 100;
+
+    /// Whether a failed command should be logged as a warning (rate limit).
+    fn cmd_error(&mut self) -> bool {
+        match self.cmd_errors {
+            n if n < Self::CMD_ERROR_LIMIT => {
+                self.cmd_errors += 1;
+                true
+            }
+            n if n == Self::CMD_ERROR_LIMIT => {
+                self.cmd_errors += 1;
+                log::warn!("many failed commands; further ones are logged at debug level");
+                false
+            }
+            _ => false,
+        }
+    }
 
     /// Whether `(what, key)` is new and should be logged.
     fn first(&mut self, what: Oddity, key: u64) -> bool {
@@ -357,28 +513,53 @@ impl WarnOnce {
 #[derive(Clone, Debug)]
 pub struct Device {
     config: DeviceConfig,
+    clock: Arc<dyn Clock>,
     pci: ConfigSpace,
     func: Function,
+    harness: Harness,
     warned: WarnOnce,
 }
 
 impl Device {
-    /// A function at power-on.
+    /// A function at power-on, on the host's monotonic clock.
     pub fn new(config: DeviceConfig) -> Self {
-        Device {
+        Self::with_clock(config, Arc::new(MonotonicClock::new()))
+    }
+
+    /// A function at power-on whose delayed work runs on `clock`.
+    pub fn with_clock(config: DeviceConfig, clock: Arc<dyn Clock>) -> Self {
+        let mut dev = Device {
             pci: ConfigSpace::new(config.revision),
+            func: Function::power_on(config.test_page),
+            harness: Harness::power_on(),
             config,
-            func: Function::power_on(),
+            clock,
             warned: WarnOnce::default(),
-        }
+        };
+        dev.apply_startup();
+        dev
     }
 
     /// Power-on reset of the whole function (what a host FLR or a new VM sees): configuration
-    /// space and all register state. DEV_STATUS reads 0 afterwards.
+    /// space and all register and engine state. DEV_STATUS reads 0 afterwards. The control state
+    /// (fault rules, ...) is kept: see [`Device::reset_harness`].
     pub fn reset(&mut self) {
         self.pci.reset();
-        self.func = Function::power_on();
+        self.func = Function::power_on(self.config.test_page);
         self.warned = WarnOnce::default();
+    }
+
+    /// Returns the control state (fault rules, refuse-init, GET_STATS counters, command count,
+    /// test-page buffers) to power-on and applies [`DeviceConfig::startup`] again: what a new
+    /// client sees.
+    pub fn reset_harness(&mut self) {
+        self.harness = Harness::power_on();
+        self.apply_startup();
+    }
+
+    /// The clock delayed work runs on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// The configuration the function was created with.
@@ -481,8 +662,10 @@ impl Device {
     pub fn bar0_read(&mut self, offset: u64, data: &mut [u8]) {
         data.fill(0);
         // Doorbell spaces are write-only and read 0.
-        if self.bar0_area_of(offset, data.len(), "read") == Some(Bar0Area::Registers) {
-            self.reg_read(offset, data);
+        match self.bar0_area_of(offset, data.len(), "read") {
+            Some(Bar0Area::Registers) => self.reg_read(offset, data),
+            Some(Bar0Area::TestPage) => self.test_page_read(offset - regs::TEST_PAGE_BASE, data),
+            _ => {}
         }
     }
 
@@ -490,6 +673,9 @@ impl Device {
     pub fn bar0_write(&mut self, offset: u64, data: &[u8], io: &mut Io<'_>) {
         match self.bar0_area_of(offset, data.len(), "write") {
             Some(Bar0Area::Registers) => self.reg_write(offset, data, io),
+            Some(Bar0Area::TestPage) => {
+                self.test_page_write(offset - regs::TEST_PAGE_BASE, data, io)
+            }
             Some(area) => self.db_space_write(area, offset, data, io),
             None => {}
         }
@@ -498,7 +684,7 @@ impl Device {
     /// The BAR0 area an access falls in, or `None` (logged) if it leaves its area or BAR0.
     fn bar0_area_of(&mut self, offset: u64, len: usize, dir: &str) -> Option<Bar0Area> {
         let end = offset.checked_add(len as u64);
-        match (regs::bar0_area(offset), end) {
+        match (regs::bar0_area_with(offset, self.config.test_page), end) {
             (Some((area, _, area_end)), Some(end)) if end <= area_end => Some(area),
             (Some((area, _, _)), Some(end)) if end <= regs::BAR0_SIZE => {
                 if self.warned.first(Oddity::CrossesArea, offset) {
@@ -619,7 +805,7 @@ impl Device {
                     );
                 }
             }
-            Reg::DevCtrl => self.dev_ctrl((value & mask) as u32),
+            Reg::DevCtrl => self.dev_ctrl((value & mask) as u32, io),
             Reg::RingAddrL(q) => {
                 let a = &mut p.ring_addr[q.index()];
                 *a = (*a & !0xffff_ffff) | u64::from(merge32(*a as u32));
@@ -644,7 +830,7 @@ impl Device {
     }
 
     /// A write to DEV_CTRL; `value` holds the written bits.
-    fn dev_ctrl(&mut self, value: u32) {
+    fn dev_ctrl(&mut self, value: u32, io: &mut Io<'_>) {
         let unknown = value & !(regs::DEV_CTRL_RESET | regs::DEV_CTRL_INIT);
         if unknown != 0 && self.warned.first(Oddity::DevCtrlBits, 0) {
             log::warn!("DEV_CTRL: unknown bits {unknown:#x} ignored");
@@ -653,8 +839,10 @@ impl Device {
             if value & regs::DEV_CTRL_INIT != 0 {
                 log::warn!("DEV_CTRL: RESET and INIT written together; RESET wins");
             }
-            self.func = Function::power_on();
+            self.func = Function::power_on(self.config.test_page);
             self.func.status = regs::DEV_STATUS_RESET_DONE;
+            // Interrupts raised before the reset must not reach the next driver instance.
+            io.irq.cancel_pending();
             log::info!("function reset (DEV_CTRL.RESET)");
         } else if value & regs::DEV_CTRL_INIT != 0 {
             self.init();
@@ -665,6 +853,10 @@ impl Device {
     fn init(&mut self) {
         if self.func.status & regs::DEV_STATUS_INIT_DONE != 0 {
             log::warn!("DEV_CTRL.INIT while already initialized, ignored (write RESET first)");
+            return;
+        }
+        if self.harness.refuse_init {
+            log::info!("DEV_CTRL.INIT refused (fault injection: refuse-init), INIT_DONE stays 0");
             return;
         }
         match self.func.programmed.validate() {
@@ -680,6 +872,7 @@ impl Device {
                     admin.aeq.depth
                 );
                 self.func.admin = Some(admin);
+                self.func.queues = Some(Queues::new(admin));
                 self.func.init_problems.clear();
                 self.func.status |= regs::DEV_STATUS_INIT_DONE;
             }
@@ -695,17 +888,27 @@ impl Device {
     }
 
     /// The single dispatch point for the register-page doorbells: `value` is the complete 64-bit
-    /// doorbell. The engines that consume doorbells (command queue, event queues) hook in here.
-    fn doorbell(&mut self, db: Doorbell, value: u64, _io: &mut Io<'_>) {
+    /// doorbell.
+    fn doorbell(&mut self, db: Doorbell, value: u64, io: &mut Io<'_>) {
         log::trace!("doorbell {} = {value:#x}", Reg::Doorbell(db));
         self.func.db_last[db.index()] = Some(value);
+        if self.func.queues.is_none() {
+            if self.warned.first(Oddity::DoorbellBeforeInit, db.offset()) {
+                log::warn!(
+                    "{} = {value:#x} before DEV_CTRL.INIT, ignored",
+                    Reg::Doorbell(db)
+                );
+            }
+            return;
+        }
         match db {
             // CMDQ engine: fetch commands up to the new producer index (bits 15:0).
-            Doorbell::CmdqSq => {}
+            Doorbell::CmdqSq => self.cmdq_sq_doorbell(regs::cmdq_sq_db_pi(value), io),
             // CMDQ CQ arm (CQ doorbell format).
-            Doorbell::CmdqCq => {}
+            Doorbell::CmdqCq => self.cmdq_cq_doorbell(regs::CqDoorbell::decode(value), io),
             // Event queue consumer index / re-arm (EQ doorbell format).
-            Doorbell::Aeq | Doorbell::Eq(_) => {}
+            Doorbell::Aeq => self.eq_doorbell(None, regs::EqDoorbell::decode(value), io),
+            Doorbell::Eq(n) => self.eq_doorbell(Some(n), regs::EqDoorbell::decode(value), io),
         }
     }
 
@@ -730,5 +933,7 @@ impl Device {
     }
 }
 
+#[cfg(test)]
+mod cmd_tests;
 #[cfg(test)]
 mod tests;

@@ -76,9 +76,15 @@ pub trait GuestMemory {
 
 /// The MSI-X vectors of the function.
 pub trait IrqSink {
-    /// Raises MSI-X vector `vector`. Returns whether the interrupt was delivered, which it is not
-    /// when the guest has not connected the vector (no eventfd) or `vector` is out of range.
+    /// Raises MSI-X vector `vector`. Returns whether the interrupt was delivered now. A transport
+    /// should remember an interrupt raised while the vector is not connected (no eventfd yet, or
+    /// while the guest reprograms MSI-X) and deliver it once the vector is connected: the model
+    /// raises each event exactly once.
     fn raise(&mut self, vector: u16) -> bool;
+
+    /// Forgets interrupts remembered for vectors that were not connected (the function was
+    /// reset). The default does nothing.
+    fn cancel_pending(&mut self) {}
 }
 
 /// What a register write may use besides the device state itself.

@@ -8,10 +8,17 @@
 //! access, of any size at any offset, panics or reaches outside guest memory.
 //!
 //! * [`pci`]: the PCI configuration space (identity, BARs, MSI-X capability).
-//! * [`regs`]: the BAR0 address map and register offsets, decoded in one place.
-//! * [`device`]: the function's state machine: [`Device`], configured by a [`DeviceConfig`].
-//! * [`io`]: the traits through which the device reaches guest memory and interrupts.
-//! * [`testing`]: simple implementations of those traits for tests.
+//! * [`regs`]: the BAR0 address map, register offsets and doorbell values, decoded in one place.
+//! * [`device`]: the function's state machine: [`Device`], configured by a [`DeviceConfig`]
+//!   (with [`Caps`]), including the command-queue engine.
+//! * [`cmdq`]: command-queue wire formats: header, opcode table, status codes, CQE, requests.
+//! * [`eq`]: the event-queue ring engine (CMDQ EQ, AEQ, CEQs) and entry formats.
+//! * [`extdb`]: extended doorbell pages (ALLOC_DB/FREE_DB).
+//! * [`control`]: the fault-injection and inspection language (control socket, test page).
+//! * [`caps`]: the capabilities reported by QUERY_DEVICE.
+//! * [`io`], [`clock`]: the traits through which the device reaches guest memory, interrupts
+//!   and time.
+//! * [`testing`]: simple implementations of those traits, and a driver double, for tests.
 //!
 //! Facts about the hardware interface come from `shared/docs/erdma-hw.md`; section numbers in
 //! comments (§2.2, ...) refer to it.
@@ -19,11 +26,19 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod caps;
+pub mod clock;
+pub mod cmdq;
+pub mod control;
 pub mod device;
+pub mod eq;
+pub mod extdb;
 pub mod io;
 pub mod pci;
 pub mod regs;
 pub mod testing;
 
-pub use device::{AdminQueues, Device, DeviceConfig, Protocol, RingConfig};
+pub use caps::Caps;
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use device::{AdminQueues, Device, DeviceConfig, PostError, Protocol, RingConfig};
 pub use io::{GuestMemory, Io, IrqSink, MemError, MemErrorKind};

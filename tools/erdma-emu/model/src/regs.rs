@@ -54,8 +54,13 @@ pub const CQDB_BASE: u64 = 0x79000;
 /// gives the CQ doorbell space the rest of the first MiB.
 pub const CQDB_END: u64 = 0x10_0000;
 /// Start of the pages the model reserves for "extended doorbell" pages (ALLOC_DB); they run to the
-/// end of BAR0.
+/// end of BAR0 (or to [`TEST_PAGE_BASE`] when the test page is enabled).
 pub const EXTDB_BASE: u64 = 0x10_0000;
+/// The opt-in test page (see [`test_page`]): the last 4 KiB of BAR0. When it is disabled, the page
+/// is part of the extended doorbell space.
+pub const TEST_PAGE_BASE: u64 = BAR0_SIZE - TEST_PAGE_SIZE;
+/// Size of the test page.
+pub const TEST_PAGE_SIZE: u64 = 0x1000;
 
 /// The areas BAR0 is made of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -70,6 +75,8 @@ pub enum Bar0Area {
     CqDoorbells,
     /// Extended doorbell pages handed out per user context.
     ExtDoorbells,
+    /// The model's test page (only when enabled, see [`test_page`]).
+    TestPage,
 }
 
 impl Bar0Area {
@@ -81,14 +88,27 @@ impl Bar0Area {
             Bar0Area::RqDoorbells => "RQ doorbell space",
             Bar0Area::CqDoorbells => "CQ doorbell space",
             Bar0Area::ExtDoorbells => "extended doorbell space",
+            Bar0Area::TestPage => "test page",
         }
     }
 }
 
 /// The area of BAR0 that contains `offset` and the area's `(start, end)` offsets (end exclusive),
-/// or `None` if `offset` is beyond [`BAR0_SIZE`].
+/// or `None` if `offset` is beyond [`BAR0_SIZE`]. This is the map without the test page.
 pub fn bar0_area(offset: u64) -> Option<(Bar0Area, u64, u64)> {
+    bar0_area_with(offset, false)
+}
+
+/// Like [`bar0_area`], with the test page carved out of the end of the extended doorbell space
+/// when `test_page` is true.
+pub fn bar0_area_with(offset: u64, test_page: bool) -> Option<(Bar0Area, u64, u64)> {
     match offset {
+        TEST_PAGE_BASE..BAR0_SIZE if test_page => {
+            Some((Bar0Area::TestPage, TEST_PAGE_BASE, BAR0_SIZE))
+        }
+        EXTDB_BASE..TEST_PAGE_BASE if test_page => {
+            Some((Bar0Area::ExtDoorbells, EXTDB_BASE, TEST_PAGE_BASE))
+        }
         0..REG_PAGE_SIZE => Some((Bar0Area::Registers, 0, REG_PAGE_SIZE)),
         SQDB_BASE..SQDB_END => Some((Bar0Area::SqDoorbells, SQDB_BASE, SQDB_END)),
         RQDB_BASE..RQDB_END => Some((Bar0Area::RqDoorbells, RQDB_BASE, RQDB_END)),
@@ -183,6 +203,136 @@ pub const DEV_STATUS_INIT_DONE: u32 = 1 << 1;
 /// Offset of EQ_DB\[n\].
 pub const fn eq_db(n: u8) -> u64 {
     EQ_DB_BASE + 8 * n as u64
+}
+
+// ------------------------------------------------------------------------------------------------
+// Doorbell values (§3.2, §4.1, §4.4)
+// ------------------------------------------------------------------------------------------------
+
+/// The new CMDQ SQ producer index (WQEBB units) in a CMDQ_SQ_DB value: bits 15:0.
+pub fn cmdq_sq_db_pi(value: u64) -> u16 {
+    value as u16
+}
+
+/// An EQ doorbell value (AEQ_DB, EQ_DB\[n\]): bits 23:0 consumer index, bit 31 ARM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EqDoorbell {
+    /// Consumer index (the driver's entry counter, 24 bits).
+    pub ci: u32,
+    /// Re-arm the EQ.
+    pub arm: bool,
+}
+
+impl EqDoorbell {
+    /// Decodes a doorbell value; the other bits are ignored.
+    pub fn decode(value: u64) -> Self {
+        EqDoorbell {
+            ci: (value & 0x00ff_ffff) as u32,
+            arm: value & (1 << 31) != 0,
+        }
+    }
+
+    /// Encodes the doorbell value (what a driver writes).
+    pub fn encode(self) -> u64 {
+        u64::from(self.ci & 0x00ff_ffff) | u64::from(self.arm) << 31
+    }
+}
+
+/// A CQ doorbell value (CMDQ_CQ_DB and the data CQs, §4.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqDoorbell {
+    /// Consumer index, bits 23:0.
+    pub ci: u32,
+    /// CMDSN, bits 29:28.
+    pub cmdsn: u8,
+    /// SOL (solicited only), bit 30.
+    pub solicited: bool,
+    /// ARM, bit 31.
+    pub arm: bool,
+    /// CQN, bits 55:32 (0 for the CMDQ CQ).
+    pub cqn: u32,
+    /// Arm sequence, bits 63:56.
+    pub seq: u8,
+}
+
+impl CqDoorbell {
+    /// Decodes a doorbell value; bits 27:24 are ignored.
+    pub fn decode(value: u64) -> Self {
+        CqDoorbell {
+            ci: (value & 0x00ff_ffff) as u32,
+            cmdsn: ((value >> 28) & 3) as u8,
+            solicited: value & (1 << 30) != 0,
+            arm: value & (1 << 31) != 0,
+            cqn: ((value >> 32) & 0x00ff_ffff) as u32,
+            seq: (value >> 56) as u8,
+        }
+    }
+
+    /// Encodes the doorbell value (what a driver writes).
+    pub fn encode(self) -> u64 {
+        u64::from(self.ci & 0x00ff_ffff)
+            | u64::from(self.cmdsn & 3) << 28
+            | u64::from(self.solicited) << 30
+            | u64::from(self.arm) << 31
+            | u64::from(self.cqn & 0x00ff_ffff) << 32
+            | u64::from(self.seq) << 56
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// The test page (model-specific, opt-in)
+// ------------------------------------------------------------------------------------------------
+
+/// Layout of the model's opt-in test page at [`TEST_PAGE_BASE`] (offsets relative to the page).
+///
+/// Tests running inside the guest drive the model's control language through it with plain MMIO
+/// (busybox `devmem`): write a NUL-terminated ASCII command into the mailbox, write 1 to
+/// [`EXECUTE`](test_page::EXECUTE), read [`STATUS`](test_page::STATUS) and the reply.
+pub mod test_page {
+    /// MAGIC (RO u32): [`MAGIC_VALUE`].
+    pub const MAGIC: u64 = 0x000;
+    /// STATUS (RO u32): 0 if the last command succeeded, 1 if it failed.
+    pub const STATUS: u64 = 0x004;
+    /// EXECUTE (WO u32): writing 1 runs the command in the mailbox.
+    pub const EXECUTE: u64 = 0x008;
+    /// Mailbox (RW bytes): the NUL-terminated ASCII command.
+    pub const MAILBOX: u64 = 0x100;
+    /// Reply (RO bytes): the NUL-terminated ASCII reply of the last command.
+    pub const REPLY: u64 = 0x200;
+    /// Size of the mailbox and of the reply buffer.
+    pub const BUF_SIZE: u64 = 0x100;
+    /// The MAGIC value: "TEST" in little-endian byte order.
+    pub const MAGIC_VALUE: u32 = 0x5453_4554;
+
+    /// What a byte of the test page is.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Field {
+        /// Byte `n` (0..4) of MAGIC.
+        Magic(u8),
+        /// Byte `n` of STATUS.
+        Status(u8),
+        /// Byte `n` of EXECUTE.
+        Execute(u8),
+        /// Byte `n` of the mailbox.
+        Mailbox(u8),
+        /// Byte `n` of the reply.
+        Reply(u8),
+        /// Unused (reads 0, writes ignored).
+        Unused,
+    }
+
+    /// Decodes byte `offset` of the test page.
+    pub fn decode(offset: u64) -> Field {
+        let byte = |base: u64| (offset - base) as u8;
+        match offset {
+            MAGIC..STATUS => Field::Magic(byte(MAGIC)),
+            STATUS..EXECUTE => Field::Status(byte(STATUS)),
+            0x008..0x00C => Field::Execute(byte(EXECUTE)),
+            0x100..0x200 => Field::Mailbox(byte(MAILBOX)),
+            0x200..0x300 => Field::Reply(byte(REPLY)),
+            _ => Field::Unused,
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -1,9 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Simple implementations of [`GuestMemory`] and [`IrqSink`] for tests.
+//! Simple implementations of [`GuestMemory`] and [`IrqSink`] for tests, and [`TestDriver`], a
+//! minimal driver double that sets up the admin queues in a [`VecMemory`] and submits commands
+//! the way the Linux driver does.
 
-use crate::io::{GuestMemory, IrqSink, MemError, MemErrorKind};
-use crate::regs::MSIX_VECTORS;
+use std::sync::Arc;
+
+use crate::clock::{Clock, MonotonicClock};
+use crate::cmdq::{Command, Cqe, CreateEq, Header, OpCode, CQE_SIZE, WQEBB_SIZE};
+use crate::device::{Device, DeviceConfig};
+use crate::eq::{self, AeqEvent, EQE_SIZE};
+use crate::io::{GuestMemory, Io, IrqSink, MemError, MemErrorKind};
+use crate::regs::{self, AdminQueue, CqDoorbell, EqDoorbell, MSIX_VECTORS};
 
 /// Guest memory made of one flat buffer at guest-physical address `base`.
 #[derive(Clone, Debug)]
@@ -80,6 +88,8 @@ pub struct RecordingIrqs {
     pub connected: u32,
     /// Delivered vectors, in order.
     pub raised: Vec<u16>,
+    /// Number of [`IrqSink::cancel_pending`] calls.
+    pub cancels: usize,
 }
 
 impl RecordingIrqs {
@@ -93,6 +103,7 @@ impl RecordingIrqs {
         RecordingIrqs {
             connected: mask,
             raised: Vec::new(),
+            cancels: 0,
         }
     }
 }
@@ -111,6 +122,352 @@ impl IrqSink for RecordingIrqs {
         } else {
             false
         }
+    }
+
+    fn cancel_pending(&mut self) {
+        self.cancels += 1;
+    }
+}
+
+/// Where [`TestDriver`] puts things in its guest memory.
+pub mod layout {
+    /// Guest-physical base of the test memory.
+    pub const MEM_BASE: u64 = 0x10_0000;
+    /// Size of the test memory (1 MiB).
+    pub const MEM_SIZE: usize = 0x10_0000;
+    /// CMDQ SQ ring (up to 512 WQEBBs).
+    pub const SQ: u64 = MEM_BASE;
+    /// CMDQ CQ ring (up to 512 CQEs).
+    pub const CQ: u64 = MEM_BASE + 0x4000;
+    /// CMDQ EQ ring (up to 2048 entries).
+    pub const CMDQ_EQ: u64 = MEM_BASE + 0x8000;
+    /// AEQ ring (up to 4096 entries).
+    pub const AEQ: u64 = MEM_BASE + 0x1_0000;
+    /// Doorbell records of the admin queues, 8 bytes each in [`super::AdminQueue::ALL`] order.
+    pub const DBRECS: u64 = MEM_BASE + 0x2_0000;
+    /// Doorbell record of CEQ n: `CEQ_DBRECS + 8 * n`.
+    pub const CEQ_DBRECS: u64 = MEM_BASE + 0x2_0100;
+    /// Ring of CEQ n: `CEQS + n * 0x1000` (up to 256 entries each).
+    pub const CEQS: u64 = MEM_BASE + 0x3_0000;
+    /// Free for tests (GET_STATS buffers, ...): 512 KiB.
+    pub const SCRATCH: u64 = MEM_BASE + 0x8_0000;
+}
+
+/// A driver double: a [`Device`], its guest memory and interrupts, and the driver-side indices
+/// of the admin queues. Commands are written the way the Linux driver writes them: the header and
+/// the request's fields go into the slot, whatever else the slot held stays.
+#[derive(Debug)]
+pub struct TestDriver {
+    /// The device.
+    pub dev: Device,
+    /// Guest memory ([`layout`]).
+    pub mem: VecMemory,
+    /// Interrupts (all vectors connected).
+    pub irq: RecordingIrqs,
+    /// CMDQ SQ depth in WQEBBs (= CMDQ CQ depth).
+    pub sq_depth: u32,
+    /// CMDQ EQ depth.
+    pub eq_depth: u32,
+    /// AEQ depth.
+    pub aeq_depth: u32,
+    /// Driver SQ producer index (WQEBBs).
+    pub sq_pi: u16,
+    /// Driver CMDQ CQ consumer index.
+    pub cq_ci: u32,
+    /// Driver CMDQ EQ consumer index.
+    pub eq_ci: u32,
+    /// Driver AEQ consumer index.
+    pub aeq_ci: u32,
+    /// Arm requests sent for the CMDQ CQ.
+    pub cmdsn: u8,
+}
+
+impl TestDriver {
+    /// A device with the driver's queue sizes (SQ 512 WQEBBs, CMDQ EQ 128, AEQ 4096), not yet
+    /// initialized, on the host clock.
+    pub fn new(config: DeviceConfig) -> Self {
+        Self::with(config, Arc::new(MonotonicClock::new()), 512, 128, 4096)
+    }
+
+    /// A device with the given clock and queue depths (powers of two within [`layout`]).
+    pub fn with(
+        config: DeviceConfig,
+        clock: Arc<dyn Clock>,
+        sq_depth: u32,
+        eq_depth: u32,
+        aeq_depth: u32,
+    ) -> Self {
+        TestDriver {
+            dev: Device::with_clock(config, clock),
+            mem: VecMemory::new(layout::MEM_BASE, layout::MEM_SIZE),
+            irq: RecordingIrqs::all_connected(),
+            sq_depth,
+            eq_depth,
+            aeq_depth,
+            sq_pi: 0,
+            cq_ci: 0,
+            eq_ci: 0,
+            aeq_ci: 0,
+            cmdsn: 0,
+        }
+    }
+
+    /// Writes BAR0.
+    pub fn write(&mut self, off: u64, data: &[u8]) {
+        let mut io = Io::new(&mut self.mem, &mut self.irq);
+        self.dev.bar0_write(off, data, &mut io);
+    }
+
+    /// Writes a 32-bit BAR0 register.
+    pub fn w32(&mut self, off: u64, v: u32) {
+        self.write(off, &v.to_le_bytes());
+    }
+
+    /// Writes a 64-bit BAR0 register (one 8-byte access).
+    pub fn w64(&mut self, off: u64, v: u64) {
+        self.write(off, &v.to_le_bytes());
+    }
+
+    /// Reads `n` bytes of BAR0.
+    pub fn read(&mut self, off: u64, n: usize) -> Vec<u8> {
+        let mut b = vec![0; n];
+        self.dev.bar0_read(off, &mut b);
+        b
+    }
+
+    /// Reads a 32-bit BAR0 register.
+    pub fn r32(&mut self, off: u64) -> u32 {
+        let b = self.read(off, 4);
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+
+    /// Programs the admin queue registers (§2.3 order) and writes DEV_CTRL.INIT. Returns
+    /// whether INIT_DONE is set. The driver indices restart at 0.
+    pub fn init(&mut self) -> bool {
+        self.program();
+        self.start()
+    }
+
+    /// Writes DEV_CTRL.INIT and returns whether INIT_DONE is set. The driver indices restart
+    /// at 0.
+    pub fn start(&mut self) -> bool {
+        use crate::regs::*;
+        self.w32(DEV_CTRL, DEV_CTRL_INIT);
+        (self.sq_pi, self.cq_ci, self.eq_ci, self.aeq_ci, self.cmdsn) = (0, 0, 0, 0, 0);
+        self.r32(DEV_STATUS) & DEV_STATUS_INIT_DONE != 0
+    }
+
+    /// Programs the admin queue registers in the driver's order (§2.3), without INIT.
+    pub fn program(&mut self) {
+        use crate::regs::*;
+        self.w32(AEQ_ADDR_H, (layout::AEQ >> 32) as u32);
+        self.w32(AEQ_ADDR_L, layout::AEQ as u32);
+        self.w32(AEQ_DEPTH, self.aeq_depth);
+        self.w32(CMDQ_SQ_ADDR_H, (layout::SQ >> 32) as u32);
+        self.w32(CMDQ_SQ_ADDR_L, layout::SQ as u32);
+        self.w32(CMDQ_DEPTH, self.sq_depth);
+        self.w32(CMDQ_CQ_ADDR_H, (layout::CQ >> 32) as u32);
+        self.w32(CMDQ_CQ_ADDR_L, layout::CQ as u32);
+        self.w32(CMDQ_EQ_ADDR_H, (layout::CMDQ_EQ >> 32) as u32);
+        self.w32(CMDQ_EQ_ADDR_L, layout::CMDQ_EQ as u32);
+        self.w32(CMDQ_EQ_DEPTH, self.eq_depth);
+        for q in AdminQueue::ALL {
+            self.w64(q.dbrec_reg(), layout::DBRECS + 8 * q.index() as u64);
+        }
+    }
+
+    /// Guest address of SQ WQEBB `index`.
+    pub fn wqebb_addr(&self, index: u16) -> u64 {
+        layout::SQ + u64::from(u32::from(index) & (self.sq_depth - 1)) * WQEBB_SIZE as u64
+    }
+
+    /// Writes a command of `wqebbs` WQEBBs with header `header` at the producer index: the slot
+    /// as it is in memory is handed to `fill` (after the header went in), then written back.
+    /// Advances the producer index, does not ring. Returns the start index.
+    pub fn queue_raw(&mut self, header: u64, wqebbs: u16, fill: impl FnOnce(&mut [u8])) -> u16 {
+        let start = self.sq_pi;
+        let len = usize::from(wqebbs) * WQEBB_SIZE;
+        let mut slot = vec![0u8; len];
+        for (i, chunk) in (0u16..).zip(slot.chunks_exact_mut(WQEBB_SIZE)) {
+            let a = self.wqebb_addr(start.wrapping_add(i));
+            self.mem.read(a, chunk).expect("SQ ring in test memory");
+        }
+        slot[..8].copy_from_slice(&header.to_le_bytes());
+        fill(&mut slot);
+        for (i, chunk) in (0u16..).zip(slot.chunks_exact(WQEBB_SIZE)) {
+            let a = self.wqebb_addr(start.wrapping_add(i));
+            self.mem.write(a, chunk).expect("SQ ring in test memory");
+        }
+        self.sq_pi = start.wrapping_add(wqebbs);
+        start
+    }
+
+    /// The header the driver writes for a 4-WQEBB command with `code` at the producer index.
+    pub fn header(&self, code: OpCode) -> u64 {
+        Header {
+            wqebb_index: self.sq_pi.wrapping_add(4),
+            code,
+            cookie: 0,
+            wqebbs: 4,
+        }
+        .encode()
+    }
+
+    /// Queues a 4-WQEBB command (see [`TestDriver::queue_raw`]).
+    pub fn queue(&mut self, code: OpCode, fill: impl FnOnce(&mut [u8])) -> u16 {
+        let h = self.header(code);
+        self.queue_raw(h, 4, fill)
+    }
+
+    /// Rings CMDQ_SQ_DB with the producer index (doorbell record first, like the driver).
+    pub fn ring(&mut self) {
+        let pi = u64::from(self.sq_pi);
+        let rec = layout::DBRECS + 8 * AdminQueue::CmdqSq.index() as u64;
+        self.mem
+            .write_u64_le(rec, pi)
+            .expect("dbrec in test memory");
+        self.w64(regs::CMDQ_SQ_DB, pi);
+    }
+
+    /// The raw bytes of CMDQ CQ entry `index` (masked by the depth).
+    pub fn cqe_raw(&self, index: u32) -> [u8; CQE_SIZE] {
+        let a = layout::CQ + u64::from(index & (self.sq_depth - 1)) * CQE_SIZE as u64;
+        let mut b = [0u8; CQE_SIZE];
+        self.mem.read(a, &mut b).expect("CQ ring in test memory");
+        b
+    }
+
+    /// The CQE at the consumer index if it is valid (owner rule); advances the consumer index.
+    pub fn poll_cqe(&mut self) -> Option<Cqe> {
+        let cqe = Cqe::decode(&self.cqe_raw(self.cq_ci));
+        let phase = self.cq_ci & self.sq_depth != 0;
+        if cqe.owner == phase {
+            return None;
+        }
+        self.cq_ci = self.cq_ci.wrapping_add(1);
+        Some(cqe)
+    }
+
+    /// Queues a 4-WQEBB `cmd`, rings, and returns its CQE (panics if none was written).
+    pub fn exec(&mut self, cmd: Command, fill: impl FnOnce(&mut [u8])) -> Cqe {
+        self.exec_code(cmd.code(), fill)
+    }
+
+    /// Like [`TestDriver::exec`] with a raw code.
+    pub fn exec_code(&mut self, code: OpCode, fill: impl FnOnce(&mut [u8])) -> Cqe {
+        let start = self.queue(code, fill);
+        self.ring();
+        let cqe = self.poll_cqe().expect("a CQE for the command");
+        assert_eq!(cqe.start, u32::from(start), "CQE echoes the start index");
+        cqe
+    }
+
+    /// Arms the CMDQ CQ with the current consumer index (like the driver's interrupt path).
+    pub fn arm_cq(&mut self) {
+        let db = CqDoorbell {
+            ci: self.cq_ci,
+            cmdsn: self.cmdsn & 3,
+            solicited: false,
+            arm: true,
+            cqn: 0,
+            seq: self.cmdsn,
+        };
+        self.w64(regs::CMDQ_CQ_DB, db.encode());
+    }
+
+    fn eqe_raw(&self, base: u64, depth: u32, index: u32) -> [u8; EQE_SIZE] {
+        let a = base + u64::from(index & (depth - 1)) * EQE_SIZE as u64;
+        let mut b = [0u8; EQE_SIZE];
+        self.mem.read(a, &mut b).expect("EQ ring in test memory");
+        b
+    }
+
+    fn eqe_valid(e: &[u8; EQE_SIZE], ci: u32, depth: u32) -> bool {
+        let owner = e[3] & 0x80 != 0;
+        owner != (ci & depth != 0)
+    }
+
+    /// Consumes one valid CMDQ EQE if there is one.
+    pub fn poll_eqe(&mut self) -> bool {
+        let e = self.eqe_raw(layout::CMDQ_EQ, self.eq_depth, self.eq_ci);
+        let valid = Self::eqe_valid(&e, self.eq_ci, self.eq_depth);
+        if valid {
+            self.eq_ci = self.eq_ci.wrapping_add(1);
+        }
+        valid
+    }
+
+    /// Re-arms the CMDQ EQ (EQ_DB\[0\]) with the consumer index.
+    pub fn arm_eq(&mut self) {
+        let v = EqDoorbell {
+            ci: self.eq_ci,
+            arm: true,
+        }
+        .encode();
+        self.w64(regs::eq_db(0), v);
+    }
+
+    /// Consumes one valid AEQE if there is one.
+    pub fn poll_aeqe(&mut self) -> Option<AeqEvent> {
+        let e = self.eqe_raw(layout::AEQ, self.aeq_depth, self.aeq_ci);
+        if !Self::eqe_valid(&e, self.aeq_ci, self.aeq_depth) {
+            return None;
+        }
+        self.aeq_ci = self.aeq_ci.wrapping_add(1);
+        Some(eq::decode_aeqe(&e).1)
+    }
+
+    /// Re-arms the AEQ with the consumer index.
+    pub fn arm_aeq(&mut self) {
+        let v = EqDoorbell {
+            ci: self.aeq_ci,
+            arm: true,
+        }
+        .encode();
+        self.w64(regs::AEQ_DB, v);
+    }
+
+    /// Ring address of CEQ `eqn` in [`layout`].
+    pub fn ceq_ring(eqn: u8) -> u64 {
+        layout::CEQS + u64::from(eqn) * 0x1000
+    }
+
+    /// CREATE_EQ for CEQ `eqn` on `vector` with 2^`depth_log2` entries (≤ 8 to stay in
+    /// [`layout`]), ring and doorbell record from [`layout`].
+    pub fn create_ceq(&mut self, eqn: u8, vector: u8, depth_log2: u8) -> Cqe {
+        let req = CreateEq {
+            ring: Self::ceq_ring(eqn),
+            vector,
+            eqn,
+            depth_log2,
+            ty: crate::cmdq::EQ_TYPE_CEQ,
+            dbrec: layout::CEQ_DBRECS + 8 * u64::from(eqn),
+        };
+        self.exec(Command::CreateEq, |s| req.write_fields(s))
+    }
+
+    /// CEQ `eqn` entry `index` (masked by `depth`): `(owner, CQN)`.
+    pub fn ceqe(&self, eqn: u8, depth: u32, index: u32) -> (bool, u32) {
+        let e = self.eqe_raw(Self::ceq_ring(eqn), depth, index);
+        let dw0 = u32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+        (dw0 & eq::OWNER_BIT != 0, dw0 & 0xf_ffff)
+    }
+
+    /// Runs the device's due delayed work.
+    pub fn run_due(&mut self) -> usize {
+        let mut io = Io::new(&mut self.mem, &mut self.irq);
+        self.dev.run_due(&mut io)
+    }
+
+    /// Runs a control command.
+    pub fn control(&mut self, line: &str) -> Result<String, String> {
+        let mut io = Io::new(&mut self.mem, &mut self.irq);
+        self.dev.control(line, &mut io)
+    }
+
+    /// Takes the interrupts raised so far.
+    pub fn take_irqs(&mut self) -> Vec<u16> {
+        std::mem::take(&mut self.irq.raised)
     }
 }
 

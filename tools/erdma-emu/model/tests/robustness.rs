@@ -1,12 +1,22 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The model never panics on guest input: ~100k pseudo-random accesses of random sizes, offsets and
-//! values at configuration space, BAR0 and BAR2, then the identity must be intact.
+//! The model never panics on guest input:
+//!
+//! * ~100k pseudo-random accesses of random sizes, offsets and values at configuration space,
+//!   BAR0 and BAR2, then the identity must be intact;
+//! * ~100k random steps against an initialized device whose rings live in test guest memory:
+//!   random and half-valid commands, doorbells with random producer/consumer indices, arms,
+//!   resets, control commands and test-page accesses, guest scribbles over the rings, delayed
+//!   completions; afterwards the device must still work.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use erdma_model::cmdq::{self, Command, Cqe, Header, OpCode};
 use erdma_model::pci::{self, ConfigSpace};
-use erdma_model::regs;
-use erdma_model::testing::{RecordingIrqs, VecMemory};
-use erdma_model::{Device, DeviceConfig, Io, Protocol};
+use erdma_model::regs::{self, test_page};
+use erdma_model::testing::{layout, RecordingIrqs, TestDriver, VecMemory};
+use erdma_model::{Caps, Device, DeviceConfig, GuestMemory, Io, ManualClock, Protocol};
 
 /// xorshift64* (deterministic, no external crate).
 struct Rng(u64);
@@ -58,6 +68,7 @@ fn random_accesses_never_panic_and_keep_identity() {
         version: 0x77,
         revision: 0x05,
         grp_num: 4,
+        ..Default::default()
     };
     let mut dev = Device::new(config.clone());
     let mut mem = VecMemory::new(0x10_0000, 0x10_0000);
@@ -128,7 +139,306 @@ fn random_accesses_never_panic_and_keep_identity() {
     assert_eq!(read32(&mut dev, regs::NETDEV_MAC_H), 0x02aa);
     assert_eq!(read32(&mut dev, regs::GRP_NUM), 4);
     assert_eq!(dev.device_config(), &config);
-    // Nothing in the model raises interrupts or DMAs yet.
-    assert!(irq.raised.is_empty());
-    assert!(mem.bytes().iter().all(|&b| b == 0));
+}
+
+/// A plausible or wild value for a command field.
+fn field(rng: &mut Rng, plausible: u64) -> u64 {
+    match rng.below(10) {
+        0 => rng.next(),
+        1 => plausible ^ (1 << rng.below(64)),
+        _ => plausible,
+    }
+}
+
+/// A plausible value in `lo..lo + span`, or a wild one.
+fn field_in(rng: &mut Rng, lo: u64, span: u64) -> u64 {
+    let p = lo + rng.below(span);
+    field(rng, p)
+}
+
+/// A guest address: mostly inside the test memory, sometimes not.
+fn address(rng: &mut Rng) -> u64 {
+    match rng.below(8) {
+        0 => rng.next(),
+        1 => layout::MEM_BASE + layout::MEM_SIZE as u64 - rng.below(0x200),
+        _ => layout::SCRATCH + (rng.below(0x8_0000) & !0xf),
+    }
+}
+
+/// Fills a command slot with random bytes and, often, plausible fields for its opcode.
+fn command_body(rng: &mut Rng, code: OpCode, slot: &mut [u8]) {
+    for b in slot[8..].iter_mut() {
+        *b = rng.next() as u8;
+    }
+    if rng.below(4) == 0 {
+        return;
+    }
+    match Command::from_code(code) {
+        Some(Command::CreateEq) => {
+            let eqn = field_in(rng, 1, 31) as u8;
+            cmdq::CreateEq {
+                ring: field(rng, layout::CEQS + u64::from(eqn % 32) * 0x1000),
+                vector: field(rng, u64::from(eqn)) as u8,
+                eqn,
+                depth_log2: field_in(rng, 1, 8) as u8,
+                ty: field(rng, 1) as u8,
+                dbrec: field(rng, layout::CEQ_DBRECS + 8 * u64::from(eqn % 32)),
+            }
+            .write_fields(slot)
+        }
+        Some(Command::DestroyEq) => cmdq::DestroyEq {
+            vector: rng.next() as u8,
+            eqn: field_in(rng, 1, 31) as u8,
+            ty: field(rng, 1) as u8,
+        }
+        .write_fields(slot),
+        Some(Command::GetStats) => cmdq::GetStats {
+            index: rng.next() as u32,
+            addr: address(rng),
+            len: field(rng, 256) as u32,
+        }
+        .write_fields(slot),
+        Some(Command::ConfMtu) => cmdq::ConfMtu {
+            mtu: field(rng, 1500) as u32,
+        }
+        .write_fields(slot),
+        Some(Command::ConfDevice) => cmdq::ConfDevice {
+            page_size_enable: rng.below(2) == 0,
+            page_shift: field_in(rng, 12, 6) as u8,
+        }
+        .write_fields(slot),
+        Some(Command::AllocDb) => cmdq::AllocDb {
+            enable: field(rng, 7) as u32,
+        }
+        .write_fields(slot),
+        Some(Command::FreeDb) => cmdq::FreeDb {
+            enable: field(rng, 7) as u32,
+            rq_page: field_in(rng, 256, 768) as u16,
+            sq_page: field_in(rng, 256, 768) as u16,
+            cq_page: field_in(rng, 256, 768) as u16,
+        }
+        .write_fields(slot),
+        _ => {}
+    }
+}
+
+const CONTROL_WORDS: [&str; 24] = [
+    "fail",
+    "delay",
+    "refuse-init",
+    "aeq",
+    "ceq",
+    "stats",
+    "clear",
+    "query",
+    "any",
+    "all",
+    "COMMON.CREATE_EQ",
+    "RDMA.QUERY_DEVICE",
+    "1.4",
+    "status=3",
+    "ms=5",
+    "count=2",
+    "skip=1",
+    "type=3",
+    "data0=7",
+    "eqn=1",
+    "cqn=5",
+    "tx_reqs=9",
+    "off",
+    "count=forever",
+];
+
+/// A random control line: mostly valid-looking words, sometimes garbage.
+fn control_line(rng: &mut Rng) -> String {
+    if rng.below(10) == 0 {
+        let n = rng.below(40) as usize;
+        return (0..n).map(|_| (rng.below(95) as u8 + 32) as char).collect();
+    }
+    let n = 1 + rng.below(5) as usize;
+    let words: Vec<&str> = (0..n)
+        .map(|_| CONTROL_WORDS[rng.below(CONTROL_WORDS.len() as u64) as usize])
+        .collect();
+    words.join(" ")
+}
+
+#[test]
+fn random_commands_and_doorbells_on_live_rings() {
+    let clock = Arc::new(ManualClock::new());
+    let config = DeviceConfig {
+        test_page: true,
+        caps: Caps::default(),
+        ..Default::default()
+    };
+    let mut t = TestDriver::with(config, clock.clone(), 64, 8, 8);
+    assert!(t.init());
+    let mut rng = Rng(0x0123_4567_89ab_cdef);
+    let known: Vec<OpCode> = Command::ALL.iter().map(|c| c.code()).collect();
+    let mut statuses = [0u64; 256];
+
+    for i in 0..100_000u32 {
+        match rng.below(100) {
+            // A command, well-formed header, random or plausible body.
+            0..=29 => {
+                let code = if rng.below(4) == 0 {
+                    OpCode {
+                        sub: rng.below(4) as u8,
+                        op: rng.next() as u8,
+                    }
+                } else {
+                    known[rng.below(known.len() as u64) as usize]
+                };
+                let n = 1 + rng.below(4) as u16;
+                let header = Header {
+                    wqebb_index: t.sq_pi.wrapping_add(n),
+                    code,
+                    cookie: rng.next() as u16,
+                    wqebbs: n,
+                };
+                let mut seed = Rng(rng.next() | 1);
+                t.queue_raw(header.encode(), n, |s| command_body(&mut seed, code, s));
+                if rng.below(3) != 0 {
+                    t.ring();
+                }
+            }
+            // A garbage header.
+            30..=34 => {
+                let n = 1 + rng.below(4) as u16;
+                let h = rng.next();
+                t.queue_raw(h, n, |_| {});
+                t.ring();
+            }
+            // A doorbell with a random producer index.
+            35..=37 => {
+                t.sq_pi = match rng.below(3) {
+                    0 => rng.next() as u16,
+                    1 => t.sq_pi.wrapping_add(rng.below(130) as u16),
+                    _ => t.sq_pi.wrapping_sub(rng.below(8) as u16),
+                };
+                t.ring();
+            }
+            // The driver consumes completions and events.
+            38..=49 => {
+                while let Some(c) = t.poll_cqe() {
+                    statuses[usize::from(c.status)] += 1;
+                }
+                while t.poll_eqe() {}
+                while t.poll_aeqe().is_some() {}
+                t.cmdsn = t.cmdsn.wrapping_add(1);
+                t.arm_cq();
+                t.arm_eq();
+                t.arm_aeq();
+            }
+            // Arms and EQ doorbells with random values.
+            50..=57 => {
+                let off = match rng.below(4) {
+                    0 => regs::CMDQ_CQ_DB,
+                    1 => regs::AEQ_DB,
+                    _ => regs::eq_db(rng.below(32) as u8),
+                };
+                let v = if rng.below(2) == 0 {
+                    rng.next()
+                } else {
+                    (1 << 31) | rng.below(0x1_0000)
+                };
+                t.w64(off, v);
+            }
+            // Control commands, through the API and the test page.
+            58..=63 => {
+                let line = control_line(&mut rng);
+                let _ = t.control(&line);
+            }
+            64..=65 => {
+                let base = regs::TEST_PAGE_BASE;
+                let line = control_line(&mut rng);
+                let mut bytes = line.into_bytes();
+                bytes.truncate(255);
+                bytes.push(0);
+                t.write(base + test_page::MAILBOX, &bytes);
+                t.w32(base + test_page::EXECUTE, 1);
+                let off = rng.below(regs::TEST_PAGE_SIZE);
+                let n = [1, 2, 4, 8][rng.below(4) as usize];
+                let v = rng.next().to_le_bytes();
+                t.write(base + off, &v[..n]);
+                t.read(base + off, n);
+            }
+            // Events from the engines.
+            66..=69 => {
+                let mut io = Io::new(&mut t.mem, &mut t.irq);
+                let _ = t
+                    .dev
+                    .post_ceqe(rng.below(40) as u8, rng.next() as u32, &mut io);
+                let ev = erdma_model::eq::AeqEvent {
+                    ty: rng.next() as u8,
+                    subtype: rng.next() as u8,
+                    data0: rng.next() as u32,
+                    data1: rng.next() as u32,
+                };
+                let _ = t.dev.post_aeqe(ev, &mut io);
+            }
+            // Time passes, delayed completions come out.
+            70..=74 => {
+                clock.advance(Duration::from_millis(rng.below(20)));
+                t.run_due();
+            }
+            // The guest scribbles over its rings.
+            75..=77 => {
+                let off = rng.below(0x5_0000);
+                let n = rng.below(64) as usize;
+                let junk: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                t.mem.write(layout::MEM_BASE + off, &junk).unwrap();
+            }
+            // Random register-page accesses.
+            78..=89 => {
+                let off = rng.below(regs::REG_PAGE_SIZE + 16);
+                let n = [1, 2, 4, 8][rng.below(4) as usize];
+                if rng.below(2) == 0 {
+                    let v = rng.next().to_le_bytes();
+                    // Keep DEV_CTRL writes rare: they are the next case.
+                    if off & !7 != regs::DEV_CTRL & !7 {
+                        t.write(off, &v[..n]);
+                    }
+                } else {
+                    t.read(off, n);
+                }
+            }
+            // Reset and start over, sometimes with a reprogrammed (possibly bad) queue.
+            90 if rng.below(10) == 0 => {
+                t.w32(regs::DEV_CTRL, regs::DEV_CTRL_RESET);
+                t.program();
+                if rng.below(4) == 0 {
+                    let reg = [regs::CMDQ_SQ_ADDR_H, regs::CMDQ_CQ_ADDR_H, regs::AEQ_ADDR_L];
+                    t.w32(reg[rng.below(3) as usize], rng.next() as u32 & !0x3f);
+                }
+                t.start();
+            }
+            _ => {
+                t.read(rng.below(regs::BAR0_SIZE), 4);
+            }
+        }
+        if i % 25_000 == 0 {
+            t.dev.reset_harness();
+        }
+    }
+    // The run exercised successes and every kind of failure the model reports.
+    eprintln!("CQE statuses: {:?}", &statuses[..8]);
+    assert!(statuses[..8].iter().all(|&n| n > 0), "{:?}", &statuses[..8]);
+    assert!(statuses[0] > 1000);
+
+    // The device still works.
+    t.control("clear").unwrap();
+    clock.advance(Duration::from_secs(3600));
+    t.run_due();
+    t.w32(regs::DEV_CTRL, regs::DEV_CTRL_RESET);
+    t.mem.bytes_mut().fill(0);
+    assert!(t.init());
+    let c: Cqe = t.exec(Command::QueryDevice, |_| {});
+    assert_eq!(c.status, 0);
+    assert_eq!(
+        (c.resp0, c.resp1),
+        t.dev.device_config().caps.query_device()
+    );
+    assert_eq!(t.create_ceq(1, 1, 4).status, 0);
+    t.control("ceq eqn=1 cqn=3").unwrap();
+    assert_eq!(t.ceqe(1, 16, 0), (true, 3));
 }

@@ -9,7 +9,7 @@ use std::mem::size_of;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use erdma_model::regs::{BAR0_SIZE, BAR2_SIZE, MSIX_VECTORS};
-use erdma_model::{pci, Device, DeviceConfig, Io};
+use erdma_model::{pci, Device, DeviceConfig, Io, IrqSink};
 use vfio_bindings::bindings::vfio::{
     vfio_region_info, VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR0_REGION_INDEX,
     VFIO_PCI_BAR2_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_ERR_IRQ_INDEX,
@@ -20,6 +20,7 @@ use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, ServerBackend, ServerRegion
 
 use crate::guest_mem::MappedMemory;
 use crate::irqs::EventFdIrqs;
+use crate::timer::Timer;
 
 /// Everything one device owns: the model and its connection to the VM.
 pub struct DeviceState {
@@ -43,16 +44,19 @@ impl DeviceState {
         }
     }
 
-    /// Forgets the client (mappings, eventfds) and returns the device to power-on.
+    /// Forgets the client (mappings, eventfds, pending interrupts) and returns the device and
+    /// its control state (fault rules, ...) to power-on, with the start-up rules of the command
+    /// line.
     pub fn disconnect(&mut self) {
         self.device.reset();
+        self.device.reset_harness();
         self.mem.unmap_all();
-        self.irqs.clear();
+        self.irqs.disconnect();
         self.warned_fdless_map = false;
     }
 }
 
-/// The device state shared between its server thread and (later) other engines.
+/// The device state shared between its server thread, its timer thread and the control socket.
 pub type SharedState = Arc<Mutex<DeviceState>>;
 
 /// Locks the device state. A panic while holding the lock is a model bug that the panic hook
@@ -116,12 +120,13 @@ pub fn irqs() -> Vec<IrqInfo> {
 /// Forwards vfio-user messages of one connection to the device.
 pub struct Backend {
     state: SharedState,
+    timer: Arc<Timer>,
 }
 
 impl Backend {
-    /// A backend for the device behind `state`.
-    pub fn new(state: SharedState) -> Self {
-        Backend { state }
+    /// A backend for the device behind `state`, whose delayed work `timer` runs.
+    pub fn new(state: SharedState, timer: Arc<Timer>) -> Self {
+        Backend { state, timer }
     }
 }
 
@@ -143,15 +148,23 @@ impl ServerBackend for Backend {
 
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
         log::trace!("write region {region} {offset:#x} <- {data:02x?}");
-        let st = &mut *lock(&self.state);
-        match region {
-            VFIO_PCI_CONFIG_REGION_INDEX => st.device.pci_config_write(offset, data),
-            VFIO_PCI_BAR0_REGION_INDEX => {
-                let mut io = Io::new(&mut st.mem, &mut st.irqs);
-                st.device.bar0_write(offset, data, &mut io);
+        let mut delayed_work = false;
+        {
+            let st = &mut *lock(&self.state);
+            match region {
+                VFIO_PCI_CONFIG_REGION_INDEX => st.device.pci_config_write(offset, data),
+                VFIO_PCI_BAR0_REGION_INDEX => {
+                    let mut io = Io::new(&mut st.mem, &mut st.irqs);
+                    st.device.bar0_write(offset, data, &mut io);
+                    delayed_work = st.device.next_deadline().is_some();
+                }
+                VFIO_PCI_BAR2_REGION_INDEX => st.device.bar2_write(offset, data),
+                _ => log::debug!("write to empty region {region} at {offset:#x} ignored"),
             }
-            VFIO_PCI_BAR2_REGION_INDEX => st.device.bar2_write(offset, data),
-            _ => log::debug!("write to empty region {region} at {offset:#x} ignored"),
+        }
+        // After the device lock is released (see `timer` for the lock order).
+        if delayed_work {
+            self.timer.kick();
         }
         Ok(())
     }
@@ -220,7 +233,9 @@ impl ServerBackend for Backend {
 
     fn reset(&mut self) -> io::Result<()> {
         log::info!("device reset by the client");
-        lock(&self.state).device.reset();
+        let mut st = lock(&self.state);
+        st.device.reset();
+        st.irqs.cancel_pending();
         Ok(())
     }
 

@@ -6,6 +6,13 @@
 //! message the guest programmed in the (QEMU-emulated) MSI-X table. QEMU sends runs of vectors:
 //! either a run that all have an fd (one fd per vector) or a run without fds, which disconnects
 //! those vectors.
+//!
+//! An interrupt raised while its vector has no eventfd (MSI-X not enabled yet, or QEMU tearing
+//! vectors down and setting them up again when the guest enables more of them) is remembered as
+//! pending and delivered as soon as SET_IRQS installs an eventfd for the vector, the way a masked
+//! MSI-X vector keeps its pending bit. Without this, an event raised in that window would be lost
+//! and the driver would wait forever. Pending interrupts are dropped when the function is reset
+//! ([`IrqSink::cancel_pending`]) or the client disconnects.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -21,6 +28,8 @@ use vfio_bindings::bindings::vfio::{
 /// The eventfds of the MSI-X vectors.
 pub struct EventFdIrqs {
     fds: Vec<Option<File>>,
+    /// Bit n: vector n was raised while it had no eventfd.
+    pending: u32,
 }
 
 impl Default for EventFdIrqs {
@@ -38,12 +47,25 @@ impl EventFdIrqs {
     pub fn new() -> Self {
         EventFdIrqs {
             fds: (0..MSIX_VECTORS).map(|_| None).collect(),
+            pending: 0,
         }
     }
 
-    /// Disconnects every vector.
+    /// Disconnects every vector; pending interrupts stay pending (MSI-X disabled by the guest or
+    /// reprogrammed by QEMU).
     pub fn clear(&mut self) {
         self.fds.iter_mut().for_each(|f| *f = None);
+    }
+
+    /// Disconnects every vector and forgets pending interrupts (the client went away).
+    pub fn disconnect(&mut self) {
+        self.clear();
+        self.pending = 0;
+    }
+
+    /// Vectors with a pending interrupt (bit n = vector n).
+    pub fn pending(&self) -> u32 {
+        self.pending
     }
 
     /// Number of connected vectors.
@@ -107,9 +129,10 @@ impl EventFdIrqs {
                 self.fds[range].iter_mut().for_each(|f| *f = None);
             }
             VFIO_IRQ_SET_DATA_EVENTFD if fds.len() == range.len() => {
-                for (slot, fd) in self.fds[range].iter_mut().zip(fds) {
+                for (slot, fd) in self.fds[range.clone()].iter_mut().zip(fds) {
                     *slot = Some(fd);
                 }
+                self.deliver_pending(range);
             }
             VFIO_IRQ_SET_DATA_EVENTFD => {
                 return Err(invalid(format!(
@@ -129,11 +152,28 @@ impl EventFdIrqs {
         );
         Ok(())
     }
+
+    /// Delivers the pending interrupts of the vectors in `range` that now have an eventfd.
+    fn deliver_pending(&mut self, range: std::ops::Range<usize>) {
+        for v in range {
+            let bit = 1u32 << v;
+            if self.pending & bit != 0 && self.fds[v].is_some() {
+                self.pending &= !bit;
+                log::debug!("MSI-X vector {v}: delivering the pending interrupt");
+                self.raise(v as u16);
+            }
+        }
+    }
 }
 
 impl IrqSink for EventFdIrqs {
     fn raise(&mut self, vector: u16) -> bool {
-        let Some(Some(fd)) = self.fds.get_mut(usize::from(vector)) else {
+        let Some(slot) = self.fds.get_mut(usize::from(vector)) else {
+            return false;
+        };
+        let Some(fd) = slot else {
+            log::debug!("MSI-X vector {vector} has no eventfd: interrupt kept pending");
+            self.pending |= 1 << vector;
             return false;
         };
         match fd.write(&1u64.to_ne_bytes()) {
@@ -147,6 +187,10 @@ impl IrqSink for EventFdIrqs {
                 false
             }
         }
+    }
+
+    fn cancel_pending(&mut self) {
+        self.pending = 0;
     }
 }
 
@@ -206,6 +250,48 @@ pub(crate) mod tests {
         assert!(!irqs.raise(3));
         irqs.set_irqs(m, TRIGGER_NONE, 0, 0, vec![]).unwrap();
         assert_eq!(irqs.connected(), 0);
+    }
+
+    #[test]
+    fn interrupts_without_an_eventfd_are_delivered_later() {
+        let mut irqs = EventFdIrqs::new();
+        let m = VFIO_PCI_MSIX_IRQ_INDEX;
+        // Raised before MSI-X is enabled: pending, coalesced.
+        assert!(!irqs.raise(0));
+        assert!(!irqs.raise(0));
+        assert!(!irqs.raise(3));
+        assert!(!irqs.raise(40), "out of range: not remembered");
+        assert_eq!(irqs.pending(), 0b1001);
+        // QEMU enables vector 0 only: its interrupt arrives once.
+        let e0 = eventfd();
+        irqs.set_irqs(m, TRIGGER_EVENTFD, 0, 1, vec![e0.try_clone().unwrap()])
+            .unwrap();
+        assert_eq!(take_count(&e0), 1);
+        assert_eq!(irqs.pending(), 0b1000);
+        // QEMU tears all vectors down to re-enable more of them; an event raised in between
+        // is not lost.
+        irqs.set_irqs(m, TRIGGER_NONE, 0, 0, vec![]).unwrap();
+        assert!(!irqs.raise(0));
+        let (f0, f3) = (eventfd(), eventfd());
+        let fds = vec![
+            f0.try_clone().unwrap(),
+            eventfd(),
+            eventfd(),
+            f3.try_clone().unwrap(),
+        ];
+        irqs.set_irqs(m, TRIGGER_EVENTFD, 0, 4, fds).unwrap();
+        assert_eq!((take_count(&f0), take_count(&f3)), (1, 1));
+        assert_eq!(irqs.pending(), 0);
+        assert!(irqs.raise(3));
+        assert_eq!(take_count(&f3), 1);
+        // A reset or a disconnect drops pending interrupts.
+        irqs.set_irqs(m, TRIGGER_EVENTFD, 3, 1, vec![]).unwrap();
+        assert!(!irqs.raise(3));
+        irqs.cancel_pending();
+        assert_eq!(irqs.pending(), 0);
+        assert!(!irqs.raise(3));
+        irqs.disconnect();
+        assert_eq!((irqs.pending(), irqs.connected()), (0, 0));
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! The transport is kept apart from the device state machine: [`backend`] turns vfio-user
 //! messages into model calls, [`guest_mem`] and [`irqs`] implement the model's
 //! [`erdma_model::GuestMemory`] and [`erdma_model::IrqSink`] over QEMU's shared memory and
-//! eventfds, and [`runner`] runs one server thread per device.
+//! eventfds, [`timer`] runs a device's delayed work, [`control`] serves the control socket, and
+//! [`runner`] runs one server thread and one timer thread per device.
 //!
 //! `unsafe` is confined to this crate (mmap/munmap of guest RAM, signal masks, raw copies); every
 //! block carries a `// SAFETY:` comment.
@@ -17,11 +18,13 @@
 
 pub mod backend;
 pub mod cli;
+pub mod control;
 pub mod guest_mem;
 pub mod irqs;
 pub mod logging;
 pub mod runner;
 pub mod signals;
+pub mod timer;
 
 #[cfg(test)]
 mod protocol_tests;

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
 use erdma_emu::cli::{self, format_mac, Command, DeviceSpec};
@@ -21,8 +22,12 @@ const EXIT_FAILURE: u8 = 1;
 const EXIT_INTERNAL: i32 = 70;
 
 fn main() -> ExitCode {
-    let (log_level, devices) = match cli::parse(std::env::args_os().skip(1)) {
-        Ok(Command::Run { log_level, devices }) => (log_level, devices),
+    let (log_level, devices, control) = match cli::parse(std::env::args_os().skip(1)) {
+        Ok(Command::Run {
+            log_level,
+            devices,
+            control,
+        }) => (log_level, devices, control),
         Ok(Command::Help) => {
             print!("{}", cli::USAGE);
             return ExitCode::SUCCESS;
@@ -37,7 +42,7 @@ fn main() -> ExitCode {
         }
     };
     logging::init(log_level.as_deref());
-    match run(&devices) {
+    match run(&devices, control.as_deref()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");
@@ -46,11 +51,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(devices: &[DeviceSpec]) -> Result<(), String> {
+fn run(devices: &[DeviceSpec], control: Option<&Path>) -> Result<(), String> {
     // Before any thread exists, so that all threads inherit the blocked mask.
     let signals = TerminationSignals::block().map_err(|e| format!("cannot block signals: {e}"))?;
     warn_about_config(devices);
-    let listening = runner::bind(devices)?;
+    let listening = runner::bind(devices, control)?;
     let running = listening
         .start()
         .map_err(|e| format!("cannot start device threads: {e}"))?;
@@ -84,6 +89,9 @@ fn warn_about_config(devices: &[DeviceSpec]) {
                 "{}: VERSION=0 models a non-functional function; drivers must refuse it",
                 d.name
             );
+        }
+        for cmd in &d.config.startup {
+            log::info!("{}: start-up command \"{cmd}\"", d.name);
         }
         if let Some(other) = macs.insert(d.config.mac, &d.name) {
             log::warn!(

@@ -23,6 +23,7 @@ use vfio_user::Client;
 
 use crate::backend::lock;
 use crate::cli::DeviceSpec;
+use crate::control;
 use crate::guest_mem::tests::memfd;
 use crate::irqs::tests::{eventfd, take_count};
 use crate::runner;
@@ -161,7 +162,7 @@ fn two_devices_served_from_one_process() {
         spec("dev0", &sockets[0], configs[0].clone()),
         spec("dev1", &sockets[1], configs[1].clone()),
     ];
-    let listening = runner::bind(&specs).unwrap();
+    let listening = runner::bind(&specs, None).unwrap();
     assert_eq!(listening.len(), 2);
     assert!(sockets.iter().all(|s| s.exists()));
     let running = listening.start().unwrap();
@@ -325,7 +326,7 @@ fn bind_clears_stale_sockets_and_refuses_live_ones() {
     File::create(&file).unwrap();
     let config = DeviceConfig::default();
 
-    let l = runner::bind(&[spec("dev0", &stale, config.clone())]).unwrap();
+    let l = runner::bind(&[spec("dev0", &stale, config.clone())], None).unwrap();
     assert!(stale.exists());
     drop(l);
     assert!(
@@ -339,11 +340,321 @@ fn bind_clears_stale_sockets_and_refuses_live_ones() {
             spec("dev0", &ok, config.clone()),
             spec("dev1", bad, config.clone()),
         ];
-        let err = runner::bind(&specs).err().unwrap();
+        let err = runner::bind(&specs, None).err().unwrap();
         assert!(err.starts_with("dev1: socket "), "{err}");
         assert!(!ok.exists(), "sockets bound before the failure are removed");
         assert!(bad.exists(), "the offending path is left alone");
     }
     let missing_dir = dir.path("no/such/dir.sock");
-    assert!(runner::bind(&[spec("dev0", &missing_dir, config)]).is_err());
+    assert!(runner::bind(&[spec("dev0", &missing_dir, config)], None).is_err());
+}
+
+// ------------------------------------------------------------------------------------------------
+// The command queue over vfio-user, the control socket
+// ------------------------------------------------------------------------------------------------
+
+mod cmdq {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+    use std::time::{Duration, Instant};
+
+    use erdma_model::cmdq::{Command, Cqe, Header, CQE_SIZE};
+    use erdma_model::regs::test_page;
+
+    use super::*;
+
+    /// Guest RAM: a memfd mapped at this IOVA.
+    const IOVA: u64 = 0x1_0000_0000;
+    const RAM: u64 = 0x10_0000;
+    const SQ: u64 = IOVA;
+    const CQ: u64 = IOVA + 0x4000;
+    const EQ: u64 = IOVA + 0x8000;
+    const AEQ: u64 = IOVA + 0x1_0000;
+    const DBREC: u64 = IOVA + 0x2_0000;
+
+    /// A connected client with guest RAM, like QEMU with a driver that has just probed.
+    struct Vm {
+        c: Client,
+        ram: File,
+        pi: u16,
+        cq_ci: u32,
+    }
+
+    impl Vm {
+        fn connect(socket: &Path) -> Self {
+            let mut c = Client::new(socket).unwrap();
+            let ram = memfd(RAM);
+            c.dma_map(0, IOVA, RAM, ram.as_raw_fd()).unwrap();
+            c.region_write(CONFIG, 0x04, &0x0006u16.to_le_bytes())
+                .unwrap();
+            Vm {
+                c,
+                ram,
+                pi: 0,
+                cq_ci: 0,
+            }
+        }
+
+        /// Programs the rings in guest RAM and writes INIT; returns DEV_STATUS.
+        fn init(&mut self) -> u32 {
+            for (off, v) in [
+                (AEQ_ADDR_H, (AEQ >> 32) as u32),
+                (AEQ_ADDR_L, AEQ as u32),
+                (AEQ_DEPTH, 4096),
+                (CMDQ_SQ_ADDR_H, (SQ >> 32) as u32),
+                (CMDQ_SQ_ADDR_L, SQ as u32),
+                (CMDQ_DEPTH, 512),
+                (CMDQ_CQ_ADDR_H, (CQ >> 32) as u32),
+                (CMDQ_CQ_ADDR_L, CQ as u32),
+                (CMDQ_EQ_ADDR_H, (EQ >> 32) as u32),
+                (CMDQ_EQ_ADDR_L, EQ as u32),
+                (CMDQ_EQ_DEPTH, 128),
+            ] {
+                w32(&mut self.c, BAR0, off, v);
+            }
+            for (i, q) in AdminQueue::ALL.into_iter().enumerate() {
+                w64(&mut self.c, q.dbrec_reg(), DBREC + 8 * i as u64);
+            }
+            w32(&mut self.c, BAR0, DEV_CTRL, DEV_CTRL_INIT);
+            r32(&mut self.c, BAR0, DEV_STATUS)
+        }
+
+        /// Writes a header-only 4-WQEBB command and rings the doorbell; returns its start index.
+        fn submit(&mut self, cmd: Command) -> u16 {
+            let start = self.pi;
+            self.pi = start.wrapping_add(4);
+            let h = Header {
+                wqebb_index: self.pi,
+                code: cmd.code(),
+                cookie: 7,
+                wqebbs: 4,
+            };
+            let off = u64::from(start & 511) * 32;
+            self.ram
+                .write_all_at(&h.encode().to_le_bytes(), SQ - IOVA + off)
+                .unwrap();
+            w64(&mut self.c, CMDQ_SQ_DB, self.pi.into());
+            start
+        }
+
+        /// The CQE at the consumer index, if valid; advances.
+        fn poll_cqe(&mut self) -> Option<Cqe> {
+            let mut b = [0u8; CQE_SIZE];
+            let off = CQ - IOVA + u64::from(self.cq_ci & 511) * CQE_SIZE as u64;
+            self.ram.read_exact_at(&mut b, off).unwrap();
+            let cqe = Cqe::decode(&b);
+            if cqe.owner == (self.cq_ci & 512 != 0) {
+                return None;
+            }
+            self.cq_ci += 1;
+            Some(cqe)
+        }
+
+        fn eqe_owner(&self, i: u64) -> bool {
+            let mut b = [0u8; 4];
+            self.ram.read_exact_at(&mut b, EQ - IOVA + 16 * i).unwrap();
+            u32::from_le_bytes(b) >> 31 != 0
+        }
+
+        fn arm_cq(&mut self) {
+            w64(&mut self.c, CMDQ_CQ_DB, 1 << 31 | u64::from(self.cq_ci));
+        }
+    }
+
+    fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// A line-oriented control-socket client.
+    struct Control {
+        w: UnixStream,
+        r: BufReader<UnixStream>,
+    }
+
+    impl Control {
+        fn connect(path: &Path) -> Self {
+            let w = UnixStream::connect(path).unwrap();
+            let r = BufReader::new(w.try_clone().unwrap());
+            Control { w, r }
+        }
+
+        fn ask(&mut self, line: &str) -> String {
+            writeln!(self.w, "{line}").unwrap();
+            let mut reply = String::new();
+            self.r.read_line(&mut reply).unwrap();
+            assert!(reply.ends_with('\n'), "{reply:?}");
+            reply.trim_end().to_string()
+        }
+    }
+
+    #[test]
+    fn query_device_and_interrupts_over_vfio_user() {
+        let dir = TempDir::new("cmdq");
+        let sock = dir.path("dev0.sock");
+        let ctl = dir.path("control.sock");
+        let config = DeviceConfig {
+            test_page: true,
+            ..Default::default()
+        };
+        let specs = [spec("dev0", &sock, config.clone())];
+        let running = runner::bind(&specs, Some(&ctl)).unwrap().start().unwrap();
+        assert_eq!(running.sockets(), [sock.clone(), ctl.clone()]);
+        let mut vm = Vm::connect(&sock);
+        assert_eq!(vm.init(), DEV_STATUS_INIT_DONE);
+
+        // Polling mode: QUERY_DEVICE completes with the configured capabilities, no interrupt.
+        let start = vm.submit(Command::QueryDevice);
+        let cqe = vm.poll_cqe().expect("QUERY_DEVICE completed");
+        assert_eq!((cqe.status, cqe.start, cqe.owner), (0, start.into(), true));
+        assert_eq!((cqe.resp0, cqe.resp1), config.caps.query_device());
+
+        // Armed before the guest has enabled MSI-X: the interrupt is kept pending and arrives
+        // with the eventfd.
+        vm.arm_cq();
+        vm.submit(Command::QueryFwInfo);
+        assert_eq!(
+            vm.poll_cqe().unwrap().resp0,
+            u64::from(config.caps.fw_version)
+        );
+        assert!(vm.eqe_owner(0), "EQE written");
+        let state = running.state(0).unwrap();
+        assert_eq!(lock(&state).irqs.pending(), 1, "vector 0 pending");
+        let e0 = eventfd();
+        let trigger_fd = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+        vm.c.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, trigger_fd, 0, 1, &[e0.as_raw_fd()])
+            .unwrap();
+        assert_eq!(take_count(&e0), 1, "pending interrupt delivered");
+
+        // The driver's interrupt path: re-arm CQ and EQ; the next command interrupts at once.
+        vm.arm_cq();
+        w64(&mut vm.c, eq_db(0), 1 << 31 | 1);
+        assert_eq!(take_count(&e0), 0);
+        vm.submit(Command::QueryDevice);
+        assert_eq!(take_count(&e0), 1);
+        assert!(vm.eqe_owner(1));
+        assert_eq!(vm.poll_cqe().unwrap().status, 0);
+
+        // The control socket: queries, a delayed completion run by the timer thread.
+        let mut ctl_client = Control::connect(&ctl);
+        assert_eq!(ctl_client.ask("dev0 query cmds"), "ok cmds=3");
+        assert_eq!(ctl_client.ask("dev0 query init_done"), "ok init_done=1");
+        assert_eq!(ctl_client.ask("dev0 delay any ms=30"), "ok");
+        vm.arm_cq();
+        w64(&mut vm.c, eq_db(0), 1 << 31 | 2);
+        let start = vm.submit(Command::QueryFwInfo);
+        assert_eq!(vm.poll_cqe(), None, "not yet");
+        let cqe = wait_for("the delayed completion", || vm.poll_cqe());
+        assert_eq!((cqe.status, cqe.start), (0, start.into()));
+        wait_for("its interrupt", || (take_count(&e0) == 1).then_some(()));
+        assert!(vm.eqe_owner(2));
+
+        // Fault injection through the control socket.
+        assert_eq!(
+            ctl_client.ask("dev0 fail RDMA.QUERY_DEVICE status=0x42"),
+            "ok"
+        );
+        vm.submit(Command::QueryDevice);
+        assert_eq!(vm.poll_cqe().unwrap().status, 0x42);
+        assert_eq!(
+            ctl_client.ask("dev0 query rules"),
+            "ok rules=0",
+            "the rule was used up"
+        );
+
+        // The test page over vfio-user.
+        let base = TEST_PAGE_BASE;
+        assert_eq!(r32(&mut vm.c, BAR0, base), test_page::MAGIC_VALUE);
+        vm.c.region_write(BAR0, base + test_page::MAILBOX, b"query mtu\0")
+            .unwrap();
+        w32(&mut vm.c, BAR0, base + test_page::EXECUTE, 1);
+        assert_eq!(r32(&mut vm.c, BAR0, base + test_page::STATUS), 0);
+        let mut reply = [0u8; 9];
+        vm.c.region_read(BAR0, base + test_page::REPLY, &mut reply)
+            .unwrap();
+        assert_eq!(&reply, b"ok mtu=0\0");
+
+        // A disconnect returns the device and its control state to power-on.
+        ctl_client.ask("dev0 fail any status=1 count=forever");
+        vm.c.shutdown().unwrap();
+        drop(vm);
+        wait_for("the disconnect", || {
+            let st = lock(&state);
+            (st.device.admin_queues().is_none() && st.device.fault_rules().is_empty()).then_some(())
+        });
+        assert_eq!(ctl_client.ask("dev0 query init_done"), "ok init_done=0");
+        running.remove_sockets();
+        assert!(!ctl.exists() && !sock.exists());
+    }
+
+    #[test]
+    fn control_socket_requests_and_errors() {
+        let dir = TempDir::new("control");
+        let socks = [dir.path("dev0.sock"), dir.path("dev1.sock")];
+        let ctl = dir.path("control.sock");
+        // A stale control socket from a killed run is replaced.
+        drop(std::os::unix::net::UnixListener::bind(&ctl).unwrap());
+        let specs = [
+            spec("dev0", &socks[0], DeviceConfig::default()),
+            spec("dev1", &socks[1], DeviceConfig::default()),
+        ];
+        let running = runner::bind(&specs, Some(&ctl)).unwrap().start().unwrap();
+        let mut a = Control::connect(&ctl);
+        let mut b = Control::connect(&ctl);
+        assert_eq!(a.ask("dev0 stats tx_reqs=5 rx_bytes=0x10"), "ok");
+        assert_eq!(
+            b.ask("dev0 query stats"),
+            "ok tx_reqs=5 tx_packets=0 tx_bytes=0 tx_disable_drop=0 tx_bps_limit_drop=0 \
+             tx_pps_limit_drop=0 rx_packets=0 rx_bytes=16 rx_disable_drop=0 \
+             rx_bps_limit_drop=0 rx_pps_limit_drop=0"
+        );
+        assert_eq!(
+            b.ask("dev1 query stats").split(' ').nth(1),
+            Some("tx_reqs=0")
+        );
+        assert_eq!(a.ask("  dev1   query   eqs  "), "ok eqs=");
+        assert_eq!(a.ask("dev1 refuse-init"), "ok");
+        assert!(a
+            .ask("dev2 query all")
+            .starts_with("error: unknown device \"dev2\""));
+        assert!(a.ask("").starts_with("error: empty request"));
+        assert!(a.ask("dev0").starts_with("error: empty command"));
+        assert!(a
+            .ask("dev0 frobnicate")
+            .starts_with("error: unknown command"));
+        assert!(a
+            .ask("dev0 ceq eqn=1 cqn=1")
+            .starts_with("error: ceq: device not initialized"));
+        assert!(a
+            .ask("dev0 fail any")
+            .starts_with("error: fail: status= is required"));
+        // The refused INIT seen through vfio-user.
+        let mut c1 = Client::new(&socks[1]).unwrap();
+        assert_eq!(init(&mut c1), 0);
+        assert_eq!(a.ask("dev1 clear"), "ok");
+        assert_eq!(init(&mut c1), DEV_STATUS_INIT_DONE);
+        // An over-long request gets an error; the connection goes on.
+        let long = format!("dev0 query {}", "x".repeat(10 * control::MAX_LINE));
+        assert!(b.ask(&long).starts_with("error: request longer than"));
+        assert_eq!(b.ask("dev0 query dbs"), "ok dbs=0");
+        assert_eq!(
+            b.ask("\u{ff}"),
+            "error: unknown device \"\u{ff}\" (expected dev0, dev1)"
+        );
+        // Direct execution, as the socket does it.
+        let targets = [control::Target {
+            name: "dev0".into(),
+            state: running.state(0).unwrap(),
+            timer: running.timer(0).unwrap(),
+        }];
+        assert_eq!(control::execute("dev0 query dbs", &targets), "ok dbs=0");
+        running.remove_sockets();
+        assert!(!ctl.exists());
+    }
 }

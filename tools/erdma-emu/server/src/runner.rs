@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Serving several devices from one process: bind every socket first, then one thread per device
-//! that serves one client at a time and resets the device when the client goes away.
+//! Serving several devices from one process: bind every socket first, then per device one thread
+//! that serves one client at a time (resetting the device when the client goes away) and one
+//! timer thread for its delayed work; plus, optionally, the control socket's thread.
 
 use std::fs;
 use std::io;
 use std::os::unix::fs::FileTypeExt;
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -16,15 +17,19 @@ use vfio_user::Server;
 
 use crate::backend::{self, lock, Backend, DeviceState, SharedState};
 use crate::cli::{format_mac, DeviceSpec};
+use crate::control;
 use crate::logging;
+use crate::timer::{self, Timer};
 
 /// Devices whose sockets are bound and listening, not yet served.
 pub struct Listening {
     devices: Vec<(DeviceSpec, Server)>,
+    control: Option<(PathBuf, UnixListener)>,
 }
 
-/// Binds the socket of every device. On failure, sockets bound so far are removed again.
-pub fn bind(specs: &[DeviceSpec]) -> Result<Listening, String> {
+/// Binds the socket of every device and the control socket, if any. On failure, sockets bound
+/// so far are removed again.
+pub fn bind(specs: &[DeviceSpec], control_path: Option<&Path>) -> Result<Listening, String> {
     let mut devices = Vec::with_capacity(specs.len());
     for spec in specs {
         let fail = |e: String| format!("{}: socket {}: {e}", spec.name, spec.socket.display());
@@ -34,12 +39,20 @@ pub fn bind(specs: &[DeviceSpec]) -> Result<Listening, String> {
             .map_err(|e| fail(e.to_string()))?;
         devices.push((spec.clone(), server));
     }
-    Ok(Listening { devices })
+    let control = match control_path {
+        Some(path) => {
+            let listener = control::bind(path)
+                .map_err(|e| format!("control socket {}: {e}", path.display()))?;
+            Some((path.to_path_buf(), listener))
+        }
+        None => None,
+    };
+    Ok(Listening { devices, control })
 }
 
 /// Makes `path` free for binding: removes a socket file nobody listens on (left over by a killed
 /// process); refuses a live socket or any other kind of file.
-fn clear_stale_socket(path: &Path) -> Result<(), String> {
+pub(crate) fn clear_stale_socket(path: &Path) -> Result<(), String> {
     let md = match fs::symlink_metadata(path) {
         Ok(md) => md,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -70,41 +83,75 @@ impl Listening {
         self.devices.is_empty()
     }
 
-    /// Starts one server thread per device.
+    /// Starts one server thread and one timer thread per device, and the control socket's
+    /// thread.
     pub fn start(self) -> io::Result<Running> {
         let mut devices = Vec::with_capacity(self.devices.len());
         for (spec, server) in self.devices {
             let state: SharedState = Arc::new(Mutex::new(DeviceState::new(spec.config.clone())));
+            let timer = Timer::new();
             let thread = thread::Builder::new().name(spec.name.clone()).spawn({
-                let state = state.clone();
-                let spec = spec.clone();
-                move || serve(&spec, &server, &state)
+                let (state, timer, spec) = (state.clone(), timer.clone(), spec.clone());
+                move || serve(&spec, &server, &state, &timer)
             })?;
+            thread::Builder::new()
+                .name(format!("{}-timer", spec.name))
+                .spawn({
+                    let (state, timer, name) = (state.clone(), timer.clone(), spec.name.clone());
+                    move || {
+                        logging::set_device_name(&name);
+                        timer::run(&state, &timer)
+                    }
+                })?;
             devices.push(RunningDevice {
                 name: spec.name,
                 socket: spec.socket,
                 state,
+                timer,
                 _thread: thread,
             });
         }
-        Ok(Running { devices })
+        let control = match self.control {
+            Some((path, listener)) => {
+                let targets: Vec<control::Target> = devices
+                    .iter()
+                    .map(|d| control::Target {
+                        name: d.name.clone(),
+                        state: d.state.clone(),
+                        timer: d.timer.clone(),
+                    })
+                    .collect();
+                let targets = Arc::new(targets);
+                thread::Builder::new()
+                    .name("control".into())
+                    .spawn(move || control::serve(listener, targets))?;
+                log::info!("control socket listening on {}", path.display());
+                Some(path)
+            }
+            None => None,
+        };
+        Ok(Running { devices, control })
     }
 }
 
 /// The server loop of one device: one client at a time, forever.
-fn serve(spec: &DeviceSpec, server: &Server, state: &SharedState) {
+fn serve(spec: &DeviceSpec, server: &Server, state: &SharedState, timer: &Arc<Timer>) {
     logging::set_device_name(&spec.name);
     let c = &spec.config;
     log::info!(
-        "listening on {}: MAC {}, {}, VERSION {:#x}, revision {:#x}",
+        "listening on {}: MAC {}, {}, VERSION {:#x}, revision {:#x}, {} QPs, test page {}, \
+         {} start-up command(s)",
         spec.socket.display(),
         format_mac(&c.mac),
         c.protocol,
         c.version,
-        c.revision
+        c.revision,
+        c.caps.max_qp(),
+        if c.test_page { "on" } else { "off" },
+        c.startup.len()
     );
     loop {
-        let result = server.run(&mut Backend::new(state.clone()));
+        let result = server.run(&mut Backend::new(state.clone(), timer.clone()));
         lock(state).disconnect();
         match result {
             Ok(()) => log::info!("client disconnected; device reset to power-on"),
@@ -124,12 +171,14 @@ pub struct RunningDevice {
     /// Its socket.
     pub socket: PathBuf,
     state: SharedState,
+    timer: Arc<Timer>,
     _thread: JoinHandle<()>,
 }
 
 /// The devices being served. The server threads run until the process exits.
 pub struct Running {
     devices: Vec<RunningDevice>,
+    control: Option<PathBuf>,
 }
 
 impl Running {
@@ -138,14 +187,23 @@ impl Running {
         &self.devices
     }
 
-    /// The socket paths.
+    /// The socket paths (devices, then the control socket).
     pub fn sockets(&self) -> Vec<PathBuf> {
-        self.devices.iter().map(|d| d.socket.clone()).collect()
+        self.devices
+            .iter()
+            .map(|d| d.socket.clone())
+            .chain(self.control.clone())
+            .collect()
     }
 
     /// The state of device `i`.
     pub fn state(&self, i: usize) -> Option<SharedState> {
         self.devices.get(i).map(|d| d.state.clone())
+    }
+
+    /// The timer of device `i` (kick it after creating delayed work behind the server's back).
+    pub fn timer(&self, i: usize) -> Option<Arc<Timer>> {
+        self.devices.get(i).map(|d| d.timer.clone())
     }
 
     /// Removes the socket files (at shutdown; the threads keep running until the process exits).

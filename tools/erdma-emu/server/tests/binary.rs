@@ -131,6 +131,44 @@ fn sigint_while_idle_and_stale_sockets() {
 }
 
 #[test]
+fn control_socket_and_start_up_faults() {
+    use std::io::Write;
+    let dir = temp_dir("ctl");
+    let (mut args, socks) = device_args(&dir);
+    let ctl = dir.join("control.sock");
+    args.extend([
+        "--control".to_string(),
+        ctl.display().to_string(),
+        "--fault".to_string(),
+        "dev1:fail any status=3 count=forever".to_string(),
+    ]);
+    let mut child = start(&args);
+    assert!(ctl.exists());
+    let stream = std::os::unix::net::UnixStream::connect(&ctl).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut ask = |line: &str| {
+        writeln!(&stream, "{line}").unwrap();
+        let mut reply = String::new();
+        reader.read_line(&mut reply).unwrap();
+        reply
+    };
+    assert_eq!(ask("dev1 query rules"), "ok rules=1\n");
+    assert_eq!(ask("dev0 query rules"), "ok rules=0\n");
+    assert_eq!(ask("dev0 query init_done"), "ok init_done=0\n");
+    assert!(ask("dev9 clear").starts_with("error: unknown device"));
+    signal(&child, libc::SIGTERM);
+    assert_eq!(wait(&mut child).code(), Some(0));
+    assert!(!ctl.exists(), "control socket removed");
+    assert!(socks.iter().all(|s| !s.exists()));
+    let log = stderr(&mut child);
+    assert!(
+        log.contains("control: dev1 query rules -> ok rules=1"),
+        "{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn usage_errors_exit_2() {
     for args in [
         &[][..],
@@ -140,6 +178,16 @@ fn usage_errors_exit_2() {
             "socket=/tmp/x.sock,mac=52:54:00:12:34:56,proto=ib",
         ][..],
         &["--bogus"][..],
+        &[
+            "--device",
+            "socket=/tmp/x.sock,mac=52:54:00:12:34:56,qp_blocks=0",
+        ][..],
+        &[
+            "--device",
+            "socket=/tmp/x.sock,mac=52:54:00:12:34:56",
+            "--fault",
+            "dev0:fail any",
+        ][..],
     ] {
         let out = Command::new(BIN).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -1,0 +1,678 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The command queue engine and the event-queue doorbells (erdma-hw.md §3, §4).
+//!
+//! # Fetching
+//!
+//! A CMDQ_SQ_DB write names the new producer index (WQEBBs, 16 bits). The device consumes every
+//! command between its consumer index and that PI, in order:
+//!
+//! 1. Read the 8-byte header at the consumer index. Its WQEBB count (bits 54:52, plus one) gives
+//!    the command's extent.
+//! 2. A malformed header completes the command with [`Status::Malformed`] and the device moves
+//!    on: a count above 4 (the extent is then the count, capped at the PI), a command that runs
+//!    past the PI (extent: up to the PI), or a header index that is not `start + count` (extent:
+//!    the count).
+//! 3. Fault rules may fail the command (not executed) or delay its completion (executed now).
+//! 4. The command is executed by the handler its `(sub-module, opcode)` selects in
+//!    [`Device::execute`]; unknown and not-yet-modelled commands are [`Status::Unsupported`].
+//! 5. A 32-byte CQE goes to the CMDQ CQ at the device's producer index; its dword 1 is the
+//!    command's start index. If the CMDQ CQ is armed, an EQE goes to the CMDQ EQ and the CQ is
+//!    disarmed (one event per arm); the EQ raises vector 0 if it is armed.
+//!
+//! A PI more than the ring depth ahead of the consumer index cannot be right: it is logged and the
+//! consumer index jumps to it (nothing is executed, nothing completes).
+//!
+//! # Failures that have no status to report them
+//!
+//! A CQE or EQE that cannot be written (ring outside guest memory, EQ full) is dropped with a
+//! rate-limited warning: real hardware would raise a fatal error, and the driver will time out.
+
+use std::time::Duration;
+
+use super::{Ceq, Delayed, Device, Oddity};
+use crate::cmdq::{
+    self, AllocDb, Command, ConfDevice, ConfMtu, Cqe, CreateEq, DestroyEq, FreeDb, GetStats,
+    Header, OpCode, Request, Status, CQE_QTYPE_CMDQ, EQ_TYPE_CEQ, MAX_CMD_SIZE, MAX_CMD_WQEBBS,
+    WQEBB_SIZE,
+};
+use crate::control::FaultAction;
+use crate::eq::{self, AeqEvent, EqError, EventQueue};
+use crate::extdb;
+use crate::io::Io;
+use crate::regs::{self, CqDoorbell, EqDoorbell};
+
+/// Most completions a device holds back for `delay` rules; beyond that they complete at once.
+const MAX_DELAYED: usize = 65536;
+/// MTUs CONF_MTU accepts (an Ethernet netdev's range).
+pub const MTU_RANGE: core::ops::RangeInclusive<u32> = 68..=65535;
+/// log2 depths CREATE_EQ accepts (2..65536 entries; the driver's EQ counter is 16 bits).
+pub const CEQ_DEPTH_LOG2_RANGE: core::ops::RangeInclusive<u8> = 1..=16;
+/// EQNs and vectors CREATE_EQ accepts: CEQs only (EQN/vector 0 is the CMDQ EQ and the AEQ).
+pub const CEQ_RANGE: core::ops::RangeInclusive<u8> = 1..=(regs::EQ_DB_COUNT - 1);
+
+/// Why [`Device::post_ceqe`] or [`Device::post_aeqe`] did not post.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostError {
+    /// DEV_CTRL.INIT has not completed: no EQs exist.
+    NotInitialized,
+    /// No CEQ with this EQN.
+    NoSuchEq(u8),
+    /// The EQ refused the entry.
+    Eq(EqError),
+}
+
+impl std::fmt::Display for PostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PostError::NotInitialized => f.write_str("device not initialized (no EQs)"),
+            PostError::NoSuchEq(n) => write!(f, "no CEQ with EQN {n}"),
+            PostError::Eq(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for PostError {}
+
+/// A command's result: `(resp0, resp1)` or a failure status.
+type Outcome = Result<(u64, u64), Status>;
+
+/// A command that could not be fetched: how to complete it and how far to move on.
+struct BadCommand {
+    code: OpCode,
+    status: Status,
+    why: String,
+    extent: u16,
+}
+
+impl BadCommand {
+    fn new(code: OpCode, status: Status, why: impl Into<String>, extent: u16) -> Self {
+        BadCommand {
+            code,
+            status,
+            why: why.into(),
+            extent,
+        }
+    }
+}
+
+impl Device {
+    // --------------------------------------------------------------------------------------------
+    // CMDQ SQ
+    // --------------------------------------------------------------------------------------------
+
+    /// CMDQ_SQ_DB: process every command up to `pi`.
+    pub(super) fn cmdq_sq_doorbell(&mut self, pi: u16, io: &mut Io<'_>) {
+        let Some(q) = self.func.queues.as_mut() else {
+            return;
+        };
+        let depth = q.admin.cmdq_sq.depth;
+        let ahead = pi.wrapping_sub(q.sq_ci);
+        if u32::from(ahead) > depth {
+            let msg = format!(
+                "CMDQ_SQ_DB: producer index {pi:#x} is {ahead} WQEBBs ahead of the device's \
+                 consumer index {:#x} (ring depth {depth}); resynchronised, nothing executed",
+                q.sq_ci
+            );
+            q.sq_ci = pi;
+            if self.warned.cmd_error() {
+                log::warn!("{msg}");
+            } else {
+                log::debug!("{msg}");
+            }
+            return;
+        }
+        loop {
+            let ci = match self.func.queues.as_ref() {
+                Some(q) if q.sq_ci != pi => q.sq_ci,
+                _ => break,
+            };
+            let extent = self.process_command(ci, pi.wrapping_sub(ci), io);
+            if let Some(q) = self.func.queues.as_mut() {
+                q.sq_ci = ci.wrapping_add(extent);
+            }
+        }
+    }
+
+    /// Fetches, executes and completes the command at WQEBB index `start`; `remaining` (> 0)
+    /// WQEBBs are left before the doorbell's PI. Returns the WQEBBs consumed (1..=remaining).
+    fn process_command(&mut self, start: u16, remaining: u16, io: &mut Io<'_>) -> u16 {
+        self.harness.cmds = self.harness.cmds.wrapping_add(1);
+        let (code, count, buf) = match self.fetch(start, remaining, io) {
+            Ok(fetched) => fetched,
+            Err(bad) => {
+                self.log_cmd_error(start, bad.code, bad.status.code(), &bad.why);
+                self.complete(start, bad.code, Err(bad.status), None, io);
+                return bad.extent;
+            }
+        };
+        let delay = match self.harness.rules.check(code) {
+            Some(FaultAction::Fail(status)) => {
+                log::debug!("CMDQ {code} at {start:#x}: failed with status {status} (fault rule)");
+                self.complete_status(start, code, status, (0, 0), None, io);
+                return count;
+            }
+            Some(FaultAction::Delay(d)) => Some(d),
+            None => None,
+        };
+        let len = usize::from(count) * WQEBB_SIZE;
+        let outcome = self.execute(code, &Request::new(&buf[..len]), io);
+        match outcome {
+            Ok(_) => log::debug!("CMDQ {code} at {start:#x}: ok"),
+            Err(status) => self.log_cmd_error(start, code, status.code(), status.name()),
+        }
+        self.complete(start, code, outcome, delay, io);
+        count
+    }
+
+    /// Reads and checks the command at `start`: its code, WQEBB count and bytes.
+    fn fetch(
+        &mut self,
+        start: u16,
+        remaining: u16,
+        io: &mut Io<'_>,
+    ) -> Result<(OpCode, u16, [u8; MAX_CMD_SIZE]), BadCommand> {
+        let sq = match self.func.queues.as_ref() {
+            Some(q) => q.admin.cmdq_sq,
+            None => {
+                return Err(BadCommand::new(
+                    OpCode { sub: 0, op: 0 },
+                    Status::DmaError,
+                    "",
+                    remaining,
+                ))
+            }
+        };
+        let wqebb_addr = |i: u16| {
+            let slot = u64::from(u32::from(i) & (sq.depth - 1));
+            sq.addr + slot * WQEBB_SIZE as u64
+        };
+        let header = match io.mem.read_u64_le(wqebb_addr(start)) {
+            Ok(h) => Header::decode(h),
+            Err(e) => {
+                if self.warned.first(Oddity::SqUnreadable, 0) {
+                    log::warn!("CMDQ SQ ring unreadable: {e}");
+                }
+                let extent = remaining.min(MAX_CMD_WQEBBS);
+                let code = OpCode { sub: 0, op: 0 };
+                return Err(BadCommand::new(
+                    code,
+                    Status::DmaError,
+                    e.to_string(),
+                    extent,
+                ));
+            }
+        };
+        let code = header.code;
+        let count = header.wqebbs;
+        if count > MAX_CMD_WQEBBS {
+            let why = format!("header {:#x}: {count} WQEBBs (at most 4)", header.encode());
+            return Err(BadCommand::new(
+                code,
+                Status::Malformed,
+                why,
+                count.min(remaining),
+            ));
+        }
+        if count > remaining {
+            let why = format!("{count} WQEBBs, but only {remaining} before the doorbell's PI");
+            return Err(BadCommand::new(code, Status::Malformed, why, remaining));
+        }
+        let expected = start.wrapping_add(count);
+        if header.wqebb_index != expected {
+            let why = format!(
+                "header index {:#x}, expected {expected:#x} (start {start:#x} + {count} WQEBBs)",
+                header.wqebb_index
+            );
+            return Err(BadCommand::new(code, Status::Malformed, why, count));
+        }
+        let mut buf = [0u8; MAX_CMD_SIZE];
+        let len = usize::from(count) * WQEBB_SIZE;
+        for (i, chunk) in (0u16..).zip(buf[..len].chunks_exact_mut(WQEBB_SIZE)) {
+            if let Err(e) = io.mem.read(wqebb_addr(start.wrapping_add(i)), chunk) {
+                return Err(BadCommand::new(
+                    code,
+                    Status::DmaError,
+                    e.to_string(),
+                    count,
+                ));
+            }
+        }
+        Ok((code, count, buf))
+    }
+
+    fn log_cmd_error(&mut self, start: u16, code: OpCode, status: u8, why: &str) {
+        let msg = format!(
+            "CMDQ {code} at {start:#x} failed with status {}: {why}",
+            cmdq::Status::describe(status)
+        );
+        if self.warned.cmd_error() {
+            log::warn!("{msg}");
+        } else {
+            log::debug!("{msg}");
+        }
+    }
+
+    /// The handler table: one arm per `(sub-module, opcode)`.
+    fn execute(&mut self, code: OpCode, req: &Request<'_>, io: &mut Io<'_>) -> Outcome {
+        let Some(cmd) = Command::from_code(code) else {
+            return Err(Status::Unsupported);
+        };
+        match cmd {
+            Command::QueryDevice => Ok(self.config.caps.query_device()),
+            Command::CreateEq => self.cmd_create_eq(CreateEq::decode(req)?, io),
+            Command::DestroyEq => self.cmd_destroy_eq(DestroyEq::decode(req)?),
+            Command::QueryFwInfo => Ok((u64::from(self.config.caps.fw_version), 0)),
+            Command::ConfMtu => self.cmd_conf_mtu(ConfMtu::decode(req)?),
+            Command::GetStats => self.cmd_get_stats(GetStats::decode(req)?, io),
+            Command::ConfDevice => self.cmd_conf_device(ConfDevice::decode(req)?),
+            Command::AllocDb => self.cmd_alloc_db(AllocDb::decode(req)?),
+            Command::FreeDb => self.cmd_free_db(FreeDb::decode(req)?),
+            // The data-path objects come with the RDMA engine.
+            Command::CreateQp
+            | Command::DestroyQp
+            | Command::ModifyQp
+            | Command::CreateCq
+            | Command::DestroyCq
+            | Command::Reflush
+            | Command::RegMr
+            | Command::DeregMr
+            | Command::SetGid
+            | Command::CreateAh
+            | Command::DestroyAh
+            | Command::QueryQp => Err(Status::Unsupported),
+            // Out-of-tree driver only.
+            Command::QueryQpc
+            | Command::QueryCqc
+            | Command::QueryEqc
+            | Command::SetRetransNum
+            | Command::SetExtAttr
+            | Command::GetExtAttr => Err(Status::Unsupported),
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // COMMON commands
+    // --------------------------------------------------------------------------------------------
+
+    fn cmd_create_eq(&mut self, r: CreateEq, io: &mut Io<'_>) -> Outcome {
+        if r.ty != EQ_TYPE_CEQ
+            || !CEQ_RANGE.contains(&r.eqn)
+            || !CEQ_RANGE.contains(&r.vector)
+            || !CEQ_DEPTH_LOG2_RANGE.contains(&r.depth_log2)
+        {
+            return Err(Status::InvalidParam);
+        }
+        let depth = 1u32 << r.depth_log2;
+        let size = u64::from(depth) * eq::EQE_SIZE as u64;
+        let ring_end = r.ring.checked_add(size);
+        if r.ring == 0
+            || r.ring % eq::EQE_SIZE as u64 != 0
+            || ring_end.is_none()
+            || r.dbrec == 0
+            || r.dbrec % regs::DBREC_ALIGN != 0
+        {
+            return Err(Status::InvalidParam);
+        }
+        let q = self.func.queues.as_mut().ok_or(Status::InvalidParam)?;
+        let slot = q
+            .ceqs
+            .get_mut(usize::from(r.eqn))
+            .ok_or(Status::InvalidParam)?;
+        if slot.is_some() {
+            return Err(Status::Exists);
+        }
+        // The ring and the record must be guest memory (probed with reads only).
+        let mut b = [0u8; 1];
+        io.mem
+            .read(r.ring, &mut b)
+            .and_then(|()| io.mem.read(r.ring + size - 1, &mut b))
+            .and_then(|()| io.mem.read_u64_le(r.dbrec).map(drop))
+            .map_err(|_| Status::DmaError)?;
+        *slot = Some(Ceq {
+            eq: EventQueue::new(r.ring, depth, u16::from(r.vector)),
+            dbrec: r.dbrec,
+        });
+        log::info!(
+            "CEQ {} created: ring {:#x}, {depth} entries, vector {}",
+            r.eqn,
+            r.ring,
+            r.vector
+        );
+        Ok((0, 0))
+    }
+
+    fn cmd_destroy_eq(&mut self, r: DestroyEq) -> Outcome {
+        if r.ty != EQ_TYPE_CEQ || !CEQ_RANGE.contains(&r.eqn) {
+            return Err(Status::InvalidParam);
+        }
+        let q = self.func.queues.as_mut().ok_or(Status::InvalidParam)?;
+        let slot = q
+            .ceqs
+            .get_mut(usize::from(r.eqn))
+            .ok_or(Status::InvalidParam)?;
+        let ceq = slot.take().ok_or(Status::NotFound)?;
+        if ceq.eq.vector() != u16::from(r.vector) {
+            log::debug!(
+                "DESTROY_EQ {}: vector {} given, the EQ uses {} (not checked)",
+                r.eqn,
+                r.vector,
+                ceq.eq.vector()
+            );
+        }
+        log::info!("CEQ {} destroyed", r.eqn);
+        Ok((0, 0))
+    }
+
+    fn cmd_conf_mtu(&mut self, r: ConfMtu) -> Outcome {
+        if !MTU_RANGE.contains(&r.mtu) {
+            return Err(Status::InvalidParam);
+        }
+        self.func.mtu = r.mtu;
+        log::info!("MTU {}", r.mtu);
+        Ok((0, 0))
+    }
+
+    fn cmd_get_stats(&mut self, r: GetStats, io: &mut Io<'_>) -> Outcome {
+        if (r.len as usize) < cmdq::STATS_LEN {
+            return Err(Status::InvalidParam);
+        }
+        let buf = cmdq::stats_buffer(r.index, &self.harness.stats);
+        io.mem.write(r.addr, &buf).map_err(|_| Status::DmaError)?;
+        Ok((0, 0))
+    }
+
+    fn cmd_conf_device(&mut self, r: ConfDevice) -> Outcome {
+        let shift = if r.page_size_enable {
+            r.page_shift
+        } else {
+            extdb::DEFAULT_PAGE_SHIFT
+        };
+        self.func.dbs.set_page_shift(shift)?;
+        log::info!("doorbell page shift {shift}");
+        Ok((0, 0))
+    }
+
+    fn cmd_alloc_db(&mut self, r: AllocDb) -> Outcome {
+        if !self.config.caps.extend_db {
+            return Err(Status::Unsupported);
+        }
+        let [sq, cdb, rdb] = self.func.dbs.alloc(r.enable)?;
+        let (sq, cdb, rdb) = (sq.unwrap_or(0), cdb.unwrap_or(0), rdb.unwrap_or(0));
+        log::debug!("ALLOC_DB: SQ page {sq}, CDB page {cdb}, RDB page {rdb}");
+        Ok((cmdq::alloc_db_resp0(sq, cdb, rdb), 0))
+    }
+
+    fn cmd_free_db(&mut self, r: FreeDb) -> Outcome {
+        if !self.config.caps.extend_db {
+            return Err(Status::Unsupported);
+        }
+        let pages: Vec<u16> = r.pages().map(|(_, p)| p).collect();
+        self.func.dbs.free(&pages)?;
+        Ok((0, 0))
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Completions
+    // --------------------------------------------------------------------------------------------
+
+    /// Completes the command at `start` now, or after `delay`.
+    fn complete(
+        &mut self,
+        start: u16,
+        code: OpCode,
+        outcome: Outcome,
+        delay: Option<Duration>,
+        io: &mut Io<'_>,
+    ) {
+        let (status, resp) = match outcome {
+            Ok(resp) => (Status::Success.code(), resp),
+            Err(s) => (s.code(), (0, 0)),
+        };
+        self.complete_status(start, code, status, resp, delay, io);
+    }
+
+    fn complete_status(
+        &mut self,
+        start: u16,
+        code: OpCode,
+        status: u8,
+        (resp0, resp1): (u64, u64),
+        delay: Option<Duration>,
+        io: &mut Io<'_>,
+    ) {
+        let cqe = Cqe {
+            owner: false,
+            opcode: code.op,
+            qtype: CQE_QTYPE_CMDQ,
+            status,
+            start: start.into(),
+            resp0,
+            resp1,
+        };
+        match delay {
+            Some(d) if self.func.delayed.len() < MAX_DELAYED => {
+                let due = self.clock.now().saturating_add(d);
+                let seq = self.func.delayed_seq;
+                self.func.delayed_seq += 1;
+                log::debug!("CMDQ {code} at {start:#x}: completion delayed by {d:?}");
+                self.func.delayed.push(Delayed { due, seq, cqe });
+            }
+            Some(_) => {
+                log::warn!("too many delayed completions; completing {code} at once");
+                self.write_cqe(cqe, io);
+            }
+            None => self.write_cqe(cqe, io),
+        }
+    }
+
+    /// Writes a CQE (owner bit from the producer index) into the CMDQ CQ and, if the CQ is
+    /// armed, an EQE into the CMDQ EQ.
+    fn write_cqe(&mut self, mut cqe: Cqe, io: &mut Io<'_>) {
+        let Some(q) = self.func.queues.as_mut() else {
+            return;
+        };
+        let cq = q.admin.cmdq_cq;
+        cqe.owner = q.cq_pi & cq.depth == 0;
+        let slot = u64::from(q.cq_pi & (cq.depth - 1));
+        let gpa = cq.addr + slot * cmdq::CQE_SIZE as u64;
+        let bytes = cqe.encode();
+        // Body first, then the dword with the owner bit.
+        let written = io
+            .mem
+            .write(gpa + 4, &bytes[4..])
+            .and_then(|()| io.mem.write(gpa, &bytes[..4]));
+        if let Err(e) = written {
+            if self.warned.first(Oddity::CqeWrite, 0) {
+                log::warn!("CMDQ CQE for the command at {:#x} dropped: {e}", cqe.start);
+            }
+            return;
+        }
+        q.cq_pi = q.cq_pi.wrapping_add(1);
+        if q.cq_armed {
+            q.cq_armed = false;
+            self.post_cmdq_eqe(io);
+        }
+    }
+
+    fn post_cmdq_eqe(&mut self, io: &mut Io<'_>) {
+        let Some(q) = self.func.queues.as_mut() else {
+            return;
+        };
+        if let Err(e) = q.cmdq_eq.post(eq::cmdq_eqe(), io) {
+            if self.warned.first(Oddity::EqPost, 0) {
+                log::warn!("CMDQ EQE dropped: {e}");
+            }
+        }
+    }
+
+    /// CMDQ_CQ_DB: record the CI; with ARM, the next CQE (or one already beyond the CI) produces
+    /// an EQE.
+    pub(super) fn cmdq_cq_doorbell(&mut self, db: CqDoorbell, io: &mut Io<'_>) {
+        if db.cqn != 0 && self.warned.first(Oddity::CqDoorbellCqn, 0) {
+            log::warn!(
+                "CMDQ_CQ_DB with CQN {} (expected 0), taken as the CMDQ CQ",
+                db.cqn
+            );
+        }
+        let Some(q) = self.func.queues.as_mut() else {
+            return;
+        };
+        q.cq_ci = db.ci;
+        if !db.arm {
+            return;
+        }
+        let pending = q.cq_pi.wrapping_sub(db.ci) & 0xffff;
+        if pending != 0 && pending <= q.admin.cmdq_cq.depth {
+            // CQEs the driver has not seen yet: the event is due now.
+            self.post_cmdq_eqe(io);
+        } else {
+            q.cq_armed = true;
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Event queues
+    // --------------------------------------------------------------------------------------------
+
+    /// An EQ doorbell: AEQ_DB (`None`) or EQ_DB\[n\] (0 = CMDQ EQ, n = CEQ n).
+    pub(super) fn eq_doorbell(&mut self, n: Option<u8>, db: EqDoorbell, io: &mut Io<'_>) {
+        let Some(q) = self.func.queues.as_mut() else {
+            return;
+        };
+        let eq = match n {
+            None => &mut q.aeq,
+            Some(0) => &mut q.cmdq_eq,
+            Some(n) => match q.ceqs.get_mut(usize::from(n)).and_then(Option::as_mut) {
+                Some(ceq) => &mut ceq.eq,
+                None => {
+                    if self.warned.first(Oddity::UnknownCeqDoorbell, n.into()) {
+                        log::warn!("EQ_DB[{n}] for a CEQ that does not exist, ignored");
+                    }
+                    return;
+                }
+            },
+        };
+        eq.doorbell(db, io);
+    }
+
+    /// Posts a CEQE for `cqn` (20 bits) to CEQ `eqn`; raises the CEQ's vector if it is armed.
+    pub fn post_ceqe(&mut self, eqn: u8, cqn: u32, io: &mut Io<'_>) -> Result<(), PostError> {
+        let q = self.func.queues.as_mut().ok_or(PostError::NotInitialized)?;
+        let ceq = q
+            .ceqs
+            .get_mut(usize::from(eqn))
+            .and_then(Option::as_mut)
+            .filter(|_| eqn != 0)
+            .ok_or(PostError::NoSuchEq(eqn))?;
+        ceq.eq.post(eq::ceqe(cqn), io).map_err(PostError::Eq)?;
+        Ok(())
+    }
+
+    /// Posts an asynchronous event to the AEQ; raises vector 0 if the AEQ is armed.
+    pub fn post_aeqe(&mut self, ev: AeqEvent, io: &mut Io<'_>) -> Result<(), PostError> {
+        let q = self.func.queues.as_mut().ok_or(PostError::NotInitialized)?;
+        q.aeq.post(eq::aeqe(&ev), io).map_err(PostError::Eq)?;
+        Ok(())
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Delayed work
+    // --------------------------------------------------------------------------------------------
+
+    /// When the earliest delayed completion is due, on [`Device::clock`].
+    pub fn next_deadline(&self) -> Option<Duration> {
+        self.func.delayed.iter().map(|d| d.due).min()
+    }
+
+    /// How long from now until [`Device::next_deadline`] (zero if it has passed).
+    pub fn time_until_deadline(&self) -> Option<Duration> {
+        let now = self.clock.now();
+        self.next_deadline().map(|d| d.saturating_sub(now))
+    }
+
+    /// Writes every delayed completion that is due, earliest first (ties in command order).
+    /// Returns how many were written.
+    pub fn run_due(&mut self, io: &mut Io<'_>) -> usize {
+        let now = self.clock.now();
+        let mut n = 0;
+        while let Some(i) = self
+            .func
+            .delayed
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.due <= now)
+            .min_by_key(|(_, d)| (d.due, d.seq))
+            .map(|(i, _)| i)
+        {
+            let d = self.func.delayed.remove(i);
+            log::debug!(
+                "CMDQ: delayed completion of the command at {:#x}",
+                d.cqe.start
+            );
+            self.write_cqe(d.cqe, io);
+            n += 1;
+        }
+        n
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Inspection
+    // --------------------------------------------------------------------------------------------
+
+    /// The last CONF_MTU value (0 before any).
+    pub fn mtu(&self) -> u32 {
+        self.func.mtu
+    }
+
+    /// The doorbell pages (ALLOC_DB state, page shift).
+    pub fn db_pages(&self) -> &extdb::DbPages {
+        &self.func.dbs
+    }
+
+    /// EQNs of the live CEQs, in increasing order.
+    pub fn ceqs(&self) -> Vec<u8> {
+        self.func.queues.as_ref().map_or_else(Vec::new, |q| {
+            (0..=u8::MAX)
+                .zip(&q.ceqs)
+                .filter(|(_, c)| c.is_some())
+                .map(|(n, _)| n)
+                .collect()
+        })
+    }
+
+    /// CEQ `eqn`, if it exists.
+    pub fn ceq(&self, eqn: u8) -> Option<&EventQueue> {
+        let q = self.func.queues.as_ref()?;
+        q.ceqs.get(usize::from(eqn))?.as_ref().map(|c| &c.eq)
+    }
+
+    /// The doorbell-record address CEQ `eqn` was created with.
+    pub fn ceq_dbrec(&self, eqn: u8) -> Option<u64> {
+        let q = self.func.queues.as_ref()?;
+        q.ceqs.get(usize::from(eqn))?.as_ref().map(|c| c.dbrec)
+    }
+
+    /// The CMDQ EQ (after INIT).
+    pub fn cmdq_eq(&self) -> Option<&EventQueue> {
+        self.func.queues.as_ref().map(|q| &q.cmdq_eq)
+    }
+
+    /// The AEQ (after INIT).
+    pub fn aeq(&self) -> Option<&EventQueue> {
+        self.func.queues.as_ref().map(|q| &q.aeq)
+    }
+
+    /// CMDQ state: `(SQ consumer index, CQ producer index, CQ armed)` (after INIT).
+    pub fn cmdq_state(&self) -> Option<(u16, u32, bool)> {
+        self.func
+            .queues
+            .as_ref()
+            .map(|q| (q.sq_ci, q.cq_pi, q.cq_armed))
+    }
+
+    /// Delayed completions not yet written.
+    pub fn delayed_completions(&self) -> usize {
+        self.func.delayed.len()
+    }
+}
