@@ -127,6 +127,11 @@ guest() {
 guest three-adapters \
 	--dev proto=roce --dev proto=iwarp --dev proto=roce,version=0 \
 	--run 'erdma_rs/run_tests.sh probe.sh'
+# The control plane, both protocols, 4 vCPUs (so 4 CEQs per adapter); faults are
+# injected through the model's test page.
+guest control-plane --smp 4 \
+	--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
+	--run 'erdma_rs/run_tests.sh ctrlq.sh'
 # Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
 # of the issue run in the scenario above.
 guest two-guests-one-model \

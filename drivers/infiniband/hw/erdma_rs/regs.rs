@@ -51,6 +51,85 @@ register! {
     pub(crate) NETDEV_MAC_H(u32) @ 0x01c {
         15:0 bytes_0_1;
     }
+
+    /// CMDQ submission ring address, low half.
+    pub(crate) CMDQ_SQ_ADDR_L(u32) @ 0x020 { 31:0 value; }
+    /// CMDQ submission ring address, high half (written before the low half).
+    pub(crate) CMDQ_SQ_ADDR_H(u32) @ 0x024 { 31:0 value; }
+    /// CMDQ completion ring address, low half.
+    pub(crate) CMDQ_CQ_ADDR_L(u32) @ 0x028 { 31:0 value; }
+    /// CMDQ completion ring address, high half.
+    pub(crate) CMDQ_CQ_ADDR_H(u32) @ 0x02c { 31:0 value; }
+    /// CMDQ submission ring depth in WQEBBs; the completion ring has as many entries.
+    pub(crate) CMDQ_DEPTH(u32) @ 0x030 { 31:0 value; }
+    /// CMDQ event ring depth in entries.
+    pub(crate) CMDQ_EQ_DEPTH(u32) @ 0x034 { 31:0 value; }
+    /// CMDQ event ring address, low half.
+    pub(crate) CMDQ_EQ_ADDR_L(u32) @ 0x038 { 31:0 value; }
+    /// CMDQ event ring address, high half.
+    pub(crate) CMDQ_EQ_ADDR_H(u32) @ 0x03c { 31:0 value; }
+    /// Asynchronous event ring address, low half.
+    pub(crate) AEQ_ADDR_L(u32) @ 0x040 { 31:0 value; }
+    /// Asynchronous event ring address, high half.
+    pub(crate) AEQ_ADDR_H(u32) @ 0x044 { 31:0 value; }
+    /// Asynchronous event ring depth in entries.
+    pub(crate) AEQ_DEPTH(u32) @ 0x048 { 31:0 value; }
+
+}
+
+// The 64-bit registers below are written with `try_write64`: the BAR mapping only guarantees
+// 4-byte alignment to the compile-time checked accessors.
+
+/// DMA address of the CMDQ submission ring's doorbell record (64-bit).
+pub(crate) const CMDQ_SQ_DBREC_ADDR: usize = 0x060;
+/// DMA address of the CMDQ completion ring's doorbell record (64-bit).
+pub(crate) const CMDQ_CQ_DBREC_ADDR: usize = 0x068;
+/// DMA address of the CMDQ event ring's doorbell record (64-bit).
+pub(crate) const CMDQ_EQ_DBREC_ADDR: usize = 0x070;
+/// DMA address of the AEQ's doorbell record (64-bit).
+pub(crate) const AEQ_DBREC_ADDR: usize = 0x078;
+
+/// AEQ doorbell (64-bit, an [`EqDoorbell`]).
+pub(crate) const AEQ_DB: usize = 0x050;
+
+/// Doorbell of event queue `eqn` (64-bit, an [`EqDoorbell`]): 0 is the CMDQ EQ, `n` is CEQ
+/// `n - 1`.
+pub(crate) const fn eq_db(eqn: u16) -> usize {
+    0x100 + 8 * eqn as usize
+}
+
+/// CMDQ submission doorbell (64-bit): bits 15:0 are the new producer index, in WQEBBs.
+pub(crate) const CMDQ_SQ_DB: usize = 0x200;
+
+/// CMDQ completion-ring doorbell (64-bit, a [`CqDoorbell`]).
+pub(crate) const CMDQ_CQ_DB: usize = 0x300;
+
+kernel::bitfield! {
+    /// An event-queue doorbell value (erdma-hw 4.1): also stored in the doorbell record.
+    pub(crate) struct EqDoorbell(u64) {
+        /// Re-arm: raise the EQ's interrupt for the next event.
+        31:31 arm => bool;
+        /// The driver's consumer index.
+        23:0 ci;
+    }
+}
+
+kernel::bitfield! {
+    /// A CQ doorbell value (erdma-hw 4.4), also used to arm the CMDQ completion ring.
+    pub(crate) struct CqDoorbell(u64) {
+        /// Arm sequence number.
+        63:56 seq;
+        /// CQ number (0 for the CMDQ).
+        55:32 cqn;
+        /// Request a completion event.
+        31:31 arm => bool;
+        /// Only for solicited (or error) completions.
+        30:30 solicited => bool;
+        /// Number of completion events consumed, modulo 4.
+        29:28 cmdsn;
+        /// The driver's consumer index.
+        23:0 ci;
+    }
 }
 
 /// The wire protocol an adapter is configured for.

@@ -85,3 +85,50 @@ expected_adapters() {
 kernel_trouble() {
 	dmesg | grep -E 'Oops|BUG:|WARNING:|Call Trace:|general protection fault|UBSAN:|rust_panic|refcount_t:'
 }
+
+# ---- the model's test page ------------------------------------------------------
+# erdma-emu adapters started with test_page=on expose a test page in the last
+# 4 KiB of BAR0: a mailbox for the model's fault-injection and inspection
+# commands (see tools/erdma-emu/README.md). This is the model's, not the
+# adapter's: real hardware has no such page.
+TEST_PAGE_OFFSET=$((0x3ff000))
+TEST_PAGE_MAGIC=0x54534554
+
+# BAR0's physical address of PCI function $1.
+bar0_addr() {
+	read -r start _ <"/sys/bus/pci/devices/$1/resource"
+	echo $((start))
+}
+
+# True when function $1 has the model's test page.
+has_test_page() {
+	page=$(($(bar0_addr "$1") + TEST_PAGE_OFFSET))
+	[ "$(busybox devmem "$page" 32 2>/dev/null)" = "$TEST_PAGE_MAGIC" ]
+}
+
+# model_cmd BDF COMMAND...: runs COMMAND in the model for function BDF and
+# prints its reply; fails if the model rejected it.
+model_cmd() {
+	bdf=$1
+	shift
+	page=$(($(bar0_addr "$bdf") + TEST_PAGE_OFFSET))
+	off=0
+	# The command and a NUL terminator, as little-endian 32-bit words.
+	for w in $(printf '%s\000\000\000\000' "$*" | od -An -v -tx4); do
+		busybox devmem $((page + 0x100 + off)) 32 "0x$w"
+		off=$((off + 4))
+		[ $off -lt 256 ] || break
+	done
+	busybox devmem $((page + 8)) 32 1
+	status=$(busybox devmem $((page + 4)) 32)
+	reply=""
+	off=0
+	while [ $off -lt 256 ]; do
+		w=$(busybox devmem $((page + 0x200 + off)) 32)
+		[ "$((w))" -ne 0 ] || break
+		reply="$reply$(printf '%08x' "$((w))" | sed 's/\(..\)\(..\)\(..\)\(..\)/\\x\4\\x\3\\x\2\\x\1/')"
+		off=$((off + 4))
+	done
+	/usr/bin/printf '%b\n' "$reply" | tr -d '\000'
+	[ "$((status))" -eq 0 ]
+}

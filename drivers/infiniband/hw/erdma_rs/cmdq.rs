@@ -1,0 +1,540 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The command queue (erdma-hw 3): a submission ring of 128-byte commands, a completion ring of
+//! 32-byte big-endian entries, and an event queue that signals completions on vector 0 once the
+//! completion ring is armed.
+//!
+//! Up to [`MAX_OUTSTANDING`] commands are in flight, each in a wait slot whose index travels in
+//! the command header. Until [`Cmdq::enable_interrupts`], and always for [`Wait::Poll`] callers,
+//! completions are found by polling the completion ring; afterwards the vector-0 handler calls
+//! [`Cmdq::handle_interrupt`] and sleeping callers are woken. A command that does not complete
+//! within [`TIMEOUT`] disables the queue: every later command fails with `ENODEV`, as the
+//! adapter's state is then unknown.
+
+use kernel::{
+    device,
+    dma::{
+        Coherent,
+        DmaAddress, //
+    },
+    io::{
+        io_read,
+        io_write,
+        Io, //
+    },
+    new_condvar, new_spinlock_irq,
+    num::Bounded,
+    prelude::*,
+    sync::{
+        barrier::{
+            dma_mb,
+            Read,
+            Write, //
+        },
+        CondVar,
+        SpinLockIrq, //
+    },
+    time::{
+        delay::{
+            fsleep,
+            udelay, //
+        },
+        msecs_to_jiffies,
+        Delta,
+        Instant,
+        Monotonic, //
+    },
+};
+
+use crate::{
+    commands::{
+        Command,
+        Response, //
+    },
+    eq::EqRing,
+    regs::{
+        self,
+        CqDoorbell, //
+    },
+    Bar0, //
+};
+
+/// Commands in flight at most.
+pub(crate) const MAX_OUTSTANDING: usize = 128;
+/// Size of a submission-ring building block (WQEBB).
+const WQEBB_SIZE: usize = 32;
+/// WQEBBs per command: every command takes a 128-byte slot.
+const CMD_WQEBBS: u16 = 4;
+/// Largest command body (the slot less the header).
+const MAX_BODY: usize = CMD_WQEBBS as usize * WQEBB_SIZE - 8;
+/// Submission ring depth in WQEBBs.
+pub(crate) const SQ_DEPTH: u16 = MAX_OUTSTANDING as u16 * CMD_WQEBBS;
+/// Completion ring depth (as many entries as the submission ring has WQEBBs).
+pub(crate) const CQ_DEPTH: u32 = SQ_DEPTH as u32;
+/// Size of a completion entry.
+const CQE_SIZE: usize = 32;
+/// Event ring depth.
+pub(crate) const EQ_DEPTH: u16 = 128;
+/// How long a command may take.
+pub(crate) const TIMEOUT: Delta = Delta::from_secs(15);
+/// Polling interval.
+const POLL_INTERVAL: Delta = Delta::from_micros(20);
+
+/// How a caller waits for its command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Process context: sleep until the completion interrupt (or poll with sleeps while the queue
+    /// is still in polling mode).
+    Sleep,
+    /// Any context: busy-poll the completion ring.
+    Poll,
+}
+
+/// A command's outcome as the adapter reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Success(Response),
+    Status(u8),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    Free,
+    /// Posted at submission-ring position `pos` (in commands).
+    Busy {
+        pos: u16,
+    },
+    Done(Outcome),
+    /// Its waiter gave up; the slot is freed when (if ever) the completion arrives.
+    Abandoned {
+        pos: u16,
+    },
+}
+
+struct State {
+    /// Submission producer index, in WQEBBs (16-bit, as in the header).
+    sq_pi: u16,
+    /// Completion consumer index.
+    cq_ci: u32,
+    /// Completion events consumed, for the arm doorbell.
+    cmdsn: u32,
+    eq: EqRing,
+    slots: [Slot; MAX_OUTSTANDING],
+    /// For each submission-ring position (in commands), the slot of the command posted there
+    /// that has not completed yet.
+    pos_slot: [Option<u8>; MAX_OUTSTANDING],
+    interrupts: bool,
+    disabled: bool,
+}
+
+impl State {
+    fn free_slot(&self) -> Option<usize> {
+        let pos = usize::from(self.sq_pi / CMD_WQEBBS) % MAX_OUTSTANDING;
+        if self.pos_slot[pos].is_some() {
+            return None;
+        }
+        self.slots.iter().position(|s| *s == Slot::Free)
+    }
+}
+
+/// The command queue.
+#[pin_data]
+pub(crate) struct Cmdq {
+    /// Submission ring, as little-endian 64-bit words.
+    sq: Coherent<[u64]>,
+    /// Completion ring, as 32-bit words (big-endian on the wire).
+    cq: Coherent<[u32]>,
+    /// Doorbell records: [`DBREC_SQ`] and [`DBREC_CQ`].
+    dbrec: Coherent<[u64]>,
+    #[pin]
+    state: SpinLockIrq<State>,
+    #[pin]
+    done: CondVar,
+}
+
+/// 64-bit words per WQEBB.
+const WQEBB_WORDS: usize = WQEBB_SIZE / 8;
+/// 32-bit words per completion entry.
+const CQE_WORDS: usize = CQE_SIZE / 4;
+const SQ_WORDS: usize = SQ_DEPTH as usize * WQEBB_WORDS;
+const CQ_WORDS: usize = CQ_DEPTH as usize * CQE_WORDS;
+const DBREC_SQ: usize = 0;
+const DBREC_CQ: usize = 1;
+
+impl Cmdq {
+    /// Allocates the rings. Nothing is posted until [`Cmdq::program`] told the adapter where
+    /// they are.
+    pub(crate) fn new(dev: &device::Device<device::Bound>) -> Result<impl PinInit<Self, Error>> {
+        let sq = Coherent::zeroed_slice(dev, SQ_WORDS, GFP_KERNEL)?;
+        let cq = Coherent::zeroed_slice(dev, CQ_WORDS, GFP_KERNEL)?;
+        let dbrec = Coherent::zeroed_slice(dev, 2, GFP_KERNEL)?;
+        let eq = EqRing::new(dev, EQ_DEPTH, regs::eq_db(0))?;
+        Ok(try_pin_init!(Self {
+            sq,
+            cq,
+            dbrec,
+            state <- new_spinlock_irq!(State {
+                sq_pi: 0,
+                cq_ci: 0,
+                cmdsn: 0,
+                eq,
+                slots: [Slot::Free; MAX_OUTSTANDING],
+                pos_slot: [None; MAX_OUTSTANDING],
+                interrupts: false,
+                disabled: false,
+            }),
+            done <- new_condvar!("erdma_rs::cmdq::done"),
+        }))
+    }
+
+    /// Writes the rings' addresses, depths and doorbell records into the adapter's registers
+    /// (high halves first). They take effect at `DEV_CTRL.INIT`. The 64-bit writes cannot fail:
+    /// their offsets lie in the register page.
+    pub(crate) fn program(&self, bar: &Bar0<'_>) {
+        let sq = self.sq.dma_address();
+        let cq = self.cq.dma_address();
+        bar.write_reg(regs::CMDQ_SQ_ADDR_H::from_raw(upper(sq)));
+        bar.write_reg(regs::CMDQ_SQ_ADDR_L::from_raw(lower(sq)));
+        bar.write_reg(regs::CMDQ_DEPTH::from_raw(u32::from(SQ_DEPTH)));
+        let _ = bar.try_write64(self.dbrec_addr(DBREC_SQ), regs::CMDQ_SQ_DBREC_ADDR);
+        bar.write_reg(regs::CMDQ_CQ_ADDR_H::from_raw(upper(cq)));
+        bar.write_reg(regs::CMDQ_CQ_ADDR_L::from_raw(lower(cq)));
+        let _ = bar.try_write64(self.dbrec_addr(DBREC_CQ), regs::CMDQ_CQ_DBREC_ADDR);
+        let state = self.state.lock();
+        let eq = state.eq.dma_addr();
+        bar.write_reg(regs::CMDQ_EQ_ADDR_H::from_raw(upper(eq)));
+        bar.write_reg(regs::CMDQ_EQ_ADDR_L::from_raw(lower(eq)));
+        bar.write_reg(regs::CMDQ_EQ_DEPTH::from_raw(u32::from(state.eq.depth())));
+        let _ = bar.try_write64(state.eq.dbrec_addr(), regs::CMDQ_EQ_DBREC_ADDR);
+    }
+
+    /// Switches from polling to interrupt-driven completions by arming the completion ring.
+    pub(crate) fn enable_interrupts(&self, bar: &Bar0<'_>) {
+        let mut state = self.state.lock();
+        state.interrupts = true;
+        self.arm_cq(bar, &state);
+    }
+
+    /// Runs `cmd` and returns the adapter's response.
+    ///
+    /// Fails with `EIO` if the adapter reports an error status, `ETIMEDOUT` if it does not
+    /// answer within [`TIMEOUT`] (which disables the queue), and `ENODEV` once disabled.
+    pub(crate) fn exec<C: Command>(
+        &self,
+        dev: &device::Device,
+        bar: &Bar0<'_>,
+        cmd: &C,
+        wait: Wait,
+    ) -> Result<Response> {
+        let deadline = Deadline::new();
+        let slot = self.post(dev, bar, cmd, wait, &deadline)?;
+        match self.wait_for(dev, slot, wait, &deadline)? {
+            Outcome::Success(resp) => Ok(resp),
+            Outcome::Status(status) => {
+                dev_err!(
+                    dev,
+                    "command {} failed with status {:#x}\n",
+                    C::NAME,
+                    status
+                );
+                Err(EIO)
+            }
+        }
+    }
+
+    /// Posts `cmd` into a free slot, waiting for one if all are busy.
+    fn post<C: Command>(
+        &self,
+        dev: &device::Device,
+        bar: &Bar0<'_>,
+        cmd: &C,
+        wait: Wait,
+        deadline: &Deadline,
+    ) -> Result<usize> {
+        let body = cmd.as_bytes();
+        // A build-time property of the command types.
+        if body.len() > MAX_BODY {
+            return Err(EINVAL);
+        }
+        let mut state = self.state.lock();
+        loop {
+            if state.disabled {
+                return Err(ENODEV);
+            }
+            if let Some(slot) = state.free_slot() {
+                let pi = state.sq_pi;
+                let pos = pi / CMD_WQEBBS % MAX_OUTSTANDING as u16;
+                let next = pi.wrapping_add(CMD_WQEBBS);
+                // CAST: `slot` < `MAX_OUTSTANDING` = 128 fits in the 16-bit cookie field.
+                let header = u64::from(next)
+                    | (u64::from(C::OPCODE) << 16)
+                    | ((C::SUBMOD as u64) << 24)
+                    | ((slot as u64) << 32)
+                    | (u64::from(CMD_WQEBBS - 1) << 52);
+                let base = usize::from(pi % SQ_DEPTH) * WQEBB_WORDS;
+                self.write_slot(base, header, body)?;
+                state.slots[slot] = Slot::Busy { pos };
+                // CAST: `slot` < 128.
+                state.pos_slot[usize::from(pos)] = Some(slot as u8);
+                state.sq_pi = next;
+                // The command, then the doorbell record, then the doorbell.
+                dma_mb(Write);
+                let db = u64::from(next);
+                self.write_dbrec(DBREC_SQ, db)?;
+                dma_mb(Write);
+                let _ = bar.try_write64(db, regs::CMDQ_SQ_DB);
+                return Ok(slot);
+            }
+            // All slots (or the next ring position) are busy: wait for a completion.
+            if deadline.expired() {
+                dev_err!(
+                    dev,
+                    "command queue full for {} s\n",
+                    TIMEOUT.as_millis() / 1000
+                );
+                return Err(EBUSY);
+            }
+            match (wait, state.interrupts) {
+                (Wait::Sleep, true) => {
+                    let _ = self.done.wait_timeout(&mut state, deadline.jiffies_left());
+                }
+                (wait, _) => {
+                    self.poll_cq(dev, &mut state);
+                    if state.free_slot().is_none() {
+                        drop(state);
+                        pause(wait);
+                        state = self.state.lock();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies the header and body of a command into the submission ring at word `base`.
+    fn write_slot(&self, base: usize, header: u64, body: &[u8]) -> Result {
+        io_write!(&self.sq, [try: base], header);
+        for (i, chunk) in body.chunks(8).enumerate() {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            io_write!(&self.sq, [try: base + 1 + i], u64::from_le_bytes(b));
+        }
+        Ok(())
+    }
+
+    fn write_dbrec(&self, which: usize, db: u64) -> Result {
+        io_write!(&self.dbrec, [try: which], db);
+        Ok(())
+    }
+
+    fn dbrec_addr(&self, which: usize) -> DmaAddress {
+        // CAST: `which` is 0 or 1.
+        self.dbrec.dma_address() + (8 * which) as DmaAddress
+    }
+
+    /// Waits until slot `slot` completes, and frees it.
+    fn wait_for(
+        &self,
+        dev: &device::Device,
+        slot: usize,
+        wait: Wait,
+        deadline: &Deadline,
+    ) -> Result<Outcome> {
+        let mut state = self.state.lock();
+        loop {
+            if let Slot::Done(outcome) = state.slots[slot] {
+                state.slots[slot] = Slot::Free;
+                drop(state);
+                // Somebody may be waiting for a free slot.
+                self.done.notify_all();
+                return Ok(outcome);
+            }
+            if deadline.expired() {
+                if let Slot::Busy { pos } = state.slots[slot] {
+                    state.slots[slot] = Slot::Abandoned { pos };
+                }
+                state.disabled = true;
+                drop(state);
+                dev_err!(
+                    dev,
+                    "command timed out after {} s: the command queue is disabled; rebind the \
+                     driver to recover\n",
+                    TIMEOUT.as_millis() / 1000
+                );
+                self.done.notify_all();
+                return Err(ETIMEDOUT);
+            }
+            match (wait, state.interrupts) {
+                (Wait::Sleep, true) => {
+                    let _ = self.done.wait_timeout(&mut state, deadline.jiffies_left());
+                }
+                (wait, _) => {
+                    self.poll_cq(dev, &mut state);
+                    if !matches!(state.slots[slot], Slot::Done(_)) {
+                        drop(state);
+                        pause(wait);
+                        state = self.state.lock();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The vector-0 work for the command queue: consume the CMDQ EQ; if it had events, collect
+    /// completions and re-arm the completion ring; always re-arm the EQ; wake waiters.
+    pub(crate) fn handle_interrupt(&self, dev: &device::Device, bar: &Bar0<'_>) {
+        let mut state = self.state.lock();
+        let mut events = 0u32;
+        while state.eq.pop().is_some() {
+            events += 1;
+        }
+        if events > 0 {
+            state.cmdsn = state.cmdsn.wrapping_add(1);
+            self.poll_cq(dev, &mut state);
+            if state.interrupts {
+                self.arm_cq(bar, &state);
+            }
+        }
+        state.eq.arm(bar);
+        drop(state);
+        if events > 0 {
+            self.done.notify_all();
+        }
+    }
+
+    /// Consumes every valid completion entry.
+    fn poll_cq(&self, dev: &device::Device, state: &mut State) {
+        while let Ok(Some(cqe)) = self.next_cqe(state) {
+            let [word0, start, w0, w1, w2, w3, ..] = cqe;
+            // CAST: the status is the low byte of the first word.
+            let status = (word0 & 0xff) as u8;
+            let resp = Response([
+                u64::from(w0) | (u64::from(w1) << 32),
+                u64::from(w2) | (u64::from(w3) << 32),
+            ]);
+            self.complete(dev, state, start, status, resp);
+        }
+    }
+
+    /// Reads and consumes the next valid completion entry, in CPU order.
+    fn next_cqe(&self, state: &mut State) -> Result<Option<[u32; CQE_WORDS]>> {
+        let base = (state.cq_ci % CQ_DEPTH) as usize * CQE_WORDS;
+        let lap = (state.cq_ci / CQ_DEPTH) & 1;
+        let word0 = u32::from_be(io_read!(&self.cq, [try: base]));
+        if word0 >> 31 == lap {
+            return Ok(None);
+        }
+        // The rest of the entry only after its owner bit.
+        dma_mb(Read);
+        let mut cqe = [word0; CQE_WORDS];
+        for (i, w) in cqe.iter_mut().enumerate().skip(1) {
+            *w = u32::from_be(io_read!(&self.cq, [try: base + i]));
+        }
+        state.cq_ci = state.cq_ci.wrapping_add(1);
+        Ok(Some(cqe))
+    }
+
+    /// Records the completion of the command that started at WQEBB index `start`.
+    fn complete(
+        &self,
+        dev: &device::Device,
+        state: &mut State,
+        start: u32,
+        status: u8,
+        resp: Response,
+    ) {
+        // CAST: masked to the 16-bit index space of the submission ring.
+        let start = (start & 0xffff) as u16;
+        let pos = usize::from(start / CMD_WQEBBS) % MAX_OUTSTANDING;
+        let Some(slot) = state.pos_slot[pos].map(usize::from) else {
+            dev_warn!(
+                dev,
+                "completion for command index {start}, which is not in flight\n"
+            );
+            return;
+        };
+        // The header's cookie must name the same slot: a mismatch means the adapter echoed a
+        // wrong index.
+        let base = usize::from(start % SQ_DEPTH) * WQEBB_WORDS;
+        let cookie = self
+            .read_sq(base)
+            .map(|h| (h >> 32) & 0xffff)
+            .unwrap_or(u64::MAX);
+        if cookie != slot as u64 || !start.is_multiple_of(CMD_WQEBBS) {
+            dev_warn!(
+                dev,
+                "completion at command index {start} does not match its command\n"
+            );
+            return;
+        }
+        state.pos_slot[pos] = None;
+        let outcome = if status == 0 {
+            Outcome::Success(resp)
+        } else {
+            Outcome::Status(status)
+        };
+        state.slots[slot] = match state.slots[slot] {
+            Slot::Abandoned { .. } => Slot::Free,
+            _ => Slot::Done(outcome),
+        };
+    }
+
+    fn read_sq(&self, word: usize) -> Result<u64> {
+        Ok(io_read!(&self.sq, [try: word]))
+    }
+
+    /// Whether a command timeout has disabled the queue.
+    pub(crate) fn is_disabled(&self) -> bool {
+        self.state.lock().disabled
+    }
+
+    /// Arms the completion ring for one event: doorbell record, then doorbell.
+    fn arm_cq(&self, bar: &Bar0<'_>, state: &State) {
+        let db = CqDoorbell::zeroed()
+            .with_arm(true)
+            .with_ci(Bounded::<u64, 24>::from_expr(
+                u64::from(state.cq_ci) & 0xff_ffff,
+            ))
+            .with_cmdsn(Bounded::<u64, 2>::from_expr(u64::from(state.cmdsn) & 0x3))
+            .with_seq(Bounded::<u64, 8>::from_expr(u64::from(state.cmdsn) & 0xff))
+            .into_raw();
+        let _ = self.write_dbrec(DBREC_CQ, db);
+        dma_mb(Write);
+        let _ = bar.try_write64(db, regs::CMDQ_CQ_DB);
+    }
+}
+
+fn upper(addr: DmaAddress) -> u32 {
+    // CAST: the high half of a 64-bit address.
+    (addr >> 32) as u32
+}
+
+fn lower(addr: DmaAddress) -> u32 {
+    // CAST: the low half of a 64-bit address, truncation intended.
+    addr as u32
+}
+
+fn pause(wait: Wait) {
+    match wait {
+        Wait::Sleep => fsleep(POLL_INTERVAL),
+        Wait::Poll => udelay(POLL_INTERVAL),
+    }
+}
+
+/// The end of a command's time budget.
+struct Deadline(Instant<Monotonic>);
+
+impl Deadline {
+    fn new() -> Self {
+        Self(Instant::now())
+    }
+
+    fn expired(&self) -> bool {
+        self.0.elapsed() >= TIMEOUT
+    }
+
+    fn jiffies_left(&self) -> kernel::time::Jiffies {
+        let left = TIMEOUT - self.0.elapsed();
+        // CAST: `left` is at most 15 s; negative values wait for one jiffy.
+        msecs_to_jiffies(left.as_millis_ceil().max(1) as u32)
+    }
+}

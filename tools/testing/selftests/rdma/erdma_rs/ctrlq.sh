@@ -1,0 +1,155 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# The control plane: MSI-X vectors and their names, the command queue in
+# polling and interrupt mode, and the driver's behaviour when the adapter
+# misbehaves. Faults are injected through the model's test page (adapters
+# started with test_page=on); without one those tests are skipped.
+#
+#   - one common vector and min(online CPUs, 31) CEQ vectors per function,
+#     named erdma-common@pci:<bdf> and erdma-ceq<k>@pci:<bdf>;
+#   - commands complete by interrupt once probe is done;
+#   - a failed command at each probe step fails the probe cleanly, and the
+#     next probe succeeds;
+#   - a command that never completes disables the queue after 15 s; the
+#     next probe succeeds;
+#   - an asynchronous event the driver cannot dispatch is logged.
+
+. "$(dirname "$0")/lib.sh"
+
+DRV=$ERDMA_DRIVER
+SYSDRV=/sys/bus/pci/drivers/$DRV
+
+functions=$(erdma_functions)
+[ -n "$functions" ] || ksft_skip_all "no eRDMA function (1ded:107f) present"
+ncpus=$(grep -c '^processor' /proc/cpuinfo)
+nceqs=$((ncpus < 31 ? ncpus : 31))
+
+# Interrupts of IRQ line named $1, summed over CPUs.
+irq_count() {
+	awk -v name="$1" '$NF == name { n = 0; for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) n += $i; print n }' \
+		/proc/interrupts
+}
+
+irq_names_ok() {
+	grep -q " erdma-common@pci:$1\$" /proc/interrupts || { tap_diag "no erdma-common@pci:$1"; return 1; }
+	n=$(grep -c " erdma-ceq[0-9]*@pci:$1\$" /proc/interrupts)
+	[ "$n" -eq "$nceqs" ] || { tap_diag "$n CEQ vectors, expected $nceqs"; return 1; }
+	k=0
+	while [ $k -lt "$nceqs" ]; do
+		grep -q " erdma-ceq$k@pci:$1\$" /proc/interrupts || { tap_diag "no erdma-ceq$k@pci:$1"; return 1; }
+		k=$((k + 1))
+	done
+}
+
+interrupt_driven() {
+	n=$(irq_count "erdma-common@pci:$1")
+	tap_diag "$1: common vector fired ${n:-0} times"
+	[ "${n:-0}" -gt 0 ]
+}
+
+reports_ceqs() {
+	dmesg | grep -q "$DRV $1: firmware [0-9]*\.[0-9]*, $nceqs CEQs on $((nceqs + 1)) vectors"
+}
+
+# bind_fails BDF PATTERN: binding fails, the device stays unbound, and the
+# kernel log gains a line matching PATTERN.
+bind_fails() {
+	before=$(dmesg | grep -c "$2")
+	if /bin/echo "$1" 2>/dev/null >"$SYSDRV/bind"; then
+		tap_diag "binding $1 succeeded"
+		return 1
+	fi
+	! is_bound "$1" || { tap_diag "$1 bound"; return 1; }
+	[ "$(dmesg | grep -c "$2")" -gt "$before" ] || { tap_diag "no '$2' in the kernel log"; return 1; }
+}
+
+bind_ok() {
+	echo "$1" >"$SYSDRV/bind" && is_bound "$1"
+}
+
+# probe_survives_fault BDF OP [RULE...]: with OP failing, probe fails cleanly;
+# the next probe succeeds.
+probe_survives_fault() {
+	bdf=$1
+	op=$2
+	shift 2
+	echo "$bdf" >"$SYSDRV/unbind" || return 1
+	model_cmd "$bdf" "fail $op status=2 $*" >/dev/null || { tap_diag "model refused the fault"; return 1; }
+	bind_fails "$bdf" "$DRV $bdf: command .* failed with status 0x2" || return 1
+	bind_ok "$bdf" || { tap_diag "rebinding $bdf failed"; return 1; }
+}
+
+timeout_disables_queue() {
+	bdf=$1
+	echo "$bdf" >"$SYSDRV/unbind" || return 1
+	# 45 s: the driver must give up well before the completion arrives, even when
+	# TCG guests' timers run late.
+	model_cmd "$bdf" "delay COMMON.QUERY_FW_INFO ms=45000" >/dev/null || return 1
+	start=$(date +%s)
+	bind_fails "$bdf" "$DRV $bdf: command timed out after 15 s: the command queue is disabled" || return 1
+	took=$(($(date +%s) - start))
+	tap_diag "$bdf: probe gave up after ${took} s"
+	[ "$took" -ge 14 ] && [ "$took" -le 40 ] || return 1
+	bind_ok "$bdf" || { tap_diag "rebinding $bdf failed"; return 1; }
+}
+
+aeq_event_logged() {
+	bdf=$1
+	model_cmd "$bdf" "aeq type=0 data0=7" >/dev/null || return 1
+	i=0
+	while [ $i -lt 50 ]; do
+		dmesg | grep -q "$DRV $bdf: async event 0.0: QP fatal error on QP 7" && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	tap_diag "$bdf: the async event was not logged within 5 s"
+	return 1
+}
+
+tap_header
+rmmod "$DRV" 2>/dev/null
+tap_check "modprobe $DRV" modprobe "$DRV"
+bound=""
+for f in $functions; do
+	is_bound "$f" && bound="$bound $f"
+done
+tap_check "some function bound" [ -n "$bound" ]
+for f in $bound; do
+	tap_check "$f: 1 common and $nceqs CEQ vectors, named by function" irq_names_ok "$f"
+	tap_check "$f: commands complete by interrupt" interrupt_driven "$f"
+	tap_check "$f: probe reports $nceqs CEQs" reports_ceqs "$f"
+done
+
+target=""
+for f in $bound; do
+	if has_test_page "$f"; then
+		target=$f
+		break
+	fi
+done
+steps="COMMON.CREATE_EQ RDMA.QUERY_DEVICE COMMON.QUERY_FW_INFO COMMON.CONF_DEVICE"
+if [ -n "$target" ]; then
+	for op in $steps; do
+		tap_check "$target: failing $op fails the probe cleanly; the next probe works" \
+			probe_survives_fault "$target" "$op"
+	done
+	tap_check "$target: failing the last CREATE_EQ unwinds the earlier CEQs" \
+		probe_survives_fault "$target" COMMON.CREATE_EQ "skip=$((nceqs - 1))"
+	tap_check "$target: an undispatchable async event is logged" aeq_event_logged "$target"
+	tap_check "$target: a command that never completes disables the queue after 15 s" \
+		timeout_disables_queue "$target"
+else
+	for op in $steps; do
+		tap_skip "failing $op" "no adapter with the model's test page"
+	done
+	tap_skip "failing the last CREATE_EQ" "no adapter with the model's test page"
+	tap_skip "async event" "no adapter with the model's test page"
+	tap_skip "command timeout" "no adapter with the model's test page"
+fi
+
+tap_check "rmmod $DRV" rmmod "$DRV"
+trouble=$(kernel_trouble)
+[ -z "$trouble" ] || tap_diag "$trouble"
+tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$trouble" ]
+tap_finish
