@@ -132,6 +132,12 @@ guest three-adapters \
 guest control-plane --smp 4 \
 	--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
 	--run 'erdma_rs/run_tests.sh ctrlq.sh'
+# A/B: the upstream C erdma driver on the same model. Its RDMA devices must show
+# exactly the attributes the model was told to report (ibdev.sh); the portable
+# control-plane checks apply to it too.
+guest upstream-c-driver --smp 4 \
+	--dev proto=roce --dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003 \
+	--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh ctrlq.sh ibdev.sh'
 # Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
 # of the issue run in the scenario above.
 guest two-guests-one-model \

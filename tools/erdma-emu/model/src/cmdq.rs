@@ -8,7 +8,7 @@
 //! copies just `sizeof(request)` bytes into a 128-byte slot and builds several requests on the
 //! stack without zeroing them (§3.2, §10.4), so everything else is stale garbage. Their
 //! `write_fields` counterparts (used by tests and by anything that plays the driver) write exactly
-//! those fields and nothing else.
+//! those fields and nothing else (as far as they fit in the slot given).
 
 use core::fmt;
 
@@ -211,18 +211,20 @@ impl Header {
 pub enum Status {
     /// 0: the command was executed.
     Success = 0,
-    /// 1: unknown (sub-module, opcode), an opcode the model does not execute (yet), or a command
-    /// for a capability the device does not report (ALLOC_DB without EXTEND_DB).
+    /// 1: unknown (sub-module, opcode), an opcode the model does not execute (yet), a command
+    /// for a capability the device does not report (ALLOC_DB without EXTEND_DB), or a RoCEv2
+    /// command (SET_GID, CREATE_AH, DESTROY_AH) on an iWARP function.
     Unsupported = 1,
-    /// 2: a field is out of range (EQN, vector, depth, type, MTU, page shift, alignment, ...).
+    /// 2: a field is out of range (EQN, vector, depth, type, MTU, page shift, alignment, GID
+    /// index, AHN, ...), or DESTROY_AH names another PD than the AH's.
     InvalidParam = 2,
     /// 3: resources exhausted or busy (no free doorbell pages; CONF_DEVICE changing the page
     /// size while doorbell pages are allocated).
     NoResources = 3,
     /// 4: the object does not exist (DESTROY_EQ of an unknown EQ, FREE_DB of pages not
-    /// allocated).
+    /// allocated, SET_GID delete of an empty entry, DESTROY_AH of an unknown AH).
     NotFound = 4,
-    /// 5: the object already exists (CREATE_EQ of a live EQN).
+    /// 5: the object already exists (CREATE_EQ of a live EQN, CREATE_AH of a live AHN).
     Exists = 5,
     /// 6: a DMA address in the command is not in guest memory (or the SQ ring could not be read).
     DmaError = 6,
@@ -389,10 +391,20 @@ impl<'a> Request<'a> {
     pub fn u64(&self, off: usize) -> Result<u64, Status> {
         self.field(off).map(u64::from_le_bytes)
     }
+
+    /// The `N` bytes at `off`, as they are (GIDs, MAC addresses).
+    pub fn bytes<const N: usize>(&self, off: usize) -> Result<[u8; N], Status> {
+        self.field(off)
+    }
 }
 
+/// Copies `bytes` to `slot[off..]`, cut at the end of the slot (a command of fewer WQEBBs than
+/// its request needs simply lacks the tail, as on the wire).
 fn put(slot: &mut [u8], off: usize, bytes: &[u8]) {
-    slot[off..off + bytes.len()].copy_from_slice(bytes);
+    if let Some(dst) = slot.get_mut(off..) {
+        let n = dst.len().min(bytes.len());
+        dst[..n].copy_from_slice(&bytes[..n]);
+    }
 }
 
 /// EQ type CEQ in CREATE_EQ/DESTROY_EQ (0 would be the AEQ, which is set up by registers).
@@ -674,6 +686,260 @@ impl FreeDb {
     }
 }
 
+// ------------------------------------------------------------------------------------------------
+// RoCEv2 addressing: SET_GID, CREATE_AH, DESTROY_AH (§3.5)
+// ------------------------------------------------------------------------------------------------
+
+/// Size of a GID in bytes.
+pub const GID_SIZE: usize = 16;
+
+/// A raw 16-byte GID, in network order (IPv4 addresses IPv4-mapped: `::ffff:a.b.c.d`).
+pub type Gid = [u8; GID_SIZE];
+
+/// The network type of a GID or an address vector: SET_GID cfg bit 16, AV cfg0 bit 20.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NetType {
+    /// 0: RoCEv2 over IPv4.
+    Ipv4,
+    /// 1: RoCEv2 over IPv6.
+    Ipv6,
+}
+
+impl NetType {
+    /// The type a one-bit field holds.
+    pub fn from_bit(set: bool) -> Self {
+        if set {
+            NetType::Ipv6
+        } else {
+            NetType::Ipv4
+        }
+    }
+
+    /// The value of the one-bit field (0 IPv4, 1 IPv6).
+    pub fn bit(self) -> u32 {
+        match self {
+            NetType::Ipv4 => 0,
+            NetType::Ipv6 => 1,
+        }
+    }
+
+    /// `ipv4` or `ipv6` (the control language's spelling).
+    pub fn name(self) -> &'static str {
+        match self {
+            NetType::Ipv4 => "ipv4",
+            NetType::Ipv6 => "ipv6",
+        }
+    }
+}
+
+impl fmt::Display for NetType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// SET_GID cfg: GID index (bits 15:0).
+const SET_GID_INDEX_MASK: u32 = 0xffff;
+/// SET_GID cfg: network type (bit 16; add only).
+const SET_GID_NTYPE_SHIFT: u32 = 16;
+/// SET_GID cfg: operation (bit 31): 0 add, 1 delete.
+const SET_GID_OP_DELETE: u32 = 1 << 31;
+
+/// What a SET_GID does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GidOp {
+    /// Add (or replace) the entry.
+    Add {
+        /// cfg bit 16.
+        net_type: NetType,
+        /// @12: the GID.
+        gid: Gid,
+    },
+    /// Delete the entry. The network type bit and the GID bytes are not meaningful: the driver
+    /// builds the request on the stack without zeroing it (§3.2).
+    Delete,
+}
+
+/// SET_GID (RDMA/14), §3.5: @8 u32 cfg (15:0 index, bit 16 network type, bit 31 delete), @12 the
+/// 16-byte GID (add only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetGid {
+    /// cfg bits 15:0: the GID table index.
+    pub index: u16,
+    /// cfg bit 31 and, for an add, bit 16 and the GID.
+    pub op: GidOp,
+}
+
+impl SetGid {
+    /// Bytes covered by the meaningful fields of an add (a delete needs only 12).
+    pub const LEN: usize = 12 + GID_SIZE;
+
+    /// Decodes the meaningful fields: the GID bytes only for an add.
+    pub fn decode(r: &Request<'_>) -> Result<Self, Status> {
+        let cfg = r.u32(8)?;
+        let op = if cfg & SET_GID_OP_DELETE != 0 {
+            GidOp::Delete
+        } else {
+            GidOp::Add {
+                net_type: NetType::from_bit(cfg >> SET_GID_NTYPE_SHIFT & 1 != 0),
+                gid: r.bytes(12)?,
+            }
+        };
+        Ok(SetGid {
+            index: (cfg & SET_GID_INDEX_MASK) as u16,
+            op,
+        })
+    }
+
+    /// Writes the meaningful fields into a command slot: for a delete only cfg (as the driver
+    /// does; the GID bytes keep whatever the slot held).
+    pub fn write_fields(&self, slot: &mut [u8]) {
+        let mut cfg = u32::from(self.index);
+        match self.op {
+            GidOp::Add { net_type, gid } => {
+                cfg |= net_type.bit() << SET_GID_NTYPE_SHIFT;
+                put(slot, 12, &gid);
+            }
+            GidOp::Delete => cfg |= SET_GID_OP_DELETE,
+        }
+        put(slot, 8, &cfg.to_le_bytes());
+    }
+}
+
+/// AV cfg0: flow label (bits 19:0).
+const AV_FLOW_LABEL_MASK: u32 = 0xf_ffff;
+/// AV cfg0: network type (bit 20).
+const AV_NTYPE_SHIFT: u32 = 20;
+
+/// The 36-byte address vector of CREATE_AH and the RoCEv2 MODIFY_QP (§3.5). The reserved byte
+/// @7, the padding @18..20 and cfg0 bits 31:21 are not meaningful and are ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressVector {
+    /// @0 bits 19:0: IPv6 flow label.
+    pub flow_label: u32,
+    /// @0 bit 20: network type.
+    pub net_type: NetType,
+    /// @4: traffic class.
+    pub traffic_class: u8,
+    /// @5: hop limit (TTL).
+    pub hop_limit: u8,
+    /// @6: service level.
+    pub sl: u8,
+    /// @8: UDP source port.
+    pub udp_sport: u16,
+    /// @10: source GID index (into the function's GID table).
+    pub sgid_index: u16,
+    /// @12: destination MAC.
+    pub dmac: [u8; 6],
+    /// @20: destination GID (IPv4-mapped for IPv4).
+    pub dgid: Gid,
+}
+
+impl AddressVector {
+    /// Size of the address vector in bytes.
+    pub const SIZE: usize = 36;
+
+    /// Decodes the address vector at byte `off` of a command.
+    pub fn decode_at(r: &Request<'_>, off: usize) -> Result<Self, Status> {
+        let at = |o: usize| off.checked_add(o).ok_or(Status::Malformed);
+        let cfg0 = r.u32(at(0)?)?;
+        Ok(AddressVector {
+            flow_label: cfg0 & AV_FLOW_LABEL_MASK,
+            net_type: NetType::from_bit(cfg0 >> AV_NTYPE_SHIFT & 1 != 0),
+            traffic_class: r.u8(at(4)?)?,
+            hop_limit: r.u8(at(5)?)?,
+            sl: r.u8(at(6)?)?,
+            udp_sport: r.u16(at(8)?)?,
+            sgid_index: r.u16(at(10)?)?,
+            dmac: r.bytes(at(12)?)?,
+            dgid: r.bytes(at(20)?)?,
+        })
+    }
+
+    /// The 36 bytes the driver writes (reserved and padding bytes zero, the flow label cut to
+    /// 20 bits).
+    pub fn encode(&self) -> [u8; Self::SIZE] {
+        let mut b = [0u8; Self::SIZE];
+        let cfg0 = self.flow_label & AV_FLOW_LABEL_MASK | self.net_type.bit() << AV_NTYPE_SHIFT;
+        put(&mut b, 0, &cfg0.to_le_bytes());
+        put(&mut b, 4, &[self.traffic_class, self.hop_limit, self.sl]);
+        put(&mut b, 8, &self.udp_sport.to_le_bytes());
+        put(&mut b, 10, &self.sgid_index.to_le_bytes());
+        put(&mut b, 12, &self.dmac);
+        put(&mut b, 20, &self.dgid);
+        b
+    }
+
+    /// Writes the meaningful fields at byte `off` of a command slot (reserved and padding bytes
+    /// keep whatever the slot held).
+    pub fn write_fields_at(&self, slot: &mut [u8], off: usize) {
+        let b = self.encode();
+        put(slot, off, &b[..7]);
+        put(slot, off.saturating_add(8), &b[8..18]);
+        put(slot, off.saturating_add(20), &b[20..]);
+    }
+}
+
+/// CREATE_AH (RDMA/15), §3.5: @8 u32 PDN, @12 u32 AHN, @16 the address vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CreateAh {
+    /// @8: protection domain (a driver-side number; recorded, not interpreted).
+    pub pdn: u32,
+    /// @12: address handle number.
+    pub ahn: u32,
+    /// @16: the address vector.
+    pub av: AddressVector,
+}
+
+impl CreateAh {
+    /// Bytes covered by the meaningful fields.
+    pub const LEN: usize = 16 + AddressVector::SIZE;
+
+    /// Decodes the meaningful fields.
+    pub fn decode(r: &Request<'_>) -> Result<Self, Status> {
+        Ok(CreateAh {
+            pdn: r.u32(8)?,
+            ahn: r.u32(12)?,
+            av: AddressVector::decode_at(r, 16)?,
+        })
+    }
+
+    /// Writes the meaningful fields into a command slot.
+    pub fn write_fields(&self, slot: &mut [u8]) {
+        put(slot, 8, &self.pdn.to_le_bytes());
+        put(slot, 12, &self.ahn.to_le_bytes());
+        self.av.write_fields_at(slot, 16);
+    }
+}
+
+/// DESTROY_AH (RDMA/16), §3.5: @8 u32 PDN, @12 u32 AHN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DestroyAh {
+    /// @8: protection domain (must be the one the AH was created with).
+    pub pdn: u32,
+    /// @12: address handle number.
+    pub ahn: u32,
+}
+
+impl DestroyAh {
+    /// Bytes covered by the meaningful fields.
+    pub const LEN: usize = 16;
+
+    /// Decodes the meaningful fields.
+    pub fn decode(r: &Request<'_>) -> Result<Self, Status> {
+        Ok(DestroyAh {
+            pdn: r.u32(8)?,
+            ahn: r.u32(12)?,
+        })
+    }
+
+    /// Writes the meaningful fields into a command slot.
+    pub fn write_fields(&self, slot: &mut [u8]) {
+        put(slot, 8, &self.pdn.to_le_bytes());
+        put(slot, 12, &self.ahn.to_le_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -782,6 +1048,124 @@ mod tests {
             0x8000_0010
         );
         assert_eq!(ConfDevice::decode(&Request::new(&slot)), Ok(c));
+    }
+
+    #[test]
+    fn address_vector_bytes() {
+        // CREATE_AH as the driver lays it out (erdma_cmdq_create_ah_req), every byte spelled out.
+        #[rustfmt::skip]
+        let req: [u8; CreateAh::LEN] = [
+            0x0f, 0, 0, 0, 0, 0, 0, 0,          // header (not decoded here)
+            0x34, 0x12, 0x00, 0x00,             // @8 PDN 0x1234
+            0x07, 0x00, 0x01, 0x00,             // @12 AHN 0x10007
+            0x45, 0x23, 0x31, 0xe0,             // @16 cfg0: flow label 0x12345, IPv6, 31:21 junk
+            0xb8,                               // @20 traffic class
+            0x40,                               // @21 hop limit
+            0x03,                               // @22 SL
+            0x99,                               // @23 reserved (junk)
+            0x07, 0xc0,                         // @24 UDP source port 0xc007
+            0x02, 0x00,                         // @26 source GID index 2
+            0x02, 0x11, 0x22, 0x33, 0x44, 0x55, // @28 destination MAC
+            0xde, 0xad,                         // @34 padding (junk)
+            0xfe, 0x80, 0, 0, 0, 0, 0, 0,       // @36 destination GID fe80::1:2
+            0, 0, 0, 0, 0, 0x01, 0, 0x02,
+        ];
+        let want = CreateAh {
+            pdn: 0x1234,
+            ahn: 0x10007,
+            av: AddressVector {
+                flow_label: 0x12345,
+                net_type: NetType::Ipv6,
+                traffic_class: 0xb8,
+                hop_limit: 0x40,
+                sl: 3,
+                udp_sport: 0xc007,
+                sgid_index: 2,
+                dmac: [0x02, 0x11, 0x22, 0x33, 0x44, 0x55],
+                dgid: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0, 0x02],
+            },
+        };
+        assert_eq!(CreateAh::decode(&Request::new(&req)), Ok(want));
+        assert_eq!(
+            CreateAh::decode(&Request::new(&req[..CreateAh::LEN - 1])),
+            Err(Status::Malformed)
+        );
+        // What the driver writes: junk bits and bytes zero, the rest identical.
+        let mut clean = req;
+        clean[18] = 0x11;
+        clean[19] = 0;
+        clean[23] = 0;
+        clean[34..36].fill(0);
+        assert_eq!(want.av.encode(), clean[16..]);
+        // write_fields leaves the reserved and padding bytes alone.
+        let mut slot = [0x5au8; 64];
+        want.write_fields(&mut slot);
+        assert_eq!(&slot[8..16], &clean[8..16]);
+        assert_eq!((slot[23], &slot[34..36]), (0x5a, &[0x5a, 0x5a][..]));
+        assert_eq!(CreateAh::decode(&Request::new(&slot)), Ok(want));
+        // An IPv4 AV: bit 20 clear; the flow label is cut to 20 bits on encode.
+        let v4 = AddressVector {
+            flow_label: 0xfff_ffff,
+            net_type: NetType::Ipv4,
+            ..want.av
+        };
+        assert_eq!(&v4.encode()[..4], &[0xff, 0xff, 0x0f, 0x00]);
+        // The AV decodes at any offset (MODIFY_QP carries it at 32).
+        let mut q = [0u8; 72];
+        q[32..68].copy_from_slice(&want.av.encode());
+        assert_eq!(AddressVector::decode_at(&Request::new(&q), 32), Ok(want.av));
+        assert_eq!(
+            AddressVector::decode_at(&Request::new(&q), 37),
+            Err(Status::Malformed)
+        );
+        assert_eq!(
+            AddressVector::decode_at(&Request::new(&q), usize::MAX),
+            Err(Status::Malformed)
+        );
+
+        let d = DestroyAh {
+            pdn: 9,
+            ahn: 0x8000,
+        };
+        d.write_fields(&mut slot);
+        assert_eq!(&slot[8..16], &[9, 0, 0, 0, 0, 0x80, 0, 0]);
+        assert_eq!(DestroyAh::decode(&Request::new(&slot[..16])), Ok(d));
+    }
+
+    #[test]
+    fn set_gid_fields() {
+        let gid = [0xab; GID_SIZE];
+        let add = SetGid {
+            index: 0x1234,
+            op: GidOp::Add {
+                net_type: NetType::Ipv6,
+                gid,
+            },
+        };
+        let mut slot = [0u8; 32];
+        add.write_fields(&mut slot);
+        assert_eq!(&slot[8..12], &[0x34, 0x12, 0x01, 0x00]);
+        assert_eq!(&slot[12..28], &gid);
+        assert_eq!(SetGid::decode(&Request::new(&slot)), Ok(add));
+        // Delete: bit 31; the GID bytes (and bit 16) are not looked at, and need not be there.
+        let del = SetGid {
+            index: 7,
+            op: GidOp::Delete,
+        };
+        del.write_fields(&mut slot);
+        assert_eq!(&slot[8..12], &[7, 0, 0, 0x80]);
+        assert_eq!(&slot[12..28], &gid, "left alone");
+        assert_eq!(SetGid::decode(&Request::new(&slot[..12])), Ok(del));
+        slot[10] = 0x01;
+        assert_eq!(SetGid::decode(&Request::new(&slot)), Ok(del));
+        // An add needs the GID.
+        slot[11] = 0;
+        assert_eq!(
+            SetGid::decode(&Request::new(&slot[..SetGid::LEN - 1])),
+            Err(Status::Malformed)
+        );
+        assert_eq!(NetType::from_bit(false).name(), "ipv4");
+        assert_eq!(NetType::Ipv6.to_string(), "ipv6");
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! ceq eqn=<n> cqn=<c>
 //! stats <counter>=<value> ...
 //! clear
-//! query mtu|page_shift|eqs|cmds|init_done|dbs|rules|stats|all
+//! query mtu|page_shift|eqs|cmds|init_done|dbs|gids|ahs|rules|stats|all
 //! ```
 //!
 //! `<op>` is a command name (`COMMON.CREATE_EQ`, `RDMA.QUERY_DEVICE`, case-insensitive), a
@@ -217,22 +217,31 @@ pub enum Query {
     InitDone,
     /// `dbs=<n>`: live doorbell contexts (ALLOC_DB not yet freed).
     Dbs,
+    /// `gids=<index>:<ipv4|ipv6>:<32 hex digits>,...`: the populated GID table entries, by
+    /// index (`gids=` when none). About 40 bytes per entry: the test page's 255-byte reply holds
+    /// six; the control socket has no limit. Not part of [`Query::All`].
+    Gids,
+    /// `ahs=<n>`: live address handles.
+    Ahs,
     /// `rules=<n>`: active fault rules.
     Rules,
     /// The 11 GET_STATS counters, `tx_reqs=<n> ...`.
     Stats,
-    /// Everything above.
+    /// Everything above except [`Query::Gids`] (it would push the rest beyond the test page's
+    /// reply): `mtu page_shift eqs cmds init_done dbs ahs rules stats`.
     All,
 }
 
 impl Query {
-    const NAMES: [(&'static str, Query); 9] = [
+    const NAMES: [(&'static str, Query); 11] = [
         ("mtu", Query::Mtu),
         ("page_shift", Query::PageShift),
         ("eqs", Query::Eqs),
         ("cmds", Query::Cmds),
         ("init_done", Query::InitDone),
         ("dbs", Query::Dbs),
+        ("gids", Query::Gids),
+        ("ahs", Query::Ahs),
         ("rules", Query::Rules),
         ("stats", Query::Stats),
         ("all", Query::All),
@@ -593,6 +602,8 @@ mod tests {
         assert_eq!(parse("clear"), Ok(ControlCommand::Clear));
         assert_eq!(parse("query EQS"), Ok(ControlCommand::Query(Query::Eqs)));
         assert_eq!(parse("query all"), Ok(ControlCommand::Query(Query::All)));
+        assert_eq!(parse("query GIDs"), Ok(ControlCommand::Query(Query::Gids)));
+        assert_eq!(parse("query ahs"), Ok(ControlCommand::Query(Query::Ahs)));
         assert!(parse("stats tx_reqs=1").unwrap().allowed_at_startup());
         assert!(!parse("query all").unwrap().allowed_at_startup());
     }
@@ -691,6 +702,8 @@ mod tests {
             "stats tx_reqs=1 rx_pps_limit_drop=18446744073709551615",
             "clear",
             "query page_shift",
+            "query gids",
+            "query ahs",
             "query all",
         ] {
             let cmd = parse(line).unwrap();

@@ -27,17 +27,19 @@
 //! # Function state
 //!
 //! At power-on DEV_STATUS reads 0. `DEV_CTRL.RESET` returns the function (all BAR0 register
-//! state, the command queue, every EQ, doorbell pages, delayed completions) to power-on and then
-//! sets `DEV_STATUS.RESET_DONE`; PCI configuration space is not affected (that is a
-//! function-level reset by the host, [`Device::reset`]). `DEV_CTRL.INIT` validates and latches
-//! the admin queue registers, creates the CMDQ EQ and the AEQ (armed) and sets
-//! `DEV_STATUS.INIT_DONE`.
+//! state, the command queue, every EQ, doorbell pages, the GID table, address handles, delayed
+//! completions) to power-on and then sets `DEV_STATUS.RESET_DONE`; PCI configuration space is
+//! not affected (that is a function-level reset by the host, [`Device::reset`]). `DEV_CTRL.INIT`
+//! validates and latches the admin queue registers, creates the CMDQ EQ and the AEQ (armed) and
+//! sets `DEV_STATUS.INIT_DONE`.
 //!
 //! # Engines
 //!
 //! * The command queue (`cmdq_engine` submodule, formats in [`crate::cmdq`]): CMDQ_SQ_DB fetches
 //!   and executes commands, writes CMDQ CQEs, and with an armed CMDQ CQ an EQE into the CMDQ EQ
 //!   (vector 0).
+//! * RoCEv2 addressing ([`crate::roce`]): the GID table (SET_GID) and the address handles
+//!   (CREATE_AH / DESTROY_AH) that the data path will send through.
 //! * Event queues ([`crate::eq`]): the CMDQ EQ, the AEQ and up to 31 CEQs created by CREATE_EQ.
 //!   [`Device::post_ceqe`] and [`Device::post_aeqe`] are the entry points for the engines that
 //!   produce events.
@@ -67,6 +69,7 @@ use crate::extdb::DbPages;
 use crate::io::Io;
 use crate::pci::{self, ConfigSpace};
 use crate::regs::{self, AdminQueue, Bar0Area, Doorbell, Reg, RegSlot};
+use crate::roce::{AhTable, GidTable};
 
 mod cmdq_engine;
 mod harness;
@@ -401,12 +404,16 @@ struct Function {
     /// The last CONF_MTU (0: none yet).
     mtu: u32,
     dbs: DbPages,
+    /// The GID table (SET_GID; RoCEv2 only).
+    gids: GidTable,
+    /// Address handles (CREATE_AH / DESTROY_AH; RoCEv2 only).
+    ahs: AhTable,
     delayed: Vec<Delayed>,
     delayed_seq: u64,
 }
 
 impl Function {
-    fn power_on(test_page: bool) -> Self {
+    fn power_on(config: &DeviceConfig) -> Self {
         Function {
             programmed: Programmed::default(),
             status: 0,
@@ -418,7 +425,9 @@ impl Function {
             db_space_writes: 0,
             queues: None,
             mtu: 0,
-            dbs: DbPages::new(test_page),
+            dbs: DbPages::new(config.test_page),
+            gids: GidTable::new(config.caps.max_gid_log2),
+            ahs: AhTable::new(config.caps.max_ah_log2),
             delayed: Vec::new(),
             delayed_seq: 0,
         }
@@ -530,7 +539,7 @@ impl Device {
     pub fn with_clock(config: DeviceConfig, clock: Arc<dyn Clock>) -> Self {
         let mut dev = Device {
             pci: ConfigSpace::new(config.revision),
-            func: Function::power_on(config.test_page),
+            func: Function::power_on(&config),
             harness: Harness::power_on(),
             config,
             clock,
@@ -545,7 +554,7 @@ impl Device {
     /// (fault rules, ...) is kept: see [`Device::reset_harness`].
     pub fn reset(&mut self) {
         self.pci.reset();
-        self.func = Function::power_on(self.config.test_page);
+        self.func = Function::power_on(&self.config);
         self.warned = WarnOnce::default();
     }
 
@@ -839,7 +848,7 @@ impl Device {
             if value & regs::DEV_CTRL_INIT != 0 {
                 log::warn!("DEV_CTRL: RESET and INIT written together; RESET wins");
             }
-            self.func = Function::power_on(self.config.test_page);
+            self.func = Function::power_on(&self.config);
             self.func.status = regs::DEV_STATUS_RESET_DONE;
             // Interrupts raised before the reset must not reach the next driver instance.
             io.irq.cancel_pending();

@@ -14,6 +14,8 @@
 //! * [`cmdq`]: command-queue wire formats: header, opcode table, status codes, CQE, requests.
 //! * [`eq`]: the event-queue ring engine (CMDQ EQ, AEQ, CEQs) and entry formats.
 //! * [`extdb`]: extended doorbell pages (ALLOC_DB/FREE_DB).
+//! * [`roce`]: RoCEv2 addressing state: the GID table (SET_GID) and address handles
+//!   (CREATE_AH/DESTROY_AH).
 //! * [`control`]: the fault-injection and inspection language (control socket, test page).
 //! * [`caps`]: the capabilities reported by QUERY_DEVICE.
 //! * [`io`], [`clock`]: the traits through which the device reaches guest memory, interrupts
@@ -36,6 +38,7 @@ pub mod extdb;
 pub mod io;
 pub mod pci;
 pub mod regs;
+pub mod roce;
 pub mod testing;
 
 pub use caps::Caps;

@@ -211,6 +211,52 @@ fn command_body(rng: &mut Rng, code: OpCode, slot: &mut [u8]) {
             enable: field(rng, 7) as u32,
         }
         .write_fields(slot),
+        Some(Command::SetGid) => {
+            let mut gid = [0u8; cmdq::GID_SIZE];
+            for b in gid.iter_mut() {
+                *b = rng.next() as u8;
+            }
+            let op = if rng.below(3) == 0 {
+                cmdq::GidOp::Delete
+            } else {
+                cmdq::GidOp::Add {
+                    net_type: cmdq::NetType::from_bit(rng.below(2) == 0),
+                    gid,
+                }
+            };
+            cmdq::SetGid {
+                index: field_in(rng, 0, 18) as u16,
+                op,
+            }
+            .write_fields(slot)
+        }
+        Some(Command::CreateAh) => {
+            let mut dgid = [0u8; cmdq::GID_SIZE];
+            for b in dgid.iter_mut() {
+                *b = rng.next() as u8;
+            }
+            cmdq::CreateAh {
+                pdn: field_in(rng, 0, 4) as u32,
+                ahn: field_in(rng, 0, 64) as u32,
+                av: cmdq::AddressVector {
+                    flow_label: rng.next() as u32,
+                    net_type: cmdq::NetType::from_bit(rng.below(2) == 0),
+                    traffic_class: rng.next() as u8,
+                    hop_limit: rng.next() as u8,
+                    sl: rng.next() as u8,
+                    udp_sport: rng.next() as u16,
+                    sgid_index: field_in(rng, 0, 18) as u16,
+                    dmac: [0x52, 0x54, 0, 0, 0, rng.next() as u8],
+                    dgid,
+                },
+            }
+            .write_fields(slot)
+        }
+        Some(Command::DestroyAh) => cmdq::DestroyAh {
+            pdn: field_in(rng, 0, 4) as u32,
+            ahn: field_in(rng, 0, 64) as u32,
+        }
+        .write_fields(slot),
         Some(Command::FreeDb) => cmdq::FreeDb {
             enable: field(rng, 7) as u32,
             rq_page: field_in(rng, 256, 768) as u16,
@@ -222,7 +268,7 @@ fn command_body(rng: &mut Rng, code: OpCode, slot: &mut [u8]) {
     }
 }
 
-const CONTROL_WORDS: [&str; 24] = [
+const CONTROL_WORDS: [&str; 26] = [
     "fail",
     "delay",
     "refuse-init",
@@ -247,6 +293,8 @@ const CONTROL_WORDS: [&str; 24] = [
     "tx_reqs=9",
     "off",
     "count=forever",
+    "gids",
+    "ahs",
 ];
 
 /// A random control line: mostly valid-looking words, sometimes garbage.
@@ -441,4 +489,19 @@ fn random_commands_and_doorbells_on_live_rings() {
     assert_eq!(t.create_ceq(1, 1, 4).status, 0);
     t.control("ceq eqn=1 cqn=3").unwrap();
     assert_eq!(t.ceqe(1, 16, 0), (true, 3));
+    // RESET left empty GID and AH tables behind, and they work.
+    assert_eq!(t.control("query gids"), Ok("gids=".into()));
+    assert_eq!(t.control("query ahs"), Ok("ahs=0".into()));
+    let add = cmdq::SetGid {
+        index: 0,
+        op: cmdq::GidOp::Add {
+            net_type: cmdq::NetType::Ipv6,
+            gid: [0x11; cmdq::GID_SIZE],
+        },
+    };
+    assert_eq!(t.exec(Command::SetGid, |s| add.write_fields(s)).status, 0);
+    assert_eq!(
+        t.control("query gids"),
+        Ok(format!("gids=0:ipv6:{}", "11".repeat(16)))
+    );
 }

@@ -13,6 +13,7 @@ use crate::cmdq::*;
 use crate::control;
 use crate::eq::{AeqEvent, EqError};
 use crate::regs::*;
+use crate::roce::{AddressHandle, AhTable, GidEntry, GidTable};
 use crate::testing::{layout, TestDriver};
 use crate::GuestMemory;
 
@@ -121,6 +122,69 @@ fn conf_device(t: &mut TestDriver, enable: bool, shift: u8) -> Cqe {
 
 fn conf_mtu(t: &mut TestDriver, mtu: u32) -> Cqe {
     t.exec(Command::ConfMtu, |s| ConfMtu { mtu }.write_fields(s))
+}
+
+/// `::ffff:a.b.c.d`, the GID of an IPv4 address.
+fn v4_gid(a: [u8; 4]) -> Gid {
+    let mut g = [0u8; GID_SIZE];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&a);
+    g
+}
+
+/// `fe80::n`.
+fn v6_gid(n: u8) -> Gid {
+    let mut g = [0u8; GID_SIZE];
+    g[0] = 0xfe;
+    g[1] = 0x80;
+    g[15] = n;
+    g
+}
+
+fn add_gid(t: &mut TestDriver, index: u16, net_type: NetType, gid: Gid) -> Cqe {
+    let r = SetGid {
+        index,
+        op: GidOp::Add { net_type, gid },
+    };
+    t.exec(Command::SetGid, |s| r.write_fields(s))
+}
+
+fn del_gid(t: &mut TestDriver, index: u16) -> Cqe {
+    let r = SetGid {
+        index,
+        op: GidOp::Delete,
+    };
+    t.exec(Command::SetGid, |s| r.write_fields(s))
+}
+
+/// An IPv4 address vector to 10.0.0.`host` through source GID `sgid_index`.
+fn test_av(sgid_index: u16, host: u8) -> AddressVector {
+    AddressVector {
+        flow_label: 0,
+        net_type: NetType::Ipv4,
+        traffic_class: 0,
+        hop_limit: 64,
+        sl: 0,
+        udp_sport: 0xc000 | u16::from(host),
+        sgid_index,
+        dmac: [0x52, 0x54, 0, 0, 0, host],
+        dgid: v4_gid([10, 0, 0, host]),
+    }
+}
+
+fn create_ah(t: &mut TestDriver, pdn: u32, ahn: u32, av: AddressVector) -> Cqe {
+    let r = CreateAh { pdn, ahn, av };
+    t.exec(Command::CreateAh, |s| r.write_fields(s))
+}
+
+fn destroy_ah(t: &mut TestDriver, pdn: u32, ahn: u32) -> Cqe {
+    let r = DestroyAh { pdn, ahn };
+    t.exec(Command::DestroyAh, |s| r.write_fields(s))
+}
+
+fn gids_of(t: &TestDriver) -> Vec<(u16, GidEntry)> {
+    t.dev.gid_table().iter().map(|(i, e)| (i, *e)).collect()
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -700,6 +764,316 @@ fn alloc_db_and_free_db() {
 }
 
 // ------------------------------------------------------------------------------------------------
+// SET_GID, CREATE_AH, DESTROY_AH
+// ------------------------------------------------------------------------------------------------
+
+#[test]
+fn set_gid_adds_replaces_and_deletes() {
+    let mut t = driver();
+    ok(&add_gid(&mut t, 0, NetType::Ipv6, v6_gid(1)));
+    ok(&add_gid(&mut t, 3, NetType::Ipv4, v4_gid([192, 168, 0, 1])));
+    assert_eq!(
+        gids_of(&t),
+        [
+            (
+                0,
+                GidEntry {
+                    net_type: NetType::Ipv6,
+                    gid: v6_gid(1)
+                }
+            ),
+            (
+                3,
+                GidEntry {
+                    net_type: NetType::Ipv4,
+                    gid: v4_gid([192, 168, 0, 1])
+                }
+            ),
+        ]
+    );
+    assert_eq!(
+        t.control("query gids"),
+        Ok("gids=0:ipv6:fe800000000000000000000000000001,\
+            3:ipv4:00000000000000000000ffffc0a80001"
+            .into())
+    );
+    // Adding over a populated entry replaces it (the GID cache re-adds after changes), also
+    // with the same contents.
+    ok(&add_gid(&mut t, 3, NetType::Ipv4, v4_gid([10, 1, 2, 3])));
+    ok(&add_gid(&mut t, 3, NetType::Ipv4, v4_gid([10, 1, 2, 3])));
+    assert_eq!(t.dev.gid_table().get(3).unwrap().gid, v4_gid([10, 1, 2, 3]));
+    assert_eq!(t.dev.gid_table().len(), 2);
+    // The network type is recorded as given (the driver derives it from the GID).
+    ok(&add_gid(&mut t, 3, NetType::Ipv6, v4_gid([10, 1, 2, 3])));
+    assert_eq!(t.dev.gid_table().get(3).unwrap().net_type, NetType::Ipv6);
+    // Delete, then the entry is empty: a second delete is "not found".
+    ok(&del_gid(&mut t, 0));
+    status(&del_gid(&mut t, 0), Status::NotFound);
+    status(&del_gid(&mut t, 1), Status::NotFound);
+    assert_eq!(
+        t.dev.gid_table().iter().map(|(i, _)| i).collect::<Vec<_>>(),
+        [3]
+    );
+    ok(&del_gid(&mut t, 3));
+    assert!(t.dev.gid_table().is_empty());
+    assert_eq!(t.control("query gids"), Ok("gids=".into()));
+    // The index can be reused.
+    ok(&add_gid(&mut t, 0, NetType::Ipv6, v6_gid(2)));
+    assert_eq!(t.dev.gid_table().get(0).unwrap().gid, v6_gid(2));
+}
+
+#[test]
+fn set_gid_index_bounds() {
+    // Default max_gid = 4: 16 entries.
+    let mut t = driver();
+    assert_eq!(t.dev.gid_table().size(), 16);
+    ok(&add_gid(&mut t, 15, NetType::Ipv6, v6_gid(1)));
+    for index in [16, 0x100, 0xffff] {
+        status(
+            &add_gid(&mut t, index, NetType::Ipv6, v6_gid(1)),
+            Status::InvalidParam,
+        );
+        status(&del_gid(&mut t, index), Status::InvalidParam);
+    }
+    assert_eq!(gids_of(&t).len(), 1);
+    ok(&del_gid(&mut t, 15));
+    // The table follows the capability: 2^0 = one entry, 2^15 = 32768.
+    for (log2, last) in [(0u8, 0u16), (15, 0x7fff)] {
+        let mut t = driver_with(DeviceConfig {
+            caps: Caps {
+                max_gid_log2: log2,
+                ..Caps::default()
+            },
+            ..Default::default()
+        });
+        ok(&add_gid(&mut t, last, NetType::Ipv4, v4_gid([10, 0, 0, 1])));
+        status(
+            &add_gid(&mut t, last + 1, NetType::Ipv4, v4_gid([10, 0, 0, 1])),
+            Status::InvalidParam,
+        );
+        ok(&del_gid(&mut t, last));
+    }
+}
+
+#[test]
+fn set_gid_delete_ignores_the_gid_bytes() {
+    let mut t = driver();
+    ok(&add_gid(&mut t, 2, NetType::Ipv4, v4_gid([10, 0, 0, 2])));
+    ok(&add_gid(&mut t, 5, NetType::Ipv6, v6_gid(5)));
+    // A delete as the driver sends it: cfg only, the GID bytes are whatever the stack held, and
+    // so is the rest of the slot. Bit 16 (network type) means nothing for a delete either.
+    let c = t.exec(Command::SetGid, |s| {
+        s[8..].fill(0xa5);
+        let cfg: u32 = 2 | 1 << 16 | 1 << 31;
+        s[8..12].copy_from_slice(&cfg.to_le_bytes());
+    });
+    ok(&c);
+    assert_eq!(
+        gids_of(&t),
+        [(
+            5,
+            GidEntry {
+                net_type: NetType::Ipv6,
+                gid: v6_gid(5)
+            }
+        )],
+        "only entry 2 is gone; nothing of the junk was stored"
+    );
+    // A delete with junk GID bytes of an empty entry is still "not found".
+    let c = t.exec(Command::SetGid, |s| {
+        s[12..28].copy_from_slice(&v6_gid(5));
+        s[8..12].copy_from_slice(&(2u32 | 1 << 31).to_le_bytes());
+    });
+    status(&c, Status::NotFound);
+    assert_eq!(gids_of(&t).len(), 1);
+    // Junk beyond the GID of an add is ignored too.
+    let r = SetGid {
+        index: 2,
+        op: GidOp::Add {
+            net_type: NetType::Ipv4,
+            gid: v4_gid([10, 0, 0, 9]),
+        },
+    };
+    ok(&t.exec(Command::SetGid, |s| {
+        s[8..].fill(0x5a);
+        r.write_fields(s);
+    }));
+    assert_eq!(t.dev.gid_table().get(2).unwrap().gid, v4_gid([10, 0, 0, 9]));
+}
+
+#[test]
+fn roce_commands_are_unsupported_on_iwarp() {
+    let mut t = driver_with(DeviceConfig {
+        protocol: Protocol::Iwarp,
+        ..Default::default()
+    });
+    status(
+        &add_gid(&mut t, 0, NetType::Ipv4, v4_gid([10, 0, 0, 1])),
+        Status::Unsupported,
+    );
+    status(&del_gid(&mut t, 0), Status::Unsupported);
+    status(&create_ah(&mut t, 1, 0, test_av(0, 1)), Status::Unsupported);
+    status(&destroy_ah(&mut t, 1, 0), Status::Unsupported);
+    // Even with fields that would be refused otherwise: the protocol is checked first.
+    status(&del_gid(&mut t, 0xffff), Status::Unsupported);
+    status(
+        &create_ah(&mut t, 1, u32::MAX, test_av(999, 1)),
+        Status::Unsupported,
+    );
+    assert!(t.dev.gid_table().is_empty());
+    assert!(t.dev.address_handles().is_empty());
+    assert_eq!(t.control("query gids"), Ok("gids=".into()));
+    assert_eq!(t.control("query ahs"), Ok("ahs=0".into()));
+    // The rest of the CMDQ is unaffected.
+    ok(&t.exec(Command::QueryDevice, |_| {}));
+}
+
+#[test]
+fn create_and_destroy_ahs() {
+    let mut t = driver();
+    ok(&add_gid(&mut t, 1, NetType::Ipv4, v4_gid([10, 0, 0, 100])));
+    let av = AddressVector {
+        flow_label: 0xabcde,
+        net_type: NetType::Ipv6,
+        traffic_class: 0x20,
+        hop_limit: 255,
+        sl: 5,
+        udp_sport: 0xd00d,
+        sgid_index: 1,
+        dmac: [0x02, 0xaa, 0xbb, 0xcc, 0xdd, 0xee],
+        dgid: v6_gid(9),
+    };
+    ok(&create_ah(&mut t, 3, 0, av));
+    ok(&create_ah(&mut t, 4, 7, test_av(1, 2)));
+    assert_eq!(
+        t.dev.address_handles().get(0),
+        Some(&AddressHandle { pdn: 3, av }),
+        "the AV is stored as decoded"
+    );
+    assert_eq!(t.control("query ahs"), Ok("ahs=2".into()));
+    // A live AHN cannot be created again, whatever the PD; the AH is unchanged.
+    status(&create_ah(&mut t, 3, 0, test_av(1, 3)), Status::Exists);
+    status(&create_ah(&mut t, 9, 7, test_av(1, 3)), Status::Exists);
+    assert_eq!(t.dev.address_handles().get(0).unwrap().av, av);
+    // DESTROY_AH: unknown AHN, wrong PD (the AH stays), then the real thing.
+    status(&destroy_ah(&mut t, 3, 1), Status::NotFound);
+    status(&destroy_ah(&mut t, 4, 0), Status::InvalidParam);
+    assert!(t.dev.address_handles().get(0).is_some());
+    ok(&destroy_ah(&mut t, 3, 0));
+    status(&destroy_ah(&mut t, 3, 0), Status::NotFound);
+    assert_eq!(
+        t.dev
+            .address_handles()
+            .iter()
+            .map(|(n, _)| n)
+            .collect::<Vec<_>>(),
+        [7]
+    );
+    // The AHN is free again.
+    ok(&create_ah(&mut t, 5, 0, test_av(1, 4)));
+    assert_eq!(t.dev.address_handles().get(0).unwrap().pdn, 5);
+    ok(&destroy_ah(&mut t, 5, 0));
+    ok(&destroy_ah(&mut t, 4, 7));
+    assert_eq!(t.control("query ahs"), Ok("ahs=0".into()));
+}
+
+#[test]
+fn create_ah_bounds() {
+    // Default max_ah = 16 (65536 AHNs), max_gid = 4 (16 GIDs).
+    let mut t = driver();
+    assert_eq!(t.dev.address_handles().size(), 65536);
+    ok(&create_ah(&mut t, 1, 0xffff, test_av(15, 1)));
+    status(
+        &create_ah(&mut t, 1, 0x1_0000, test_av(0, 1)),
+        Status::InvalidParam,
+    );
+    status(
+        &create_ah(&mut t, 1, u32::MAX, test_av(0, 1)),
+        Status::InvalidParam,
+    );
+    // The source GID index must lie inside the table; the entry need not be populated.
+    assert!(t.dev.gid_table().is_empty());
+    status(
+        &create_ah(&mut t, 1, 1, test_av(16, 1)),
+        Status::InvalidParam,
+    );
+    status(
+        &create_ah(&mut t, 1, 1, test_av(0xffff, 1)),
+        Status::InvalidParam,
+    );
+    // A bad parameter wins over a duplicate AHN.
+    status(
+        &create_ah(&mut t, 1, 0xffff, test_av(16, 1)),
+        Status::InvalidParam,
+    );
+    assert_eq!(t.dev.address_handles().len(), 1);
+    // DESTROY_AH out of range.
+    status(&destroy_ah(&mut t, 1, 0x1_0000), Status::InvalidParam);
+    ok(&destroy_ah(&mut t, 1, 0xffff));
+    // max_ah = 0: AHN 0 only; max_gid = 0: source GID index 0 only.
+    let mut t = driver_with(DeviceConfig {
+        caps: Caps {
+            max_ah_log2: 0,
+            max_gid_log2: 0,
+            ..Caps::default()
+        },
+        ..Default::default()
+    });
+    ok(&create_ah(&mut t, 1, 0, test_av(0, 1)));
+    status(
+        &create_ah(&mut t, 1, 1, test_av(0, 1)),
+        Status::InvalidParam,
+    );
+    status(
+        &create_ah(&mut t, 1, 0, test_av(1, 1)),
+        Status::InvalidParam,
+    );
+    status(&create_ah(&mut t, 1, 0, test_av(0, 1)), Status::Exists);
+}
+
+#[test]
+fn create_ah_with_one_wqebb_is_malformed() {
+    // CREATE_AH needs 52 bytes; DESTROY_AH and SET_GID fit in one WQEBB.
+    let mut t = driver();
+    let one = |t: &TestDriver, c: Command| {
+        Header {
+            wqebb_index: t.sq_pi.wrapping_add(1),
+            code: c.code(),
+            cookie: 0,
+            wqebbs: 1,
+        }
+        .encode()
+    };
+    let h = one(&t, Command::CreateAh);
+    // The first 32 bytes of the request: the AV is cut off after its sixteenth byte.
+    t.queue_raw(h, 1, |s| {
+        CreateAh {
+            pdn: 1,
+            ahn: 1,
+            av: test_av(0, 1),
+        }
+        .write_fields(s)
+    });
+    t.ring();
+    status(&t.poll_cqe().unwrap(), Status::Malformed);
+    let h = one(&t, Command::SetGid);
+    t.queue_raw(h, 1, |s| {
+        SetGid {
+            index: 1,
+            op: GidOp::Add {
+                net_type: NetType::Ipv4,
+                gid: v4_gid([1, 2, 3, 4]),
+            },
+        }
+        .write_fields(s)
+    });
+    t.ring();
+    ok(&t.poll_cqe().unwrap());
+    assert!(t.dev.address_handles().is_empty());
+    assert_eq!(t.dev.gid_table().len(), 1);
+}
+
+// ------------------------------------------------------------------------------------------------
 // Garbage in unused fields
 // ------------------------------------------------------------------------------------------------
 
@@ -707,7 +1081,30 @@ fn alloc_db_and_free_db() {
 type Fill = Box<dyn Fn(&mut [u8])>;
 
 /// Everything a command sequence makes observable: CQEs and the state they changed.
-fn run_sequence(garbage: Option<u64>) -> (Vec<Cqe>, Vec<u8>, Vec<u8>, u32, u8, usize) {
+type Observed = (
+    Vec<Cqe>,
+    Vec<u8>,
+    Vec<u8>,
+    u32,
+    u8,
+    usize,
+    GidTable,
+    AhTable,
+);
+
+fn set_gid_fill(index: u16, op: GidOp) -> Fill {
+    Box::new(move |s| SetGid { index, op }.write_fields(s))
+}
+
+fn create_ah_fill(pdn: u32, ahn: u32, av: AddressVector) -> Fill {
+    Box::new(move |s| CreateAh { pdn, ahn, av }.write_fields(s))
+}
+
+fn destroy_ah_fill(pdn: u32, ahn: u32) -> Fill {
+    Box::new(move |s| DestroyAh { pdn, ahn }.write_fields(s))
+}
+
+fn run_sequence(garbage: Option<u64>) -> Observed {
     let mut t = driver();
     t.control("stats tx_bytes=77 rx_packets=3").unwrap();
     let mut rng = garbage.map(Rng);
@@ -798,6 +1195,36 @@ fn run_sequence(garbage: Option<u64>) -> (Vec<Cqe>, Vec<u8>, Vec<u8>, u32, u8, u
                 .write_fields(s)
             }),
         ),
+        (
+            Command::SetGid,
+            set_gid_fill(
+                1,
+                GidOp::Add {
+                    net_type: NetType::Ipv4,
+                    gid: v4_gid([10, 0, 0, 1]),
+                },
+            ),
+        ),
+        (
+            Command::SetGid,
+            set_gid_fill(
+                0,
+                GidOp::Add {
+                    net_type: NetType::Ipv6,
+                    gid: v6_gid(1),
+                },
+            ),
+        ),
+        // Deletes: the GID bytes are garbage with a seed.
+        (Command::SetGid, set_gid_fill(0, GidOp::Delete)),
+        (Command::SetGid, set_gid_fill(0, GidOp::Delete)),
+        (Command::CreateAh, create_ah_fill(2, 5, test_av(1, 7))),
+        (Command::CreateAh, create_ah_fill(2, 5, test_av(1, 8))),
+        (Command::CreateAh, create_ah_fill(2, 6, test_av(16, 8))),
+        (Command::DestroyAh, destroy_ah_fill(3, 5)),
+        (Command::DestroyAh, destroy_ah_fill(2, 9)),
+        (Command::CreateAh, create_ah_fill(2, 8, test_av(0, 9))),
+        (Command::DestroyAh, destroy_ah_fill(2, 8)),
         (Command::CreateQp, Box::new(|_| {})),
     ];
     for (cmd, fill) in &cmds {
@@ -819,6 +1246,8 @@ fn run_sequence(garbage: Option<u64>) -> (Vec<Cqe>, Vec<u8>, Vec<u8>, u32, u8, u
         t.dev.mtu(),
         t.dev.db_pages().page_shift(),
         t.dev.db_pages().contexts().len(),
+        t.dev.gid_table().clone(),
+        t.dev.address_handles().clone(),
     )
 }
 
@@ -827,8 +1256,31 @@ fn garbage_in_unused_fields_changes_nothing() {
     let clean = run_sequence(None);
     // Sanity: the sequence exercises successes and failures.
     let statuses: Vec<u8> = clean.0.iter().map(|c| c.status).collect();
-    assert_eq!(statuses, [0, 0, 0, 0, 5, 0, 0, 2, 0, 0, 0, 0, 0, 1]);
+    assert_eq!(
+        statuses,
+        [0, 0, 0, 0, 5, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 5, 2, 2, 4, 0, 0, 1]
+    );
     assert_eq!((clean.3, clean.4, clean.5), (4200, 13, 1));
+    assert_eq!(
+        clean.6.iter().map(|(i, e)| (i, *e)).collect::<Vec<_>>(),
+        [(
+            1,
+            GidEntry {
+                net_type: NetType::Ipv4,
+                gid: v4_gid([10, 0, 0, 1])
+            }
+        )]
+    );
+    assert_eq!(
+        clean.7.iter().map(|(n, ah)| (n, *ah)).collect::<Vec<_>>(),
+        [(
+            5,
+            AddressHandle {
+                pdn: 2,
+                av: test_av(1, 7)
+            }
+        )]
+    );
     for seed in [1, 0x1234_5678_9abc_def0, u64::MAX] {
         assert_eq!(run_sequence(Some(seed)), clean, "seed {seed:#x}");
     }
@@ -1173,10 +1625,21 @@ fn queries() {
     ok(&t.create_ceq(1, 1, 4));
     ok(&conf_mtu(&mut t, 1500));
     ok(&alloc_db(&mut t));
+    ok(&add_gid(&mut t, 10, NetType::Ipv4, v4_gid([172, 16, 0, 1])));
+    ok(&add_gid(&mut t, 2, NetType::Ipv6, v6_gid(0xab)));
+    ok(&create_ah(&mut t, 1, 4, test_av(2, 1)));
     t.control("stats rx_bytes=42").unwrap();
     t.control("fail RDMA.CREATE_QP status=1").unwrap();
     assert_eq!(t.control("query eqs"), Ok("eqs=1,2".into()));
-    assert_eq!(t.control("query cmds"), Ok("cmds=4".into()));
+    assert_eq!(t.control("query cmds"), Ok("cmds=7".into()));
+    assert_eq!(
+        t.control("query gids"),
+        Ok("gids=2:ipv6:fe8000000000000000000000000000ab,\
+            10:ipv4:00000000000000000000ffffac100001"
+            .into()),
+        "sorted by index"
+    );
+    assert_eq!(t.control("query ahs"), Ok("ahs=1".into()));
     assert_eq!(
         t.control("query stats"),
         Ok(
@@ -1189,7 +1652,7 @@ fn queries() {
     assert_eq!(
         t.control("query all"),
         Ok(
-            "mtu=1500 page_shift=12 eqs=1,2 cmds=4 init_done=1 dbs=1 rules=1 tx_reqs=0 \
+            "mtu=1500 page_shift=12 eqs=1,2 cmds=7 init_done=1 dbs=1 ahs=1 rules=1 tx_reqs=0 \
             tx_packets=0 tx_bytes=0 tx_disable_drop=0 tx_bps_limit_drop=0 tx_pps_limit_drop=0 \
             rx_packets=0 rx_bytes=42 rx_disable_drop=0 rx_bps_limit_drop=0 rx_pps_limit_drop=0"
                 .into()
@@ -1327,6 +1790,24 @@ fn test_page_runs_commands() {
     let (s, r) = tp_command(&mut t, "query all");
     assert_eq!(s, 0);
     assert!(r.len() <= 255 && r.starts_with("ok mtu=0"), "{r}");
+    assert!(r.contains(" dbs=0 ahs=0 rules="), "{r}");
+    // `query gids` holds six entries with two-digit indices.
+    t.control("clear").unwrap();
+    for i in 10..16 {
+        ok(&add_gid(&mut t, i, NetType::Ipv6, v6_gid(i as u8)));
+    }
+    let full = t.control("query gids").unwrap();
+    let (s, r) = tp_command(&mut t, "query gids");
+    assert_eq!((s, r.len()), (0, 253));
+    assert_eq!(r, format!("ok {full}"));
+    assert!(
+        r.ends_with(",15:ipv6:fe80000000000000000000000000000f"),
+        "{r}"
+    );
+    // A seventh is cut.
+    ok(&add_gid(&mut t, 9, NetType::Ipv6, v6_gid(9)));
+    let (_, r) = tp_command(&mut t, "query gids");
+    assert_eq!(r.len(), 255);
     // The harness survives RESET, a new client clears it.
     t.w32(DEV_CTRL, DEV_CTRL_RESET);
     assert_eq!(t.read(base + test_page::MAILBOX, 5), b"query");
@@ -1372,6 +1853,9 @@ fn reset_returns_engines_to_power_on() {
         ok(&conf_mtu(&mut t, 1500));
         ok(&conf_device(&mut t, true, 13));
         ok(&alloc_db(&mut t));
+        ok(&add_gid(&mut t, 0, NetType::Ipv6, v6_gid(1)));
+        ok(&add_gid(&mut t, 1, NetType::Ipv4, v4_gid([10, 0, 0, 1])));
+        ok(&create_ah(&mut t, 1, 3, test_av(1, 2)));
         t.arm_cq();
         t.control("delay any ms=10").unwrap();
         t.queue(Command::QueryDevice.code(), |_| {});
@@ -1393,6 +1877,8 @@ fn reset_returns_engines_to_power_on() {
         assert_eq!(t.dev.mtu(), 0);
         assert_eq!(t.dev.db_pages().page_shift(), 12);
         assert!(t.dev.db_pages().contexts().is_empty());
+        assert!(t.dev.gid_table().is_empty(), "GID table cleared");
+        assert!(t.dev.address_handles().is_empty(), "AHs cleared");
         assert_eq!(t.dev.delayed_completions(), 0);
         assert_eq!(t.dev.fault_rules().len(), 1, "rules are harness state");
         t.control("clear").unwrap();

@@ -15,7 +15,8 @@
 //!    the count).
 //! 3. Fault rules may fail the command (not executed) or delay its completion (executed now).
 //! 4. The command is executed by the handler its `(sub-module, opcode)` selects in
-//!    [`Device::execute`]; unknown and not-yet-modelled commands are [`Status::Unsupported`].
+//!    [`Device::execute`]; unknown and not-yet-modelled commands are [`Status::Unsupported`], and
+//!    so are the RoCEv2-only commands (SET_GID, CREATE_AH, DESTROY_AH) on an iWARP function.
 //! 5. A 32-byte CQE goes to the CMDQ CQ at the device's producer index; its dword 1 is the
 //!    command's start index. If the CMDQ CQ is armed, an EQE goes to the CMDQ EQ and the CQ is
 //!    disarmed (one event per arm); the EQ raises vector 0 if it is armed.
@@ -30,17 +31,18 @@
 
 use std::time::Duration;
 
-use super::{Ceq, Delayed, Device, Oddity};
+use super::{Ceq, Delayed, Device, Oddity, Protocol};
 use crate::cmdq::{
-    self, AllocDb, Command, ConfDevice, ConfMtu, Cqe, CreateEq, DestroyEq, FreeDb, GetStats,
-    Header, OpCode, Request, Status, CQE_QTYPE_CMDQ, EQ_TYPE_CEQ, MAX_CMD_SIZE, MAX_CMD_WQEBBS,
-    WQEBB_SIZE,
+    self, AllocDb, Command, ConfDevice, ConfMtu, Cqe, CreateAh, CreateEq, DestroyAh, DestroyEq,
+    FreeDb, GetStats, GidOp, Header, OpCode, Request, SetGid, Status, CQE_QTYPE_CMDQ, EQ_TYPE_CEQ,
+    MAX_CMD_SIZE, MAX_CMD_WQEBBS, WQEBB_SIZE,
 };
 use crate::control::FaultAction;
 use crate::eq::{self, AeqEvent, EqError, EventQueue};
 use crate::extdb;
 use crate::io::Io;
 use crate::regs::{self, CqDoorbell, EqDoorbell};
+use crate::roce::{self, AddressHandle, AhTable, GidEntry, GidTable};
 
 /// Most completions a device holds back for `delay` rules; beyond that they complete at once.
 const MAX_DELAYED: usize = 65536;
@@ -268,6 +270,19 @@ impl Device {
             Command::ConfDevice => self.cmd_conf_device(ConfDevice::decode(req)?),
             Command::AllocDb => self.cmd_alloc_db(AllocDb::decode(req)?),
             Command::FreeDb => self.cmd_free_db(FreeDb::decode(req)?),
+            // RoCEv2 addressing; the protocol is checked before anything is decoded.
+            Command::SetGid => {
+                self.require_roce()?;
+                self.cmd_set_gid(SetGid::decode(req)?)
+            }
+            Command::CreateAh => {
+                self.require_roce()?;
+                self.cmd_create_ah(CreateAh::decode(req)?)
+            }
+            Command::DestroyAh => {
+                self.require_roce()?;
+                self.cmd_destroy_ah(DestroyAh::decode(req)?)
+            }
             // The data-path objects come with the RDMA engine.
             Command::CreateQp
             | Command::DestroyQp
@@ -277,9 +292,6 @@ impl Device {
             | Command::Reflush
             | Command::RegMr
             | Command::DeregMr
-            | Command::SetGid
-            | Command::CreateAh
-            | Command::DestroyAh
             | Command::QueryQp => Err(Status::Unsupported),
             // Out-of-tree driver only.
             Command::QueryQpc
@@ -409,6 +421,76 @@ impl Device {
         }
         let pages: Vec<u16> = r.pages().map(|(_, p)| p).collect();
         self.func.dbs.free(&pages)?;
+        Ok((0, 0))
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // RDMA commands: RoCEv2 addressing
+    // --------------------------------------------------------------------------------------------
+
+    /// SET_GID, CREATE_AH and DESTROY_AH exist on RoCEv2 functions only (an iWARP port has a
+    /// single MAC-based GID and no AHs, §7.2, §9.1).
+    fn require_roce(&self) -> Result<(), Status> {
+        match self.config.protocol {
+            Protocol::RoceV2 => Ok(()),
+            Protocol::Iwarp => Err(Status::Unsupported),
+        }
+    }
+
+    /// SET_GID: add (or replace) or delete one GID table entry.
+    fn cmd_set_gid(&mut self, r: SetGid) -> Outcome {
+        let gids = &mut self.func.gids;
+        match r.op {
+            GidOp::Add { net_type, gid } => {
+                let entry = GidEntry { net_type, gid };
+                let old = gids.add(r.index, entry)?;
+                match old {
+                    Some(old) if old != entry => log::info!(
+                        "GID {} = {} ({net_type}), replacing {} ({})",
+                        r.index,
+                        entry.addr(),
+                        old.addr(),
+                        old.net_type
+                    ),
+                    Some(_) => log::debug!("GID {} re-added unchanged", r.index),
+                    None => log::info!("GID {} = {} ({net_type})", r.index, entry.addr()),
+                }
+            }
+            GidOp::Delete => {
+                let old = gids.delete(r.index)?;
+                log::info!("GID {} deleted (was {})", r.index, old.addr());
+            }
+        }
+        Ok((0, 0))
+    }
+
+    /// CREATE_AH: every field in range first (AHN, source GID index), then the AHN must be free.
+    fn cmd_create_ah(&mut self, r: CreateAh) -> Outcome {
+        if r.ahn >= self.func.ahs.size() || !self.func.gids.in_range(r.av.sgid_index) {
+            return Err(Status::InvalidParam);
+        }
+        let ah = AddressHandle {
+            pdn: r.pdn,
+            av: r.av,
+        };
+        self.func.ahs.create(r.ahn, ah)?;
+        log::debug!(
+            "AH {} created: PD {}, {} ({}) via GID {}, MAC {}, UDP source port {:#x}",
+            r.ahn,
+            r.pdn,
+            std::net::Ipv6Addr::from(r.av.dgid),
+            r.av.net_type,
+            r.av.sgid_index,
+            roce::mac_string(&r.av.dmac),
+            r.av.udp_sport
+        );
+        Ok((0, 0))
+    }
+
+    /// DESTROY_AH: the AH must exist and belong to the PD named.
+    fn cmd_destroy_ah(&mut self, r: DestroyAh) -> Outcome {
+        self.func.ahs.destroy(r.ahn, r.pdn)?;
+        log::debug!("AH {} destroyed", r.ahn);
         Ok((0, 0))
     }
 
@@ -628,6 +710,16 @@ impl Device {
     /// The doorbell pages (ALLOC_DB state, page shift).
     pub fn db_pages(&self) -> &extdb::DbPages {
         &self.func.dbs
+    }
+
+    /// The GID table (SET_GID).
+    pub fn gid_table(&self) -> &GidTable {
+        &self.func.gids
+    }
+
+    /// The address handles (CREATE_AH / DESTROY_AH).
+    pub fn address_handles(&self) -> &AhTable {
+        &self.func.ahs
     }
 
     /// EQNs of the live CEQs, in increasing order.

@@ -8,6 +8,7 @@ use crate::cmdq::STAT_NAMES;
 use crate::control::{self, ControlCommand, FaultRules, Query};
 use crate::io::Io;
 use crate::regs::{self, test_page, test_page::Field};
+use crate::roce;
 
 impl Harness {
     pub(super) fn power_on() -> Self {
@@ -105,6 +106,16 @@ impl Device {
                 u8::from(self.func.status & regs::DEV_STATUS_INIT_DONE != 0)
             ),
             Query::Dbs => format!("dbs={}", self.func.dbs.contexts().len()),
+            Query::Gids => {
+                let gids: Vec<String> = self
+                    .func
+                    .gids
+                    .iter()
+                    .map(|(i, e)| format!("{i}:{}:{}", e.net_type, roce::gid_hex(&e.gid)))
+                    .collect();
+                format!("gids={}", gids.join(","))
+            }
+            Query::Ahs => format!("ahs={}", self.func.ahs.len()),
             Query::Rules => format!("rules={}", self.harness.rules.len()),
             Query::Stats => STAT_NAMES
                 .iter()
@@ -119,6 +130,7 @@ impl Device {
                 Query::Cmds,
                 Query::InitDone,
                 Query::Dbs,
+                Query::Ahs,
                 Query::Rules,
                 Query::Stats,
             ]

@@ -73,12 +73,20 @@ erdma_functions() {
 # runs in loops, and every process costs under TCG).
 is_bound() { [ -e "/sys/bus/pci/drivers/$ERDMA_DRIVER/$1" ]; }
 
-# Expected adapters as "mac proto version" lines (version "-" = model default).
+# Expected adapters as "mac proto version options" lines (version "-" = model
+# default; options "k=v,..." as given to the model, "-" = none).
 expected_adapters() {
-	[ -r "$ERDMA_ADAPTERS" ] && grep -v '^#' "$ERDMA_ADAPTERS" | while read -r _i mac proto ver; do
-		echo "$mac $proto $ver"
+	[ -r "$ERDMA_ADAPTERS" ] && grep -v '^#' "$ERDMA_ADAPTERS" | while read -r _i mac proto ver opts; do
+		echo "$mac $proto $ver ${opts:--}"
 	done
 	return 0
+}
+
+# adapter_opt MAC KEY DEFAULT: the model option KEY of the adapter with MAC.
+adapter_opt() {
+	opts=$(expected_adapters | awk -v m="$1" '$1 == m { print $4 }')
+	v=$(echo "$opts" | tr ',' '\n' | sed -n "s/^$2=//p")
+	echo "${v:-$3}"
 }
 
 # Kernel messages that must never appear.
@@ -132,3 +140,6 @@ model_cmd() {
 	/usr/bin/printf '%b\n' "$reply" | tr -d '\000'
 	[ "$((status))" -eq 0 ]
 }
+
+# Last line: tests check it to know the whole library loaded.
+ERDMA_LIB_LOADED=1

@@ -4,6 +4,10 @@
 # $ERDMA_RESULTS/<test>.tap. Exits 1 if any test failed, else 0 (skips pass).
 cd "$(dirname "$0")"
 results=${ERDMA_RESULTS:-/tmp/erdma-results}
+# A library that stops loading half-way (a stray top-level return) turns
+# checks into silent skips: refuse to run on one.
+. ./lib.sh
+[ "${ERDMA_LIB_LOADED:-}" = 1 ] || { echo "# lib.sh did not load completely"; exit 1; }
 mkdir -p "$results"
 rc=0
 for t in "$@"; do
