@@ -32,7 +32,8 @@ use kernel::{
             Write, //
         },
         CondVar,
-        SpinLockIrq, //
+        SpinLockIrq,
+        SpinLockIrqGuard, //
     },
     time::{
         delay::{
@@ -294,19 +295,7 @@ impl Cmdq {
                 );
                 return Err(EBUSY);
             }
-            match (wait, state.interrupts) {
-                (Wait::Sleep, true) => {
-                    let _ = self.done.wait_timeout(&mut state, deadline.jiffies_left());
-                }
-                (wait, _) => {
-                    self.poll_cq(dev, &mut state);
-                    if state.free_slot().is_none() {
-                        drop(state);
-                        pause(wait);
-                        state = self.state.lock();
-                    }
-                }
-            }
+            state = self.await_progress(dev, state, wait, deadline, |st| st.free_slot().is_some());
         }
     }
 
@@ -363,20 +352,34 @@ impl Cmdq {
                 self.done.notify_all();
                 return Err(ETIMEDOUT);
             }
-            match (wait, state.interrupts) {
-                (Wait::Sleep, true) => {
-                    let _ = self.done.wait_timeout(&mut state, deadline.jiffies_left());
-                }
-                (wait, _) => {
-                    self.poll_cq(dev, &mut state);
-                    if !matches!(state.slots[slot], Slot::Done(_)) {
-                        drop(state);
-                        pause(wait);
-                        state = self.state.lock();
-                    }
-                }
-            }
+            state = self.await_progress(dev, state, wait, deadline, |st| {
+                matches!(st.slots[slot], Slot::Done(_))
+            });
         }
+    }
+
+    /// Waits for completions to make progress: in interrupt mode and process context, sleeps
+    /// until the vector-0 handler wakes it (or the deadline); otherwise polls the completion ring
+    /// and, unless `ready` then holds, pauses with the lock dropped.
+    fn await_progress<'a>(
+        &'a self,
+        dev: &device::Device,
+        mut state: SpinLockIrqGuard<'a, State>,
+        wait: Wait,
+        deadline: &Deadline,
+        ready: impl Fn(&State) -> bool,
+    ) -> SpinLockIrqGuard<'a, State> {
+        if wait == Wait::Sleep && state.interrupts {
+            let _ = self.done.wait_timeout(&mut state, deadline.jiffies_left());
+            return state;
+        }
+        self.poll_cq(dev, &mut state);
+        if ready(&state) {
+            return state;
+        }
+        drop(state);
+        pause(wait);
+        self.state.lock()
     }
 
     /// The vector-0 work for the command queue: consume the CMDQ EQ; if it had events, collect

@@ -326,11 +326,7 @@ impl Device {
         {
             return Err(Status::InvalidParam);
         }
-        let q = self.func.queues.as_mut().ok_or(Status::InvalidParam)?;
-        let slot = q
-            .ceqs
-            .get_mut(usize::from(r.eqn))
-            .ok_or(Status::InvalidParam)?;
+        let slot = self.ceq_slot(r.eqn)?;
         if slot.is_some() {
             return Err(Status::Exists);
         }
@@ -354,16 +350,17 @@ impl Device {
         Ok((0, 0))
     }
 
+    /// The CEQ slot of EQN `eqn` (once INIT latched the queues).
+    fn ceq_slot(&mut self, eqn: u8) -> Result<&mut Option<Ceq>, Status> {
+        let q = self.func.queues.as_mut().ok_or(Status::InvalidParam)?;
+        q.ceqs.get_mut(usize::from(eqn)).ok_or(Status::InvalidParam)
+    }
+
     fn cmd_destroy_eq(&mut self, r: DestroyEq) -> Outcome {
         if r.ty != EQ_TYPE_CEQ || !CEQ_RANGE.contains(&r.eqn) {
             return Err(Status::InvalidParam);
         }
-        let q = self.func.queues.as_mut().ok_or(Status::InvalidParam)?;
-        let slot = q
-            .ceqs
-            .get_mut(usize::from(r.eqn))
-            .ok_or(Status::InvalidParam)?;
-        let ceq = slot.take().ok_or(Status::NotFound)?;
+        let ceq = self.ceq_slot(r.eqn)?.take().ok_or(Status::NotFound)?;
         if ceq.eq.vector() != u16::from(r.vector) {
             log::debug!(
                 "DESTROY_EQ {}: vector {} given, the EQ uses {} (not checked)",
