@@ -14,8 +14,14 @@
 #
 # Everything downloaded or built lives in $(ERDMA_CACHE), outside the checkout.
 
+HOME ?= $(shell getent passwd $$(id -u) | cut -d: -f6)
+export HOME
 ERDMA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/erdma-rs
 export ERDMA_CACHE
+export PATH := $(or $(PATH),/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
+ifeq ($(shell PATH='$(PATH)' command -v cargo),)
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+endif
 
 CARGO_TARGET_DIR := $(ERDMA_CACHE)/cargo-target
 export CARGO_TARGET_DIR

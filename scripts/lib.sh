@@ -11,6 +11,13 @@ set -eu
 TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$TOP/scripts/versions.sh"
 
+# CI and cron-like environments may lack HOME, or rustup's bin directory on PATH.
+: "${HOME:=$(getent passwd "$(id -u)" | cut -d: -f6)}"
+export HOME
+if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
+	export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
 ERDMA_CACHE=${ERDMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/erdma-rs}
 mkdir -p "$ERDMA_CACHE"
 export ERDMA_CACHE

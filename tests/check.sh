@@ -132,6 +132,11 @@ guest three-adapters \
 guest control-plane --smp 4 \
 	--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
 	--run 'erdma_rs/run_tests.sh ctrlq.sh'
+# The most CEQs an adapter can have: 32 vCPUs give 31 CEQs (one per vector after
+# vector 0), brought up and torn down (the model is asked which are live).
+guest smp32 --smp 32 --memory 2G \
+	--dev proto=roce,test_page=on \
+	--run 'CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh'
 # A/B: the upstream C erdma driver on the same model. Its RDMA devices must show
 # exactly the attributes the model was told to report (ibdev.sh); the portable
 # control-plane checks apply to it too.

@@ -94,6 +94,13 @@ timeout_disables_queue() {
 	bind_ok "$bdf" || { tap_diag "rebinding $bdf failed"; return 1; }
 }
 
+# The model's live CEQs for function $1 are exactly EQNs $2 (a comma list).
+model_eqs() {
+	got=$(model_cmd "$1" "query eqs") || return 1
+	got=${got#ok }
+	[ "$got" = "eqs=$2" ] || { tap_diag "$1: the model has $got, expected eqs=$2"; return 1; }
+}
+
 aeq_event_logged() {
 	bdf=$1
 	model_cmd "$bdf" "aeq type=0 data0=7" >/dev/null || return 1
@@ -140,7 +147,14 @@ if [ "$DRV" = erdma_rs ] && [ "$wanted" -gt 0 ]; then
 	tap_check "the model's test page is reachable" [ -n "$target" ]
 fi
 steps="COMMON.CREATE_EQ RDMA.QUERY_DEVICE COMMON.QUERY_FW_INFO COMMON.CONF_DEVICE"
+all_eqns=$(seq -s, 1 "$nceqs")
 if [ -n "$target" ]; then
+	tap_check "$target: the adapter has CEQs $all_eqns" model_eqs "$target" "$all_eqns"
+fi
+# CTRLQ_FAULTS=0 leaves out the fault cases (for big, slow guests).
+if [ -n "$target" ] && [ "${CTRLQ_FAULTS:-1}" = 0 ]; then
+	tap_skip "fault cases" "CTRLQ_FAULTS=0"
+elif [ -n "$target" ]; then
 	for op in $steps; do
 		tap_check "$target: failing $op fails the probe cleanly; the next probe works" \
 			probe_survives_fault "$target" "$op"
@@ -160,6 +174,9 @@ else
 fi
 
 tap_check "rmmod $DRV" rmmod "$DRV"
+if [ -n "$target" ]; then
+	tap_check "$target: after rmmod the adapter has no CEQ left" model_eqs "$target" ""
+fi
 trouble=$(kernel_trouble)
 [ -z "$trouble" ] || tap_diag "$trouble"
 tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$trouble" ]
