@@ -9,6 +9,7 @@ show() {
 show "lspci -nn -d 1ded:107f"
 show "modprobe erdma_rs"
 show "dmesg | grep erdma_rs"
+show "grep erdma /proc/interrupts | awk '{ print \$1, \$NF }'"
 show "lspci -k -d 1ded:107f"
 show "ls /sys/bus/pci/drivers/erdma_rs"
 show "ip -br link"
