@@ -13,10 +13,7 @@
 
 use kernel::{
     device,
-    dma::{
-        Coherent,
-        DmaAddress, //
-    },
+    dma::Coherent,
     io::{
         io_read,
         io_write,
@@ -28,8 +25,7 @@ use kernel::{
     sync::{
         barrier::{
             dma_mb,
-            Read,
-            Write, //
+            Read, //
         },
         CondVar,
         SpinLockIrq,
@@ -56,6 +52,12 @@ use crate::{
     regs::{
         self,
         CqDoorbell, //
+    },
+    ring::{
+        lower,
+        owner_valid,
+        upper,
+        Doorbell, //
     },
     Bar0, //
 };
@@ -101,15 +103,16 @@ enum Outcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Slot {
     Free,
-    /// Posted at submission-ring position `pos` (in commands).
-    Busy {
-        pos: u16,
-    },
+    /// Posted, not completed; `State::pos_slot` knows where.
+    Busy,
     Done(Outcome),
     /// Its waiter gave up; the slot is freed when (if ever) the completion arrives.
-    Abandoned {
-        pos: u16,
-    },
+    Abandoned,
+}
+
+/// The submission-ring position, in commands, of the command whose first WQEBB is `index`.
+fn cmd_pos(index: u16) -> usize {
+    usize::from(index / CMD_WQEBBS) % MAX_OUTSTANDING
 }
 
 struct State {
@@ -130,8 +133,7 @@ struct State {
 
 impl State {
     fn free_slot(&self) -> Option<usize> {
-        let pos = usize::from(self.sq_pi / CMD_WQEBBS) % MAX_OUTSTANDING;
-        if self.pos_slot[pos].is_some() {
+        if self.pos_slot[cmd_pos(self.sq_pi)].is_some() {
             return None;
         }
         self.slots.iter().position(|s| *s == Slot::Free)
@@ -145,8 +147,10 @@ pub(crate) struct Cmdq {
     sq: Coherent<[u64]>,
     /// Completion ring, as 32-bit words (big-endian on the wire).
     cq: Coherent<[u32]>,
-    /// Doorbell records: [`DBREC_SQ`] and [`DBREC_CQ`].
-    dbrec: Coherent<[u64]>,
+    /// Submission doorbell: the new producer index.
+    sq_db: Doorbell,
+    /// Completion-ring arm doorbell.
+    cq_db: Doorbell,
     #[pin]
     state: SpinLockIrq<State>,
     #[pin]
@@ -159,8 +163,6 @@ const WQEBB_WORDS: usize = WQEBB_SIZE / 8;
 const CQE_WORDS: usize = CQE_SIZE / 4;
 const SQ_WORDS: usize = SQ_DEPTH as usize * WQEBB_WORDS;
 const CQ_WORDS: usize = CQ_DEPTH as usize * CQE_WORDS;
-const DBREC_SQ: usize = 0;
-const DBREC_CQ: usize = 1;
 
 impl Cmdq {
     /// Allocates the rings. Nothing is posted until [`Cmdq::program`] told the adapter where
@@ -168,12 +170,14 @@ impl Cmdq {
     pub(crate) fn new(dev: &device::Device<device::Bound>) -> Result<impl PinInit<Self, Error>> {
         let sq = Coherent::zeroed_slice(dev, SQ_WORDS, GFP_KERNEL)?;
         let cq = Coherent::zeroed_slice(dev, CQ_WORDS, GFP_KERNEL)?;
-        let dbrec = Coherent::zeroed_slice(dev, 2, GFP_KERNEL)?;
+        let sq_db = Doorbell::new(dev, regs::CMDQ_SQ_DB)?;
+        let cq_db = Doorbell::new(dev, regs::CMDQ_CQ_DB)?;
         let eq = EqRing::new(dev, EQ_DEPTH, regs::eq_db(0))?;
         Ok(try_pin_init!(Self {
             sq,
             cq,
-            dbrec,
+            sq_db,
+            cq_db,
             state <- new_spinlock_irq!(State {
                 sq_pi: 0,
                 cq_ci: 0,
@@ -197,10 +201,10 @@ impl Cmdq {
         bar.write_reg(regs::CMDQ_SQ_ADDR_H::from_raw(upper(sq)));
         bar.write_reg(regs::CMDQ_SQ_ADDR_L::from_raw(lower(sq)));
         bar.write_reg(regs::CMDQ_DEPTH::from_raw(u32::from(SQ_DEPTH)));
-        let _ = bar.try_write64(self.dbrec_addr(DBREC_SQ), regs::CMDQ_SQ_DBREC_ADDR);
+        let _ = bar.try_write64(self.sq_db.record_addr(), regs::CMDQ_SQ_DBREC_ADDR);
         bar.write_reg(regs::CMDQ_CQ_ADDR_H::from_raw(upper(cq)));
         bar.write_reg(regs::CMDQ_CQ_ADDR_L::from_raw(lower(cq)));
-        let _ = bar.try_write64(self.dbrec_addr(DBREC_CQ), regs::CMDQ_CQ_DBREC_ADDR);
+        let _ = bar.try_write64(self.cq_db.record_addr(), regs::CMDQ_CQ_DBREC_ADDR);
         let state = self.state.lock();
         let eq = state.eq.dma_addr();
         bar.write_reg(regs::CMDQ_EQ_ADDR_H::from_raw(upper(eq)));
@@ -252,11 +256,13 @@ impl Cmdq {
         wait: Wait,
         deadline: &Deadline,
     ) -> Result<usize> {
+        const {
+            assert!(
+                core::mem::size_of::<C>() <= MAX_BODY,
+                "command body too large"
+            )
+        };
         let body = cmd.as_bytes();
-        // A build-time property of the command types.
-        if body.len() > MAX_BODY {
-            return Err(EINVAL);
-        }
         let mut state = self.state.lock();
         loop {
             if state.disabled {
@@ -264,7 +270,6 @@ impl Cmdq {
             }
             if let Some(slot) = state.free_slot() {
                 let pi = state.sq_pi;
-                let pos = pi / CMD_WQEBBS % MAX_OUTSTANDING as u16;
                 let next = pi.wrapping_add(CMD_WQEBBS);
                 // CAST: `slot` < `MAX_OUTSTANDING` = 128 fits in the 16-bit cookie field.
                 let header = u64::from(next)
@@ -274,16 +279,11 @@ impl Cmdq {
                     | (u64::from(CMD_WQEBBS - 1) << 52);
                 let base = usize::from(pi % SQ_DEPTH) * WQEBB_WORDS;
                 self.write_slot(base, header, body)?;
-                state.slots[slot] = Slot::Busy { pos };
+                state.slots[slot] = Slot::Busy;
                 // CAST: `slot` < 128.
-                state.pos_slot[usize::from(pos)] = Some(slot as u8);
+                state.pos_slot[cmd_pos(pi)] = Some(slot as u8);
                 state.sq_pi = next;
-                // The command, then the doorbell record, then the doorbell.
-                dma_mb(Write);
-                let db = u64::from(next);
-                self.write_dbrec(DBREC_SQ, db)?;
-                dma_mb(Write);
-                let _ = bar.try_write64(db, regs::CMDQ_SQ_DB);
+                self.sq_db.ring(bar, u64::from(next));
                 return Ok(slot);
             }
             // All slots (or the next ring position) are busy: wait for a completion.
@@ -310,16 +310,6 @@ impl Cmdq {
         Ok(())
     }
 
-    fn write_dbrec(&self, which: usize, db: u64) -> Result {
-        io_write!(&self.dbrec, [try: which], db);
-        Ok(())
-    }
-
-    fn dbrec_addr(&self, which: usize) -> DmaAddress {
-        // CAST: `which` is 0 or 1.
-        self.dbrec.dma_address() + (8 * which) as DmaAddress
-    }
-
     /// Waits until slot `slot` completes, and frees it.
     fn wait_for(
         &self,
@@ -338,8 +328,8 @@ impl Cmdq {
                 return Ok(outcome);
             }
             if deadline.expired() {
-                if let Slot::Busy { pos } = state.slots[slot] {
-                    state.slots[slot] = Slot::Abandoned { pos };
+                if state.slots[slot] == Slot::Busy {
+                    state.slots[slot] = Slot::Abandoned;
                 }
                 state.disabled = true;
                 drop(state);
@@ -421,9 +411,8 @@ impl Cmdq {
     /// Reads and consumes the next valid completion entry, in CPU order.
     fn next_cqe(&self, state: &mut State) -> Result<Option<[u32; CQE_WORDS]>> {
         let base = (state.cq_ci % CQ_DEPTH) as usize * CQE_WORDS;
-        let lap = (state.cq_ci / CQ_DEPTH) & 1;
         let word0 = u32::from_be(io_read!(&self.cq, [try: base]));
-        if word0 >> 31 == lap {
+        if !owner_valid(word0 >> 31, state.cq_ci, CQ_DEPTH) {
             return Ok(None);
         }
         // The rest of the entry only after its owner bit.
@@ -447,7 +436,7 @@ impl Cmdq {
     ) {
         // CAST: masked to the 16-bit index space of the submission ring.
         let start = (start & 0xffff) as u16;
-        let pos = usize::from(start / CMD_WQEBBS) % MAX_OUTSTANDING;
+        let pos = cmd_pos(start);
         let Some(slot) = state.pos_slot[pos].map(usize::from) else {
             dev_warn!(
                 dev,
@@ -476,7 +465,7 @@ impl Cmdq {
             Outcome::Status(status)
         };
         state.slots[slot] = match state.slots[slot] {
-            Slot::Abandoned { .. } => Slot::Free,
+            Slot::Abandoned => Slot::Free,
             _ => Slot::Done(outcome),
         };
     }
@@ -490,7 +479,7 @@ impl Cmdq {
         self.state.lock().disabled
     }
 
-    /// Arms the completion ring for one event: doorbell record, then doorbell.
+    /// Arms the completion ring for one event.
     fn arm_cq(&self, bar: &Bar0<'_>, state: &State) {
         let db = CqDoorbell::zeroed()
             .with_arm(true)
@@ -500,20 +489,8 @@ impl Cmdq {
             .with_cmdsn(Bounded::<u64, 2>::from_expr(u64::from(state.cmdsn) & 0x3))
             .with_seq(Bounded::<u64, 8>::from_expr(u64::from(state.cmdsn) & 0xff))
             .into_raw();
-        let _ = self.write_dbrec(DBREC_CQ, db);
-        dma_mb(Write);
-        let _ = bar.try_write64(db, regs::CMDQ_CQ_DB);
+        self.cq_db.ring(bar, db);
     }
-}
-
-fn upper(addr: DmaAddress) -> u32 {
-    // CAST: the high half of a 64-bit address.
-    (addr >> 32) as u32
-}
-
-fn lower(addr: DmaAddress) -> u32 {
-    // CAST: the low half of a 64-bit address, truncation intended.
-    addr as u32
 }
 
 fn pause(wait: Wait) {

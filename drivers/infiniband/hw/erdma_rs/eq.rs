@@ -9,21 +9,20 @@ use kernel::{
         Coherent,
         DmaAddress, //
     },
-    io::{
-        io_read,
-        io_write,
-        Io, //
-    },
+    io::io_read,
     prelude::*,
     sync::barrier::{
         dma_mb,
-        Read,
-        Write, //
+        Read, //
     },
 };
 
 use crate::{
     regs::EqDoorbell,
+    ring::{
+        owner_valid,
+        Doorbell, //
+    },
     Bar0, //
 };
 
@@ -41,10 +40,9 @@ pub(crate) struct Eqe(pub(crate) [u32; 4]);
 pub(crate) struct EqRing {
     /// The entries, as little-endian words.
     ring: Coherent<[u32]>,
-    dbrec: Coherent<[u64]>,
+    doorbell: Doorbell,
     depth: u16,
     ci: u16,
-    doorbell: usize,
 }
 
 /// Words per entry.
@@ -63,10 +61,9 @@ impl EqRing {
         }
         Ok(Self {
             ring: Coherent::zeroed_slice(dev, usize::from(depth) * EQE_WORDS, GFP_KERNEL)?,
-            dbrec: Coherent::zeroed_slice(dev, 1, GFP_KERNEL)?,
+            doorbell: Doorbell::new(dev, doorbell)?,
             depth,
             ci: 0,
-            doorbell,
         })
     }
 
@@ -77,7 +74,7 @@ impl EqRing {
 
     /// DMA address of the doorbell record.
     pub(crate) fn dbrec_addr(&self) -> DmaAddress {
-        self.dbrec.dma_address()
+        self.doorbell.record_addr()
     }
 
     /// Number of entries.
@@ -94,9 +91,8 @@ impl EqRing {
 
     fn try_pop(&mut self) -> Result<Option<Eqe>> {
         let base = usize::from(self.ci & (self.depth - 1)) * EQE_WORDS;
-        let lap = u32::from((self.ci / self.depth) & 1);
         let word0: u32 = io_read!(&self.ring, [try: base]);
-        if word0 >> 31 == lap {
+        if !owner_valid(word0 >> 31, self.ci.into(), self.depth.into()) {
             return Ok(None);
         }
         // Read the rest of the entry only after seeing its owner bit.
@@ -111,21 +107,12 @@ impl EqRing {
         Ok(Some(eqe))
     }
 
-    /// Tells the adapter how far the driver has consumed and re-arms the queue's interrupt:
-    /// the doorbell record first, then the MMIO doorbell.
+    /// Tells the adapter how far the driver has consumed and re-arms the queue's interrupt.
     pub(crate) fn arm(&self, bar: &Bar0<'_>) {
         let db = EqDoorbell::zeroed()
             .with_arm(true)
             .with_ci(self.ci)
             .into_raw();
-        let _ = self.write_dbrec(db);
-        dma_mb(Write);
-        // Cannot fail: doorbell offsets lie inside the register page.
-        let _ = bar.try_write64(db, self.doorbell);
-    }
-
-    fn write_dbrec(&self, db: u64) -> Result {
-        io_write!(&self.dbrec, [try: 0], db);
-        Ok(())
+        self.doorbell.ring(bar, db);
     }
 }

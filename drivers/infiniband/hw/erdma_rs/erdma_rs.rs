@@ -48,6 +48,7 @@ mod cmdq;
 mod commands;
 mod eq;
 mod regs;
+mod ring;
 
 use cmdq::{
     Cmdq,
@@ -66,6 +67,10 @@ use eq::EqRing;
 use regs::{
     MacAddr,
     Protocol, //
+};
+use ring::{
+    lower,
+    upper, //
 };
 
 /// PCI device ID of the eRDMA function.
@@ -114,10 +119,8 @@ impl<'bound> Hw<'bound> {
         {
             let aeq = self.aeq.lock();
             let addr = aeq.dma_addr();
-            // CAST: high and low halves of the ring address.
-            self.bar
-                .write_reg(regs::AEQ_ADDR_H::from_raw((addr >> 32) as u32));
-            self.bar.write_reg(regs::AEQ_ADDR_L::from_raw(addr as u32));
+            self.bar.write_reg(regs::AEQ_ADDR_H::from_raw(upper(addr)));
+            self.bar.write_reg(regs::AEQ_ADDR_L::from_raw(lower(addr)));
             self.bar
                 .write_reg(regs::AEQ_DEPTH::from_raw(aeq.depth().into()));
             // Cannot fail: the offset lies in the register page.
@@ -401,9 +404,8 @@ impl ErdmaDriver {
                 eqn: eqn as u8,
                 depth_log2: CEQ_DEPTH.trailing_zeros() as u8,
                 qtype: EQ_TYPE_CEQ,
-                // CAST: halves of the doorbell record address.
-                dbrec_lo: dbrec as u32,
-                dbrec_hi: (dbrec >> 32) as u32,
+                dbrec_lo: lower(dbrec),
+                dbrec_hi: upper(dbrec),
                 reserved: 0,
             };
             hw.exec(&cmd, Wait::Poll)?;
