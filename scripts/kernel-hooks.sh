@@ -53,9 +53,14 @@ edit_ib_hw_makefile() {
 
 
 # rust/kernel/pci/resource.rs (BAR types, disable) and vectors.rs (MSI-X vectors
-# managed for the binding) are submodules of kernel::pci.
+# managed for the binding) are submodules of kernel::pci; pci::Driver gains DMA_MASK.
 edit_rust_pci() {
 	insert_after "$1" '^mod irq;$' 'mod resource;\nmod vectors;\npub use self::resource::BarType;\npub use self::vectors::BoundIrqVectors;'
+	# pci::Driver::DMA_MASK, applied by the adapter before probe: the only point where the
+	# "no concurrent DMA allocation" contract of dma_set_mask_and_coherent holds by construction.
+	insert_file_before "$1" '^    /// PCI driver probe\.$' "$TOP/scripts/kernel-hooks/pci_driver_dma_mask.rs"
+	insert_file_before "$1" '^            let data = T::probe\(pdev, info\);$' \
+		"$TOP/scripts/kernel-hooks/pci_probe_dma_mask.rs"
 }
 
 # rust/kernel/irq/named.rs (IRQ registrations with an owned name) in kernel::irq.

@@ -17,10 +17,7 @@ use kernel::{
         Bound,
         Core, //
     },
-    dma::{
-        Device as _,
-        DmaMask, //
-    },
+    dma::DmaMask,
     fmt,
     io::Io,
     irq::{
@@ -348,9 +345,6 @@ impl ErdmaDriver {
     fn start<'bound>(pdev: &'bound pci::Device<Core<'_>>) -> Result<Running<'bound>> {
         let (bar, version, protocol, mac) = Self::identify(pdev)?;
 
-        // SAFETY: Nothing has allocated or mapped DMA memory for this device yet.
-        unsafe { pdev.dma_set_mask_and_coherent(DmaMask::new::<64>())? };
-
         let max_vectors = (kernel::cpu::nr_cpu_ids() + 1).min(MAX_CEQS + 1);
         let vectors = pdev.alloc_msix_vectors_bound(1, max_vectors)?;
 
@@ -465,6 +459,7 @@ impl pci::Driver for ErdmaDriver {
     type Data<'bound> = Erdma<'bound>;
 
     const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
+    const DMA_MASK: Option<DmaMask> = Some(DmaMask::new::<64>());
 
     fn probe<'bound>(
         pdev: &'bound pci::Device<Core<'_>>,

@@ -147,6 +147,7 @@ tap_check "$nbound of $nfunc functions bound, $nfunctional expected" [ "$nbound"
 for f in $functional; do
 	tap_check "$f: logs the expected version, protocol and MAC" info_matches "$f"
 	tap_check "$f: has a companion netdev with the same MAC" has_twin_netdev "$f"
+	tap_check "$f: 64-bit DMA mask" [ "$(cat "/sys/bus/pci/devices/$f/dma_mask_bits")" = 64 ]
 done
 for f in $nonfunctional; do
 	tap_check "$f: VERSION 0 refused with -ENODEV" refused_nonfunctional "$f"
