@@ -111,6 +111,16 @@ apt_cache_trixie() {
 		"$@"
 }
 
+# trixie_versions PKG: the versions of PKG in the private trixie index, newest first.
+trixie_versions() {
+	apt_cache_trixie madison "$1" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }'
+}
+
+# trixie_version PKG PREFIX: the newest version of PKG that starts with PREFIX.
+trixie_version() {
+	trixie_versions "$1" | awk -v p="$2" 'index($0, p) == 1 { print; exit }'
+}
+
 # Prepare (once an hour at most) the private trixie apt state.
 apt_trixie_update() {
 	local keyring=/usr/share/keyrings/debian-archive-keyring.gpg mirror

@@ -46,11 +46,10 @@ step_rust_src() {
 	fi
 	apt_trixie_update
 	local ver
-	ver=$(apt_cache_trixie madison rust-src | awk -F'|' '{gsub(/ /,"",$2); print $2}' |
-		grep -E "^$(printf '%s' "$RUSTC_VERSION" | sed 's/\./\\./g')\+" | head -1 || true)
+	ver=$(trixie_version rust-src "$RUSTC_VERSION+")
 	if [ -z "$ver" ]; then
-		die "no Debian rust-src package matches rustc $RUSTC_VERSION (found: $(apt_cache_trixie madison rust-src |
-			awk -F'|' '{gsub(/ /,"",$2); printf "%s ", $2}')); install a rustc whose version Debian packages"
+		die "no Debian rust-src package matches rustc $RUSTC_VERSION (found: $(trixie_versions rust-src |
+			tr '\n' ' ')); install a rustc whose version Debian packages"
 	fi
 	say "rust-src: fetching rust-src=$ver"
 	rm -rf "$RUST_SRC_DIR.tmp"
@@ -85,8 +84,7 @@ step_qemu() {
 	fi
 	apt_trixie_update
 	local ver prefix
-	ver=$(apt_cache_trixie madison qemu-system-x86 | awk -F'|' '{gsub(/ /,"",$2); print $2}' |
-		grep -E "^1:$(printf '%s' "$QEMU_SERIES" | sed 's/\./\\./g')\." | head -1 || true)
+	ver=$(trixie_version qemu-system-x86 "1:$QEMU_SERIES.")
 	[ -n "$ver" ] || die "no qemu-system-x86 $QEMU_SERIES.x found in trixie-backports"
 	prefix=$QEMU_PREFIX_BASE/$(printf '%s' "$ver" | tr ':~+' '___')
 	say "qemu: resolving qemu-system-x86=$ver and its library closure into $prefix"

@@ -52,17 +52,6 @@ reports_ceqs() {
 	dmesg | grep -q "$DRV $1: firmware [0-9]*\.[0-9]*, $nceqs CEQs on $((nceqs + 1)) vectors"
 }
 
-# bind_fails BDF PATTERN: binding fails, the device stays unbound, and the
-# kernel log gains a line matching PATTERN.
-bind_fails() {
-	before=$(dmesg | grep -c "$2")
-	if /bin/echo "$1" 2>/dev/null >"$SYSDRV/bind"; then
-		tap_diag "binding $1 succeeded"
-		return 1
-	fi
-	! is_bound "$1" || { tap_diag "$1 bound"; return 1; }
-	[ "$(dmesg | grep -c "$2")" -gt "$before" ] || { tap_diag "no '$2' in the kernel log"; return 1; }
-}
 
 bind_ok() {
 	echo "$1" >"$SYSDRV/bind" && is_bound "$1"

@@ -89,6 +89,25 @@ adapter_opt() {
 	echo "${v:-$3}"
 }
 
+# bind_fails BDF PATTERN [ERRNO-TEXT]: binding BDF to the driver under test
+# fails (with ERRNO-TEXT, e.g. "No such device", if given), BDF stays unbound,
+# and the kernel log gains exactly one line matching PATTERN.
+bind_fails() {
+	before=$(dmesg | grep -c "$2")
+	# /bin/echo reports the errno; the shell builtin says "I/O error" for all.
+	if err=$(/bin/echo "$1" 2>&1 >"/sys/bus/pci/drivers/$ERDMA_DRIVER/bind"); then
+		tap_diag "binding $1 succeeded"
+		return 1
+	fi
+	case "$err" in
+	*"${3:-}"*) ;;
+	*) tap_diag "binding $1 failed with '$err', expected '$3'"; return 1 ;;
+	esac
+	! is_bound "$1" || { tap_diag "$1 is bound"; return 1; }
+	after=$(dmesg | grep -c "$2")
+	[ "$after" -eq $((before + 1)) ] || { tap_diag "$((after - before)) new '$2' lines in the kernel log, expected 1"; return 1; }
+}
+
 # Kernel messages that must never appear.
 kernel_trouble() {
 	dmesg | grep -E 'Oops|BUG:|WARNING:|Call Trace:|general protection fault|UBSAN:|rust_panic|refcount_t:'
