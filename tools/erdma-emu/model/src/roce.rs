@@ -200,29 +200,12 @@ impl AhTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{ipv4_av, ipv4_gid};
 
     fn entry(last: u8) -> GidEntry {
-        let mut gid = [0u8; 16];
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        gid[12..].copy_from_slice(&[10, 0, 0, last]);
         GidEntry {
             net_type: NetType::Ipv4,
-            gid,
-        }
-    }
-
-    fn av(sgid_index: u16) -> AddressVector {
-        AddressVector {
-            flow_label: 0,
-            net_type: NetType::Ipv4,
-            traffic_class: 0,
-            hop_limit: 64,
-            sl: 0,
-            udp_sport: 0xc000,
-            sgid_index,
-            dmac: [2, 0, 0, 0, 0, 1],
-            dgid: entry(2).gid,
+            gid: ipv4_gid([10, 0, 0, last]),
         }
     }
 
@@ -258,7 +241,10 @@ mod tests {
     #[test]
     fn ah_table() {
         let mut t = AhTable::new(2);
-        let ah = AddressHandle { pdn: 7, av: av(0) };
+        let ah = AddressHandle {
+            pdn: 7,
+            av: ipv4_av(0, 2),
+        };
         assert_eq!(t.size(), 4);
         assert_eq!(t.create(3, ah), Ok(()));
         assert_eq!(t.create(3, ah), Err(Status::Exists));

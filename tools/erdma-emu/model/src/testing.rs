@@ -7,7 +7,10 @@
 use std::sync::Arc;
 
 use crate::clock::{Clock, MonotonicClock};
-use crate::cmdq::{Command, Cqe, CreateEq, Header, OpCode, CQE_SIZE, WQEBB_SIZE};
+use crate::cmdq::{
+    AddressVector, Command, Cqe, CreateEq, Gid, Header, NetType, OpCode, CQE_SIZE, GID_SIZE,
+    WQEBB_SIZE,
+};
 use crate::device::{Device, DeviceConfig};
 use crate::eq::{self, AeqEvent, EQE_SIZE};
 use crate::io::{GuestMemory, Io, IrqSink, MemError, MemErrorKind};
@@ -468,6 +471,56 @@ impl TestDriver {
     /// Takes the interrupts raised so far.
     pub fn take_irqs(&mut self) -> Vec<u16> {
         std::mem::take(&mut self.irq.raised)
+    }
+}
+
+/// xorshift64*: deterministic pseudo-random numbers for tests, with no external crate.
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (not quite uniform; fine for tests).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// Fills `b` with random bytes.
+    pub fn fill(&mut self, b: &mut [u8]) {
+        for x in b {
+            // CAST: the low byte, truncation intended.
+            *x = self.next_u64() as u8;
+        }
+    }
+}
+
+/// `::ffff:a.b.c.d`, the GID of an IPv4 address.
+pub fn ipv4_gid(a: [u8; 4]) -> Gid {
+    let mut g = [0u8; GID_SIZE];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&a);
+    g
+}
+
+/// An IPv4 address vector to 10.0.0.`host` through source GID `sgid_index`.
+pub fn ipv4_av(sgid_index: u16, host: u8) -> AddressVector {
+    AddressVector {
+        flow_label: 0,
+        net_type: NetType::Ipv4,
+        traffic_class: 0,
+        hop_limit: 64,
+        sl: 0,
+        udp_sport: 0xc000 | u16::from(host),
+        sgid_index,
+        dmac: [0x52, 0x54, 0, 0, 0, host],
+        dgid: ipv4_gid([10, 0, 0, host]),
     }
 }
 

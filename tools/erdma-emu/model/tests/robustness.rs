@@ -15,38 +15,22 @@ use std::time::Duration;
 use erdma_model::cmdq::{self, Command, Cqe, Header, OpCode};
 use erdma_model::pci::{self, ConfigSpace};
 use erdma_model::regs::{self, test_page};
-use erdma_model::testing::{layout, RecordingIrqs, TestDriver, VecMemory};
+use erdma_model::testing::{layout, RecordingIrqs, TestDriver, VecMemory, XorShift};
 use erdma_model::{Caps, Device, DeviceConfig, GuestMemory, Io, ManualClock, Protocol};
 
-/// xorshift64* (deterministic, no external crate).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Offsets biased towards the interesting places, with the occasional wild one.
-fn offset(rng: &mut Rng, size: u64) -> u64 {
+fn offset(rng: &mut XorShift, size: u64) -> u64 {
     match rng.below(16) {
         0..=7 => rng.below(size.min(0x400)),
         8..=11 => rng.below(size),
         12 => size.saturating_sub(rng.below(16)),
         13 => u64::MAX - rng.below(16),
-        14 => rng.next(),
+        14 => rng.next_u64(),
         _ => regs::CMDQ_SQ_DB & (size - 1) | rng.below(8),
     }
 }
 
-fn len(rng: &mut Rng) -> usize {
+fn len(rng: &mut XorShift) -> usize {
     match rng.below(10) {
         0..=7 => [1, 2, 4, 8][rng.below(4) as usize],
         8 => rng.below(16) as usize,
@@ -73,13 +57,13 @@ fn random_accesses_never_panic_and_keep_identity() {
     let mut dev = Device::new(config.clone());
     let mut mem = VecMemory::new(0x10_0000, 0x10_0000);
     let mut irq = RecordingIrqs::all_connected();
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     let mut buf = vec![0u8; 512];
 
     for i in 0..100_000u32 {
         let n = len(&mut rng);
         for b in &mut buf[..n] {
-            *b = rng.next() as u8;
+            *b = rng.next_u64() as u8;
         }
         // Mostly valid-looking values for DEV_CTRL so that RESET/INIT really happen.
         if rng.below(50) == 0 {
@@ -142,33 +126,33 @@ fn random_accesses_never_panic_and_keep_identity() {
 }
 
 /// A plausible or wild value for a command field.
-fn field(rng: &mut Rng, plausible: u64) -> u64 {
+fn field(rng: &mut XorShift, plausible: u64) -> u64 {
     match rng.below(10) {
-        0 => rng.next(),
+        0 => rng.next_u64(),
         1 => plausible ^ (1 << rng.below(64)),
         _ => plausible,
     }
 }
 
 /// A plausible value in `lo..lo + span`, or a wild one.
-fn field_in(rng: &mut Rng, lo: u64, span: u64) -> u64 {
+fn field_in(rng: &mut XorShift, lo: u64, span: u64) -> u64 {
     let p = lo + rng.below(span);
     field(rng, p)
 }
 
 /// A guest address: mostly inside the test memory, sometimes not.
-fn address(rng: &mut Rng) -> u64 {
+fn address(rng: &mut XorShift) -> u64 {
     match rng.below(8) {
-        0 => rng.next(),
+        0 => rng.next_u64(),
         1 => layout::MEM_BASE + layout::MEM_SIZE as u64 - rng.below(0x200),
         _ => layout::SCRATCH + (rng.below(0x8_0000) & !0xf),
     }
 }
 
 /// Fills a command slot with random bytes and, often, plausible fields for its opcode.
-fn command_body(rng: &mut Rng, code: OpCode, slot: &mut [u8]) {
+fn command_body(rng: &mut XorShift, code: OpCode, slot: &mut [u8]) {
     for b in slot[8..].iter_mut() {
-        *b = rng.next() as u8;
+        *b = rng.next_u64() as u8;
     }
     if rng.below(4) == 0 {
         return;
@@ -187,13 +171,13 @@ fn command_body(rng: &mut Rng, code: OpCode, slot: &mut [u8]) {
             .write_fields(slot)
         }
         Some(Command::DestroyEq) => cmdq::DestroyEq {
-            vector: rng.next() as u8,
+            vector: rng.next_u64() as u8,
             eqn: field_in(rng, 1, 31) as u8,
             ty: field(rng, 1) as u8,
         }
         .write_fields(slot),
         Some(Command::GetStats) => cmdq::GetStats {
-            index: rng.next() as u32,
+            index: rng.next_u64() as u32,
             addr: address(rng),
             len: field(rng, 256) as u32,
         }
@@ -214,7 +198,7 @@ fn command_body(rng: &mut Rng, code: OpCode, slot: &mut [u8]) {
         Some(Command::SetGid) => {
             let mut gid = [0u8; cmdq::GID_SIZE];
             for b in gid.iter_mut() {
-                *b = rng.next() as u8;
+                *b = rng.next_u64() as u8;
             }
             let op = if rng.below(3) == 0 {
                 cmdq::GidOp::Delete
@@ -233,20 +217,20 @@ fn command_body(rng: &mut Rng, code: OpCode, slot: &mut [u8]) {
         Some(Command::CreateAh) => {
             let mut dgid = [0u8; cmdq::GID_SIZE];
             for b in dgid.iter_mut() {
-                *b = rng.next() as u8;
+                *b = rng.next_u64() as u8;
             }
             cmdq::CreateAh {
                 pdn: field_in(rng, 0, 4) as u32,
                 ahn: field_in(rng, 0, 64) as u32,
                 av: cmdq::AddressVector {
-                    flow_label: rng.next() as u32,
+                    flow_label: rng.next_u64() as u32,
                     net_type: cmdq::NetType::from_bit(rng.below(2) == 0),
-                    traffic_class: rng.next() as u8,
-                    hop_limit: rng.next() as u8,
-                    sl: rng.next() as u8,
-                    udp_sport: rng.next() as u16,
+                    traffic_class: rng.next_u64() as u8,
+                    hop_limit: rng.next_u64() as u8,
+                    sl: rng.next_u64() as u8,
+                    udp_sport: rng.next_u64() as u16,
                     sgid_index: field_in(rng, 0, 18) as u16,
-                    dmac: [0x52, 0x54, 0, 0, 0, rng.next() as u8],
+                    dmac: [0x52, 0x54, 0, 0, 0, rng.next_u64() as u8],
                     dgid,
                 },
             }
@@ -298,7 +282,7 @@ const CONTROL_WORDS: [&str; 26] = [
 ];
 
 /// A random control line: mostly valid-looking words, sometimes garbage.
-fn control_line(rng: &mut Rng) -> String {
+fn control_line(rng: &mut XorShift) -> String {
     if rng.below(10) == 0 {
         let n = rng.below(40) as usize;
         return (0..n).map(|_| (rng.below(95) as u8 + 32) as char).collect();
@@ -320,7 +304,7 @@ fn random_commands_and_doorbells_on_live_rings() {
     };
     let mut t = TestDriver::with(config, clock.clone(), 64, 8, 8);
     assert!(t.init());
-    let mut rng = Rng(0x0123_4567_89ab_cdef);
+    let mut rng = XorShift(0x0123_4567_89ab_cdef);
     let known: Vec<OpCode> = Command::ALL.iter().map(|c| c.code()).collect();
     let mut statuses = [0u64; 256];
 
@@ -331,7 +315,7 @@ fn random_commands_and_doorbells_on_live_rings() {
                 let code = if rng.below(4) == 0 {
                     OpCode {
                         sub: rng.below(4) as u8,
-                        op: rng.next() as u8,
+                        op: rng.next_u64() as u8,
                     }
                 } else {
                     known[rng.below(known.len() as u64) as usize]
@@ -340,10 +324,10 @@ fn random_commands_and_doorbells_on_live_rings() {
                 let header = Header {
                     wqebb_index: t.sq_pi.wrapping_add(n),
                     code,
-                    cookie: rng.next() as u16,
+                    cookie: rng.next_u64() as u16,
                     wqebbs: n,
                 };
-                let mut seed = Rng(rng.next() | 1);
+                let mut seed = XorShift(rng.next_u64() | 1);
                 t.queue_raw(header.encode(), n, |s| command_body(&mut seed, code, s));
                 if rng.below(3) != 0 {
                     t.ring();
@@ -352,14 +336,14 @@ fn random_commands_and_doorbells_on_live_rings() {
             // A garbage header.
             30..=34 => {
                 let n = 1 + rng.below(4) as u16;
-                let h = rng.next();
+                let h = rng.next_u64();
                 t.queue_raw(h, n, |_| {});
                 t.ring();
             }
             // A doorbell with a random producer index.
             35..=37 => {
                 t.sq_pi = match rng.below(3) {
-                    0 => rng.next() as u16,
+                    0 => rng.next_u64() as u16,
                     1 => t.sq_pi.wrapping_add(rng.below(130) as u16),
                     _ => t.sq_pi.wrapping_sub(rng.below(8) as u16),
                 };
@@ -385,7 +369,7 @@ fn random_commands_and_doorbells_on_live_rings() {
                     _ => regs::eq_db(rng.below(32) as u8),
                 };
                 let v = if rng.below(2) == 0 {
-                    rng.next()
+                    rng.next_u64()
                 } else {
                     (1 << 31) | rng.below(0x1_0000)
                 };
@@ -406,7 +390,7 @@ fn random_commands_and_doorbells_on_live_rings() {
                 t.w32(base + test_page::EXECUTE, 1);
                 let off = rng.below(regs::TEST_PAGE_SIZE);
                 let n = [1, 2, 4, 8][rng.below(4) as usize];
-                let v = rng.next().to_le_bytes();
+                let v = rng.next_u64().to_le_bytes();
                 t.write(base + off, &v[..n]);
                 t.read(base + off, n);
             }
@@ -415,12 +399,12 @@ fn random_commands_and_doorbells_on_live_rings() {
                 let mut io = Io::new(&mut t.mem, &mut t.irq);
                 let _ = t
                     .dev
-                    .post_ceqe(rng.below(40) as u8, rng.next() as u32, &mut io);
+                    .post_ceqe(rng.below(40) as u8, rng.next_u64() as u32, &mut io);
                 let ev = erdma_model::eq::AeqEvent {
-                    ty: rng.next() as u8,
-                    subtype: rng.next() as u8,
-                    data0: rng.next() as u32,
-                    data1: rng.next() as u32,
+                    ty: rng.next_u64() as u8,
+                    subtype: rng.next_u64() as u8,
+                    data0: rng.next_u64() as u32,
+                    data1: rng.next_u64() as u32,
                 };
                 let _ = t.dev.post_aeqe(ev, &mut io);
             }
@@ -433,7 +417,7 @@ fn random_commands_and_doorbells_on_live_rings() {
             75..=77 => {
                 let off = rng.below(0x5_0000);
                 let n = rng.below(64) as usize;
-                let junk: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                let junk: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
                 t.mem.write(layout::MEM_BASE + off, &junk).unwrap();
             }
             // Random register-page accesses.
@@ -441,7 +425,7 @@ fn random_commands_and_doorbells_on_live_rings() {
                 let off = rng.below(regs::REG_PAGE_SIZE + 16);
                 let n = [1, 2, 4, 8][rng.below(4) as usize];
                 if rng.below(2) == 0 {
-                    let v = rng.next().to_le_bytes();
+                    let v = rng.next_u64().to_le_bytes();
                     // Keep DEV_CTRL writes rare: they are the next case.
                     if off & !7 != regs::DEV_CTRL & !7 {
                         t.write(off, &v[..n]);
@@ -456,7 +440,7 @@ fn random_commands_and_doorbells_on_live_rings() {
                 t.program();
                 if rng.below(4) == 0 {
                     let reg = [regs::CMDQ_SQ_ADDR_H, regs::CMDQ_CQ_ADDR_H, regs::AEQ_ADDR_L];
-                    t.w32(reg[rng.below(3) as usize], rng.next() as u32 & !0x3f);
+                    t.w32(reg[rng.below(3) as usize], rng.next_u64() as u32 & !0x3f);
                 }
                 t.start();
             }

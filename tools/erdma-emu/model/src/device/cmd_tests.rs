@@ -14,7 +14,7 @@ use crate::control;
 use crate::eq::{AeqEvent, EqError};
 use crate::regs::*;
 use crate::roce::{AddressHandle, AhTable, GidEntry, GidTable};
-use crate::testing::{layout, TestDriver};
+use crate::testing::{ipv4_av, ipv4_gid, layout, TestDriver, XorShift};
 use crate::GuestMemory;
 
 fn driver() -> TestDriver {
@@ -46,24 +46,6 @@ fn ok(c: &Cqe) {
 
 fn status(c: &Cqe, s: Status) {
     assert_eq!(c.status, s.code(), "{c:?}");
-}
-
-/// xorshift64*: deterministic garbage.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn fill(&mut self, b: &mut [u8]) {
-        for x in b {
-            *x = self.next() as u8;
-        }
-    }
 }
 
 fn create_eq_req(eqn: u8, vector: u8, depth_log2: u8) -> CreateEq {
@@ -124,15 +106,6 @@ fn conf_mtu(t: &mut TestDriver, mtu: u32) -> Cqe {
     t.exec(Command::ConfMtu, |s| ConfMtu { mtu }.write_fields(s))
 }
 
-/// `::ffff:a.b.c.d`, the GID of an IPv4 address.
-fn v4_gid(a: [u8; 4]) -> Gid {
-    let mut g = [0u8; GID_SIZE];
-    g[10] = 0xff;
-    g[11] = 0xff;
-    g[12..].copy_from_slice(&a);
-    g
-}
-
 /// `fe80::n`.
 fn v6_gid(n: u8) -> Gid {
     let mut g = [0u8; GID_SIZE];
@@ -156,21 +129,6 @@ fn del_gid(t: &mut TestDriver, index: u16) -> Cqe {
         op: GidOp::Delete,
     };
     t.exec(Command::SetGid, |s| r.write_fields(s))
-}
-
-/// An IPv4 address vector to 10.0.0.`host` through source GID `sgid_index`.
-fn test_av(sgid_index: u16, host: u8) -> AddressVector {
-    AddressVector {
-        flow_label: 0,
-        net_type: NetType::Ipv4,
-        traffic_class: 0,
-        hop_limit: 64,
-        sl: 0,
-        udp_sport: 0xc000 | u16::from(host),
-        sgid_index,
-        dmac: [0x52, 0x54, 0, 0, 0, host],
-        dgid: v4_gid([10, 0, 0, host]),
-    }
 }
 
 fn create_ah(t: &mut TestDriver, pdn: u32, ahn: u32, av: AddressVector) -> Cqe {
@@ -771,7 +729,12 @@ fn alloc_db_and_free_db() {
 fn set_gid_adds_replaces_and_deletes() {
     let mut t = driver();
     ok(&add_gid(&mut t, 0, NetType::Ipv6, v6_gid(1)));
-    ok(&add_gid(&mut t, 3, NetType::Ipv4, v4_gid([192, 168, 0, 1])));
+    ok(&add_gid(
+        &mut t,
+        3,
+        NetType::Ipv4,
+        ipv4_gid([192, 168, 0, 1]),
+    ));
     assert_eq!(
         gids_of(&t),
         [
@@ -786,7 +749,7 @@ fn set_gid_adds_replaces_and_deletes() {
                 3,
                 GidEntry {
                     net_type: NetType::Ipv4,
-                    gid: v4_gid([192, 168, 0, 1])
+                    gid: ipv4_gid([192, 168, 0, 1])
                 }
             ),
         ]
@@ -799,12 +762,15 @@ fn set_gid_adds_replaces_and_deletes() {
     );
     // Adding over a populated entry replaces it (the GID cache re-adds after changes), also
     // with the same contents.
-    ok(&add_gid(&mut t, 3, NetType::Ipv4, v4_gid([10, 1, 2, 3])));
-    ok(&add_gid(&mut t, 3, NetType::Ipv4, v4_gid([10, 1, 2, 3])));
-    assert_eq!(t.dev.gid_table().get(3).unwrap().gid, v4_gid([10, 1, 2, 3]));
+    ok(&add_gid(&mut t, 3, NetType::Ipv4, ipv4_gid([10, 1, 2, 3])));
+    ok(&add_gid(&mut t, 3, NetType::Ipv4, ipv4_gid([10, 1, 2, 3])));
+    assert_eq!(
+        t.dev.gid_table().get(3).unwrap().gid,
+        ipv4_gid([10, 1, 2, 3])
+    );
     assert_eq!(t.dev.gid_table().len(), 2);
     // The network type is recorded as given (the driver derives it from the GID).
-    ok(&add_gid(&mut t, 3, NetType::Ipv6, v4_gid([10, 1, 2, 3])));
+    ok(&add_gid(&mut t, 3, NetType::Ipv6, ipv4_gid([10, 1, 2, 3])));
     assert_eq!(t.dev.gid_table().get(3).unwrap().net_type, NetType::Ipv6);
     // Delete, then the entry is empty: a second delete is "not found".
     ok(&del_gid(&mut t, 0));
@@ -846,9 +812,14 @@ fn set_gid_index_bounds() {
             },
             ..Default::default()
         });
-        ok(&add_gid(&mut t, last, NetType::Ipv4, v4_gid([10, 0, 0, 1])));
+        ok(&add_gid(
+            &mut t,
+            last,
+            NetType::Ipv4,
+            ipv4_gid([10, 0, 0, 1]),
+        ));
         status(
-            &add_gid(&mut t, last + 1, NetType::Ipv4, v4_gid([10, 0, 0, 1])),
+            &add_gid(&mut t, last + 1, NetType::Ipv4, ipv4_gid([10, 0, 0, 1])),
             Status::InvalidParam,
         );
         ok(&del_gid(&mut t, last));
@@ -858,7 +829,7 @@ fn set_gid_index_bounds() {
 #[test]
 fn set_gid_delete_ignores_the_gid_bytes() {
     let mut t = driver();
-    ok(&add_gid(&mut t, 2, NetType::Ipv4, v4_gid([10, 0, 0, 2])));
+    ok(&add_gid(&mut t, 2, NetType::Ipv4, ipv4_gid([10, 0, 0, 2])));
     ok(&add_gid(&mut t, 5, NetType::Ipv6, v6_gid(5)));
     // A delete as the driver sends it: cfg only, the GID bytes are whatever the stack held, and
     // so is the rest of the slot. Bit 16 (network type) means nothing for a delete either.
@@ -891,14 +862,17 @@ fn set_gid_delete_ignores_the_gid_bytes() {
         index: 2,
         op: GidOp::Add {
             net_type: NetType::Ipv4,
-            gid: v4_gid([10, 0, 0, 9]),
+            gid: ipv4_gid([10, 0, 0, 9]),
         },
     };
     ok(&t.exec(Command::SetGid, |s| {
         s[8..].fill(0x5a);
         r.write_fields(s);
     }));
-    assert_eq!(t.dev.gid_table().get(2).unwrap().gid, v4_gid([10, 0, 0, 9]));
+    assert_eq!(
+        t.dev.gid_table().get(2).unwrap().gid,
+        ipv4_gid([10, 0, 0, 9])
+    );
 }
 
 #[test]
@@ -908,16 +882,16 @@ fn roce_commands_are_unsupported_on_iwarp() {
         ..Default::default()
     });
     status(
-        &add_gid(&mut t, 0, NetType::Ipv4, v4_gid([10, 0, 0, 1])),
+        &add_gid(&mut t, 0, NetType::Ipv4, ipv4_gid([10, 0, 0, 1])),
         Status::Unsupported,
     );
     status(&del_gid(&mut t, 0), Status::Unsupported);
-    status(&create_ah(&mut t, 1, 0, test_av(0, 1)), Status::Unsupported);
+    status(&create_ah(&mut t, 1, 0, ipv4_av(0, 1)), Status::Unsupported);
     status(&destroy_ah(&mut t, 1, 0), Status::Unsupported);
     // Even with fields that would be refused otherwise: the protocol is checked first.
     status(&del_gid(&mut t, 0xffff), Status::Unsupported);
     status(
-        &create_ah(&mut t, 1, u32::MAX, test_av(999, 1)),
+        &create_ah(&mut t, 1, u32::MAX, ipv4_av(999, 1)),
         Status::Unsupported,
     );
     assert!(t.dev.gid_table().is_empty());
@@ -931,7 +905,12 @@ fn roce_commands_are_unsupported_on_iwarp() {
 #[test]
 fn create_and_destroy_ahs() {
     let mut t = driver();
-    ok(&add_gid(&mut t, 1, NetType::Ipv4, v4_gid([10, 0, 0, 100])));
+    ok(&add_gid(
+        &mut t,
+        1,
+        NetType::Ipv4,
+        ipv4_gid([10, 0, 0, 100]),
+    ));
     let av = AddressVector {
         flow_label: 0xabcde,
         net_type: NetType::Ipv6,
@@ -944,7 +923,7 @@ fn create_and_destroy_ahs() {
         dgid: v6_gid(9),
     };
     ok(&create_ah(&mut t, 3, 0, av));
-    ok(&create_ah(&mut t, 4, 7, test_av(1, 2)));
+    ok(&create_ah(&mut t, 4, 7, ipv4_av(1, 2)));
     assert_eq!(
         t.dev.address_handles().get(0),
         Some(&AddressHandle { pdn: 3, av }),
@@ -952,8 +931,8 @@ fn create_and_destroy_ahs() {
     );
     assert_eq!(t.control("query ahs"), Ok("ahs=2".into()));
     // A live AHN cannot be created again, whatever the PD; the AH is unchanged.
-    status(&create_ah(&mut t, 3, 0, test_av(1, 3)), Status::Exists);
-    status(&create_ah(&mut t, 9, 7, test_av(1, 3)), Status::Exists);
+    status(&create_ah(&mut t, 3, 0, ipv4_av(1, 3)), Status::Exists);
+    status(&create_ah(&mut t, 9, 7, ipv4_av(1, 3)), Status::Exists);
     assert_eq!(t.dev.address_handles().get(0).unwrap().av, av);
     // DESTROY_AH: unknown AHN, wrong PD (the AH stays), then the real thing.
     status(&destroy_ah(&mut t, 3, 1), Status::NotFound);
@@ -970,7 +949,7 @@ fn create_and_destroy_ahs() {
         [7]
     );
     // The AHN is free again.
-    ok(&create_ah(&mut t, 5, 0, test_av(1, 4)));
+    ok(&create_ah(&mut t, 5, 0, ipv4_av(1, 4)));
     assert_eq!(t.dev.address_handles().get(0).unwrap().pdn, 5);
     ok(&destroy_ah(&mut t, 5, 0));
     ok(&destroy_ah(&mut t, 4, 7));
@@ -982,28 +961,28 @@ fn create_ah_bounds() {
     // Default max_ah = 16 (65536 AHNs), max_gid = 4 (16 GIDs).
     let mut t = driver();
     assert_eq!(t.dev.address_handles().size(), 65536);
-    ok(&create_ah(&mut t, 1, 0xffff, test_av(15, 1)));
+    ok(&create_ah(&mut t, 1, 0xffff, ipv4_av(15, 1)));
     status(
-        &create_ah(&mut t, 1, 0x1_0000, test_av(0, 1)),
+        &create_ah(&mut t, 1, 0x1_0000, ipv4_av(0, 1)),
         Status::InvalidParam,
     );
     status(
-        &create_ah(&mut t, 1, u32::MAX, test_av(0, 1)),
+        &create_ah(&mut t, 1, u32::MAX, ipv4_av(0, 1)),
         Status::InvalidParam,
     );
     // The source GID index must lie inside the table; the entry need not be populated.
     assert!(t.dev.gid_table().is_empty());
     status(
-        &create_ah(&mut t, 1, 1, test_av(16, 1)),
+        &create_ah(&mut t, 1, 1, ipv4_av(16, 1)),
         Status::InvalidParam,
     );
     status(
-        &create_ah(&mut t, 1, 1, test_av(0xffff, 1)),
+        &create_ah(&mut t, 1, 1, ipv4_av(0xffff, 1)),
         Status::InvalidParam,
     );
     // A bad parameter wins over a duplicate AHN.
     status(
-        &create_ah(&mut t, 1, 0xffff, test_av(16, 1)),
+        &create_ah(&mut t, 1, 0xffff, ipv4_av(16, 1)),
         Status::InvalidParam,
     );
     assert_eq!(t.dev.address_handles().len(), 1);
@@ -1019,16 +998,16 @@ fn create_ah_bounds() {
         },
         ..Default::default()
     });
-    ok(&create_ah(&mut t, 1, 0, test_av(0, 1)));
+    ok(&create_ah(&mut t, 1, 0, ipv4_av(0, 1)));
     status(
-        &create_ah(&mut t, 1, 1, test_av(0, 1)),
+        &create_ah(&mut t, 1, 1, ipv4_av(0, 1)),
         Status::InvalidParam,
     );
     status(
-        &create_ah(&mut t, 1, 0, test_av(1, 1)),
+        &create_ah(&mut t, 1, 0, ipv4_av(1, 1)),
         Status::InvalidParam,
     );
-    status(&create_ah(&mut t, 1, 0, test_av(0, 1)), Status::Exists);
+    status(&create_ah(&mut t, 1, 0, ipv4_av(0, 1)), Status::Exists);
 }
 
 #[test]
@@ -1050,7 +1029,7 @@ fn create_ah_with_one_wqebb_is_malformed() {
         CreateAh {
             pdn: 1,
             ahn: 1,
-            av: test_av(0, 1),
+            av: ipv4_av(0, 1),
         }
         .write_fields(s)
     });
@@ -1062,7 +1041,7 @@ fn create_ah_with_one_wqebb_is_malformed() {
             index: 1,
             op: GidOp::Add {
                 net_type: NetType::Ipv4,
-                gid: v4_gid([1, 2, 3, 4]),
+                gid: ipv4_gid([1, 2, 3, 4]),
             },
         }
         .write_fields(s)
@@ -1107,7 +1086,7 @@ fn destroy_ah_fill(pdn: u32, ahn: u32) -> Fill {
 fn run_sequence(garbage: Option<u64>) -> Observed {
     let mut t = driver();
     t.control("stats tx_bytes=77 rx_packets=3").unwrap();
-    let mut rng = garbage.map(Rng);
+    let mut rng = garbage.map(XorShift);
     let stats_buf = layout::SCRATCH;
     let mut cqes = Vec::new();
     let cmds: Vec<(Command, Fill)> = vec![
@@ -1201,7 +1180,7 @@ fn run_sequence(garbage: Option<u64>) -> Observed {
                 1,
                 GidOp::Add {
                     net_type: NetType::Ipv4,
-                    gid: v4_gid([10, 0, 0, 1]),
+                    gid: ipv4_gid([10, 0, 0, 1]),
                 },
             ),
         ),
@@ -1218,12 +1197,12 @@ fn run_sequence(garbage: Option<u64>) -> Observed {
         // Deletes: the GID bytes are garbage with a seed.
         (Command::SetGid, set_gid_fill(0, GidOp::Delete)),
         (Command::SetGid, set_gid_fill(0, GidOp::Delete)),
-        (Command::CreateAh, create_ah_fill(2, 5, test_av(1, 7))),
-        (Command::CreateAh, create_ah_fill(2, 5, test_av(1, 8))),
-        (Command::CreateAh, create_ah_fill(2, 6, test_av(16, 8))),
+        (Command::CreateAh, create_ah_fill(2, 5, ipv4_av(1, 7))),
+        (Command::CreateAh, create_ah_fill(2, 5, ipv4_av(1, 8))),
+        (Command::CreateAh, create_ah_fill(2, 6, ipv4_av(16, 8))),
         (Command::DestroyAh, destroy_ah_fill(3, 5)),
         (Command::DestroyAh, destroy_ah_fill(2, 9)),
-        (Command::CreateAh, create_ah_fill(2, 8, test_av(0, 9))),
+        (Command::CreateAh, create_ah_fill(2, 8, ipv4_av(0, 9))),
         (Command::DestroyAh, destroy_ah_fill(2, 8)),
         (Command::CreateQp, Box::new(|_| {})),
     ];
@@ -1267,7 +1246,7 @@ fn garbage_in_unused_fields_changes_nothing() {
             1,
             GidEntry {
                 net_type: NetType::Ipv4,
-                gid: v4_gid([10, 0, 0, 1])
+                gid: ipv4_gid([10, 0, 0, 1])
             }
         )]
     );
@@ -1277,7 +1256,7 @@ fn garbage_in_unused_fields_changes_nothing() {
             5,
             AddressHandle {
                 pdn: 2,
-                av: test_av(1, 7)
+                av: ipv4_av(1, 7)
             }
         )]
     );
@@ -1625,9 +1604,14 @@ fn queries() {
     ok(&t.create_ceq(1, 1, 4));
     ok(&conf_mtu(&mut t, 1500));
     ok(&alloc_db(&mut t));
-    ok(&add_gid(&mut t, 10, NetType::Ipv4, v4_gid([172, 16, 0, 1])));
+    ok(&add_gid(
+        &mut t,
+        10,
+        NetType::Ipv4,
+        ipv4_gid([172, 16, 0, 1]),
+    ));
     ok(&add_gid(&mut t, 2, NetType::Ipv6, v6_gid(0xab)));
-    ok(&create_ah(&mut t, 1, 4, test_av(2, 1)));
+    ok(&create_ah(&mut t, 1, 4, ipv4_av(2, 1)));
     t.control("stats rx_bytes=42").unwrap();
     t.control("fail RDMA.CREATE_QP status=1").unwrap();
     assert_eq!(t.control("query eqs"), Ok("eqs=1,2".into()));
@@ -1854,8 +1838,8 @@ fn reset_returns_engines_to_power_on() {
         ok(&conf_device(&mut t, true, 13));
         ok(&alloc_db(&mut t));
         ok(&add_gid(&mut t, 0, NetType::Ipv6, v6_gid(1)));
-        ok(&add_gid(&mut t, 1, NetType::Ipv4, v4_gid([10, 0, 0, 1])));
-        ok(&create_ah(&mut t, 1, 3, test_av(1, 2)));
+        ok(&add_gid(&mut t, 1, NetType::Ipv4, ipv4_gid([10, 0, 0, 1])));
+        ok(&create_ah(&mut t, 1, 3, ipv4_av(1, 2)));
         t.arm_cq();
         t.control("delay any ms=10").unwrap();
         t.queue(Command::QueryDevice.code(), |_| {});
