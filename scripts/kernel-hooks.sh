@@ -81,6 +81,28 @@ edit_rust_condvar() {
 		"$TOP/scripts/kernel-hooks/condvar_wait_timeout.rs"
 }
 
+# The RDMA core, its user-verbs glue and the networking calls the rdma and net
+# abstractions use, for bindgen.
+edit_bindings_helper() {
+	insert_after "$1" '^#include <net/netlink.h>$' \
+		'#include <linux/netdevice.h>\n#include <rdma/ib_verbs.h>\n#include <rdma/ib_umem.h>\n#include <rdma/ib_cache.h>\n#include <rdma/uverbs_ioctl.h>\n#include <rdma/iw_cm.h>'
+}
+
+# C helpers for inline functions and macros of the RDMA core and of net devices.
+edit_rust_helpers() {
+	insert_after "$1" '^#include "pwm.c"$' '#include "rdma.c"'
+	insert_after "$1" '^#include "net/genetlink.c"$' '#include "net/netdevice.c"'
+}
+
+# kernel::rdma, kernel::net::device.
+edit_rust_lib() {
+	insert_after "$1" '^pub mod rbtree;$' '#[cfg(CONFIG_INFINIBAND = "y")]\npub mod rdma;'
+}
+
+edit_rust_net() {
+	insert_after "$1" '^pub mod netlink;$' 'pub mod device;'
+}
+
 apply_kernel_hooks() {
 	hook drivers/infiniband/Kconfig edit_ib_kconfig
 	hook drivers/infiniband/hw/Makefile edit_ib_hw_makefile
@@ -88,4 +110,8 @@ apply_kernel_hooks() {
 	hook rust/kernel/irq.rs edit_rust_irq
 	hook rust/kernel/cpu.rs edit_rust_cpu
 	hook rust/kernel/sync/condvar.rs edit_rust_condvar
+	hook rust/bindings/bindings_helper.h edit_bindings_helper
+	hook rust/helpers/helpers.c edit_rust_helpers
+	hook rust/kernel/lib.rs edit_rust_lib
+	hook rust/kernel/net/mod.rs edit_rust_net
 }

@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA devices (InfiniBand, RoCE, iWARP) and their verbs objects.
+//!
+//! C headers: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h),
+//! [`include/rdma/uverbs_ioctl.h`](srctree/include/rdma/uverbs_ioctl.h).
+//!
+//! A driver implements [`Driver`], allocates a [`UniqueDevice`], describes it (node type, GUID,
+//! ports, network devices) and hands it to [`Registration::new`] together with the data its
+//! callbacks need. The RDMA core then calls the driver through the operations table built from
+//! the trait: an operation the driver does not implement stays `NULL`, so the core sees exactly
+//! what the driver provides.
+//!
+//! Verbs objects (user contexts now; protection domains, queues and address handles to come)
+//! are allocated by the core with the driver's data embedded after the core's header, so every
+//! object type here is `#[repr(C)]` with the C object at offset 0. The core frees these
+//! allocations itself without running Rust destructors: the abstractions drop the driver's part
+//! in the destroy callbacks and on failed creation.
+
+pub mod attr;
+pub mod device;
+pub mod stats;
+pub mod ucontext;
+pub mod udata;
+
+pub use self::attr::{
+    DeviceAttr,
+    GidAttr,
+    PortAttr,
+    PortImmutable, //
+};
+pub use self::device::{
+    Device,
+    Driver,
+    Registration,
+    UniqueDevice, //
+};
+pub use self::stats::StatDesc;
+pub use self::ucontext::{
+    UContext,
+    UContextSetup, //
+};
+pub use self::udata::UData;
+
+use crate::bindings;
+
+/// A 128-bit global identifier (GID), in network byte order.
+#[repr(transparent)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The IPv4-mapped IPv6 GID of an IPv4 address (`::ffff:a.b.c.d`).
+    pub const fn from_ipv4(addr: [u8; 4]) -> Self {
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12] = addr[0];
+        gid[13] = addr[1];
+        gid[14] = addr[2];
+        gid[15] = addr[3];
+        Self(gid)
+    }
+
+    /// The GID whose first eight bytes are zero and last eight hold `mac` as an EUI-64 (the
+    /// form iWARP devices report).
+    pub fn from_mac(mac: [u8; 6]) -> Self {
+        let mut gid = [0u8; 16];
+        gid[..6].copy_from_slice(&mac);
+        Self(gid)
+    }
+}
+
+/// A 64-bit GUID, kept in network byte order as the RDMA core stores it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Guid(u64);
+
+impl Guid {
+    /// A GUID from its eight bytes, most significant first.
+    pub const fn from_bytes(bytes: [u8; 8]) -> Self {
+        Self(u64::from_ne_bytes(bytes))
+    }
+
+    /// The modified EUI-64 of a MAC address (universal/local bit inverted, `ff:fe` inserted),
+    /// the usual GUID of an Ethernet-based RDMA device.
+    pub const fn from_mac(mac: [u8; 6]) -> Self {
+        Self::from_bytes([
+            mac[0] ^ 2,
+            mac[1],
+            mac[2],
+            0xff,
+            0xfe,
+            mac[3],
+            mac[4],
+            mac[5],
+        ])
+    }
+
+    /// The GUID's eight bytes, most significant first.
+    pub const fn to_bytes(self) -> [u8; 8] {
+        self.0.to_ne_bytes()
+    }
+
+    fn raw(self) -> bindings::__be64 {
+        self.0
+    }
+}
+
+/// Defines a `#[repr(u32)]` enum whose variants are C constants.
+macro_rules! c_enum {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $value:expr,)* }) => {
+        $(#[$meta])*
+        #[repr(u32)]
+        #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant = $value,)*
+        }
+
+        impl $name {
+            /// The C value.
+            pub const fn to_raw(self) -> u32 {
+                self as u32
+            }
+        }
+    };
+}
+pub(crate) use c_enum;
+
+c_enum! {
+    /// The kind of node a device is (`RDMA_NODE_*`).
+    pub enum NodeType {
+        /// An InfiniBand channel adapter; also RoCE devices.
+        IbCa = bindings::RDMA_NODE_IB_CA,
+        /// An RDMA-enabled NIC (iWARP).
+        Rnic = bindings::RDMA_NODE_RNIC,
+    }
+}
+
+c_enum! {
+    /// The link layer of a port.
+    pub enum LinkLayer {
+        /// Not specified (derived from the node type).
+        Unspecified = bindings::rdma_link_layer_IB_LINK_LAYER_UNSPECIFIED,
+        /// InfiniBand.
+        InfiniBand = bindings::rdma_link_layer_IB_LINK_LAYER_INFINIBAND,
+        /// Ethernet (RoCE, iWARP).
+        Ethernet = bindings::rdma_link_layer_IB_LINK_LAYER_ETHERNET,
+    }
+}
+
+c_enum! {
+    /// How a GID is used on the wire.
+    pub enum GidType {
+        /// InfiniBand.
+        Ib = bindings::ib_gid_type_IB_GID_TYPE_IB,
+        /// RoCE v1 (Ethernet link layer).
+        RoceV1 = bindings::ib_gid_type_IB_GID_TYPE_ROCE,
+        /// RoCE v2 (UDP/IP encapsulation).
+        RoceV2 = bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP,
+    }
+}
+
+/// A driver's identity towards user space (`enum rdma_driver_id`): libibverbs picks the
+/// provider by it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DriverId(u32);
+
+impl DriverId {
+    /// No identity: libibverbs matches providers by other means.
+    pub const UNKNOWN: Self = Self(bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN);
+    /// Soft-RoCE (`rxe`).
+    pub const RXE: Self = Self(bindings::rdma_driver_id_RDMA_DRIVER_RXE);
+    /// Soft-iWARP (`siw`).
+    pub const SIW: Self = Self(bindings::rdma_driver_id_RDMA_DRIVER_SIW);
+    /// Alibaba Elastic RDMA Adapter (`erdma`).
+    pub const ERDMA: Self = Self(bindings::rdma_driver_id_RDMA_DRIVER_ERDMA);
+    /// Microsoft Azure Network Adapter (`mana`).
+    pub const MANA: Self = Self(bindings::rdma_driver_id_RDMA_DRIVER_MANA);
+
+    /// The C value.
+    pub const fn to_raw(self) -> u32 {
+        self.0
+    }
+}
+
+c_enum! {
+    /// An event of a port the core and its clients are told about (`enum ib_event_type`).
+    pub enum PortEvent {
+        /// The port became active.
+        Active = bindings::ib_event_type_IB_EVENT_PORT_ACTIVE,
+        /// The port left the active state.
+        Error = bindings::ib_event_type_IB_EVENT_PORT_ERR,
+        /// The port's GID table changed.
+        GidChange = bindings::ib_event_type_IB_EVENT_GID_CHANGE,
+    }
+}
+
+#[macros::kunit_tests(rust_kernel_rdma)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guid_from_mac_is_modified_eui64() {
+        let guid = Guid::from_mac([0x02, 0x11, 0x22, 0x33, 0x44, 0x55]);
+        assert_eq!(guid.to_bytes(), [0x00, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55]);
+        let guid = Guid::from_mac([0x00, 0x16, 0x3e, 0x01, 0x02, 0x03]);
+        assert_eq!(guid.to_bytes(), [0x02, 0x16, 0x3e, 0xff, 0xfe, 0x01, 0x02, 0x03]);
+    }
+
+    #[test]
+    fn gid_forms() {
+        let gid = Gid::from_ipv4([10, 0, 0, 1]);
+        assert_eq!(&gid.0[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        assert_eq!(&gid.0[12..], &[10, 0, 0, 1]);
+        let gid = Gid::from_mac([1, 2, 3, 4, 5, 6]);
+        assert_eq!(gid.0, [1, 2, 3, 4, 5, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn mtu_from_bytes() {
+        use attr::Mtu;
+        assert_eq!(Mtu::from_bytes(9000), Mtu::Mtu4096);
+        assert_eq!(Mtu::from_bytes(4096), Mtu::Mtu4096);
+        assert_eq!(Mtu::from_bytes(1500), Mtu::Mtu1024);
+        assert_eq!(Mtu::from_bytes(2048), Mtu::Mtu2048);
+        assert_eq!(Mtu::from_bytes(600), Mtu::Mtu512);
+        assert_eq!(Mtu::from_bytes(100), Mtu::Mtu256);
+    }
+}

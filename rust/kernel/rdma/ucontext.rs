@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! User contexts (`struct ib_ucontext`) and the memory mappings they hand to user space.
+//!
+//! A user context is what a process gets when it opens the device through libibverbs. The core
+//! allocates it with the driver's part embedded ([`UContext`]); the driver may give it memory
+//! mappings of device registers ([`UContextSetup::insert_bar_mmap`]), which user space then
+//! `mmap`s at the offsets returned. The mappings are removed, and the driver's part dropped,
+//! when the context is deallocated; unregistering the device zaps any mapping still in place.
+
+use super::device::Driver;
+use crate::{
+    bindings,
+    error::{
+        from_result,
+        to_result, //
+    },
+    ffi::c_int,
+    new_mutex,
+    page::PAGE_SIZE,
+    pci,
+    prelude::*,
+    sync::Mutex,
+    types::Opaque,
+};
+use core::ptr::NonNull;
+use pin_init::PinInit;
+
+/// A user context of a device of `T`, as the core allocates it.
+///
+/// # Invariants
+///
+/// `ib` is at offset 0; `mmaps` and `data` are initialised between a successful
+/// `alloc_ucontext` and `dealloc_ucontext`.
+#[repr(C)]
+#[pin_data]
+pub struct UContext<T: Driver> {
+    #[pin]
+    ib: Opaque<bindings::ib_ucontext>,
+    #[pin]
+    mmaps: Mutex<KVec<NonNull<IoMmapEntry>>>,
+    #[pin]
+    data: T::UContext,
+}
+
+impl<T: Driver> UContext<T> {
+    /// Initialises the Rust part of the context the core allocated: the mapping list, then the
+    /// driver's part through `init_data`. On failure everything set up is undone.
+    ///
+    /// # Safety
+    ///
+    /// `uctx` must be the header of a zeroed `UContext<T>` allocation that the core is creating.
+    pub(crate) unsafe fn init(
+        uctx: *mut bindings::ib_ucontext,
+        init_data: impl FnOnce(&UContextSetup<'_>, *mut T::UContext) -> Result,
+    ) -> Result {
+        // SAFETY: `ib` is at offset 0 (type invariant), so the context is a `UContext<T>`.
+        let this = unsafe { crate::container_of!(Opaque::cast_from(uctx), Self, ib) }.cast_mut();
+        // SAFETY: The field is valid for writes and pinned in the core's allocation.
+        unsafe { new_mutex!(KVec::new()).__init(&raw mut (*this).mmaps) }?;
+        // SAFETY: `mmaps` is initialised and lives as long as the context.
+        let setup = UContextSetup {
+            uctx,
+            mmaps: unsafe { &(*this).mmaps },
+        };
+        // The driver's part is pinned in place too.
+        let ret = init_data(&setup, unsafe { &raw mut (*this).data });
+        if ret.is_err() {
+            // SAFETY: `mmaps` is initialised and no longer used.
+            unsafe { Self::remove_mmaps(this) };
+        }
+        ret
+    }
+
+    /// Drops the driver's part after `release` and removes the context's mappings.
+    ///
+    /// # Safety
+    ///
+    /// `uctx` must belong to a `UContext<T>` that `init` completed, and this must be its last
+    /// use.
+    pub(crate) unsafe fn destroy(
+        uctx: *mut bindings::ib_ucontext,
+        release: impl FnOnce(Pin<&mut T::UContext>),
+    ) {
+        // SAFETY: As in `init`.
+        let this = unsafe { crate::container_of!(Opaque::cast_from(uctx), Self, ib) }.cast_mut();
+        // SAFETY: `data` is initialised and pinned; nobody else uses it any more.
+        unsafe {
+            release(Pin::new_unchecked(&mut (*this).data));
+            core::ptr::drop_in_place(&raw mut (*this).data);
+            Self::remove_mmaps(this);
+        }
+    }
+
+    /// Removes every mapping of the context and drops the list.
+    ///
+    /// # Safety
+    ///
+    /// `mmaps` of `this` must be initialised and not used afterwards.
+    unsafe fn remove_mmaps(this: *mut Self) {
+        // SAFETY: Guaranteed by the caller.
+        let mmaps = unsafe { &(*this).mmaps };
+        for entry in mmaps.lock().drain_all() {
+            // SAFETY: The entry was inserted and not removed yet; this drops the driver's
+            // reference (the last one frees it through `mmap_free`).
+            unsafe { bindings::rdma_user_mmap_entry_remove(IoMmapEntry::raw(entry)) };
+        }
+        // SAFETY: Initialised and unused from now on.
+        unsafe { core::ptr::drop_in_place(&raw mut (*this).mmaps) };
+    }
+}
+
+/// What a driver may do with a user context while creating it.
+pub struct UContextSetup<'a> {
+    uctx: *mut bindings::ib_ucontext,
+    mmaps: &'a Mutex<KVec<NonNull<IoMmapEntry>>>,
+}
+
+impl UContextSetup<'_> {
+    /// Lets user space map `len` bytes at `offset` of memory BAR `bar` of `pdev`, uncached,
+    /// and returns the offset to pass to `mmap`. Both `offset` and `len` must be multiples of
+    /// the page size and lie inside the BAR.
+    pub fn insert_bar_mmap(
+        &self,
+        pdev: &pci::Device<crate::device::Bound>,
+        bar: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<u64> {
+        let page = PAGE_SIZE as u64;
+        let len64 = u64::try_from(len)?;
+        let end = offset.checked_add(len64).ok_or(EINVAL)?;
+        if len == 0 || offset % page != 0 || len64 % page != 0 || end > pdev.resource_len(bar)? {
+            return Err(EINVAL);
+        }
+        let phys = pdev.resource_start(bar)? + offset;
+        let entry = KBox::new(
+            IoMmapEntry {
+                rdma: Opaque::zeroed(),
+                pfn: (phys / page).try_into()?,
+                len,
+            },
+            GFP_KERNEL,
+        )?;
+
+        let mut mmaps = self.mmaps.lock();
+        mmaps.reserve(1, GFP_KERNEL)?;
+        let entry = NonNull::from(KBox::leak(entry));
+        // SAFETY: The context is valid; the entry is zeroed and stays allocated until
+        // `mmap_free`.
+        let ret = unsafe {
+            bindings::rdma_user_mmap_entry_insert(self.uctx, IoMmapEntry::raw(entry), len)
+        };
+        if let Err(e) = to_result(ret) {
+            // SAFETY: Not inserted: the allocation is still ours.
+            drop(unsafe { KBox::from_raw(entry.as_ptr()) });
+            return Err(e);
+        }
+        // Cannot fail: room was reserved.
+        let _ = mmaps.push(entry, GFP_KERNEL);
+        // SAFETY: The entry is inserted.
+        Ok(unsafe { bindings::rdma_user_mmap_get_offset(IoMmapEntry::raw(entry)) })
+    }
+}
+
+/// A mapping of device memory offered to user space.
+#[repr(C)]
+struct IoMmapEntry {
+    rdma: Opaque<bindings::rdma_user_mmap_entry>,
+    pfn: crate::ffi::c_ulong,
+    len: usize,
+}
+
+impl IoMmapEntry {
+    fn raw(entry: NonNull<Self>) -> *mut bindings::rdma_user_mmap_entry {
+        // `rdma` is the first field of a `repr(C)` struct.
+        entry.as_ptr().cast()
+    }
+}
+
+/// `ops.mmap`: maps the entry the offset names, uncached.
+pub(crate) unsafe extern "C" fn mmap(
+    uctx: *mut bindings::ib_ucontext,
+    vma: *mut bindings::vm_area_struct,
+) -> c_int {
+    from_result(|| {
+        // SAFETY: The core passes a live context and the VMA being set up (`mmap_lock` held).
+        let entry = unsafe { bindings::rdma_user_mmap_entry_get(uctx, vma) };
+        let entry = NonNull::new(entry).ok_or(EINVAL)?;
+        // SAFETY: Every entry of our contexts is the `rdma` field (offset 0) of an
+        // `IoMmapEntry`, and the reference taken above keeps it alive.
+        let io = unsafe { entry.cast::<IoMmapEntry>().as_ref() };
+        // SAFETY: As above; `rdma_user_mmap_io` checks the VMA's size against `len`.
+        let ret = unsafe {
+            let prot = bindings::pgprot_device((*vma).vm_page_prot);
+            let ret = bindings::rdma_user_mmap_io(uctx, vma, io.pfn, io.len, prot, entry.as_ptr());
+            bindings::rdma_user_mmap_entry_put(entry.as_ptr());
+            ret
+        };
+        to_result(ret)?;
+        Ok(0)
+    })
+}
+
+/// `ops.mmap_free`: frees an entry once the last mapping and the context let go of it.
+pub(crate) unsafe extern "C" fn mmap_free(entry: *mut bindings::rdma_user_mmap_entry) {
+    // SAFETY: Every entry of our contexts is the first field of an `IoMmapEntry` leaked from a
+    // `KBox` in `insert_bar_mmap`; this is its last reference.
+    drop(unsafe { KBox::from_raw(entry.cast::<IoMmapEntry>()) });
+}
+
+/// `ops.disassociate_ucontext`: nothing to do; the core zaps the mappings, and the context is
+/// deallocated as usual afterwards.
+pub(crate) unsafe extern "C" fn disassociate(_uctx: *mut bindings::ib_ucontext) {}

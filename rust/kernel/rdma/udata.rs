@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Driver-specific data of a verbs call (`struct ib_udata`).
+//!
+//! A verbs call from user space carries an input and an output buffer for the driver, laid out
+//! by the driver's user ABI. Calls from kernel users carry none.
+
+use crate::{
+    bindings,
+    error::to_result,
+    prelude::*,
+};
+use zerocopy::{
+    FromBytes,
+    Immutable,
+    IntoBytes, //
+};
+use core::{
+    marker::PhantomData,
+    ptr::NonNull, //
+};
+
+/// The driver-specific input and output of a verbs call.
+///
+/// # Invariants
+///
+/// `ptr`, if set, points to a valid `ib_udata` for `'a`.
+pub struct UData<'a> {
+    ptr: Option<NonNull<bindings::ib_udata>>,
+    _p: PhantomData<&'a mut bindings::ib_udata>,
+}
+
+impl<'a> UData<'a> {
+    /// Wraps the core's pointer, `NULL` for a call from the kernel.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be `NULL` or valid for `'a`.
+    pub(crate) unsafe fn from_raw(ptr: *mut bindings::ib_udata) -> Self {
+        // INVARIANT: Guaranteed by the caller.
+        Self {
+            ptr: NonNull::new(ptr),
+            _p: PhantomData,
+        }
+    }
+
+    /// Whether the call comes from user space.
+    pub fn is_user(&self) -> bool {
+        self.ptr.is_some()
+    }
+
+    /// The length of the input, 0 for kernel calls.
+    pub fn in_len(&self) -> usize {
+        // SAFETY: By the type invariant the pointer is valid.
+        self.ptr.map_or(0, |p| unsafe { (*p.as_ptr()).inlen })
+    }
+
+    /// The room for the output, 0 for kernel calls.
+    pub fn out_len(&self) -> usize {
+        // SAFETY: By the type invariant the pointer is valid.
+        self.ptr.map_or(0, |p| unsafe { (*p.as_ptr()).outlen })
+    }
+
+    /// Reads the driver's request.
+    ///
+    /// The input must be at least `min_len` bytes (else `EINVAL`). A shorter input than `R`
+    /// (from an older user space) is zero-extended; a longer one must be zero beyond `R` (else
+    /// `EOPNOTSUPP`, since it asks for something this driver does not know). Kernel calls have no
+    /// request: `EINVAL`.
+    pub fn read_in<R: FromBytes + IntoBytes>(&self, min_len: usize) -> Result<R> {
+        let udata = self.ptr.ok_or(EINVAL)?;
+        let mut req = R::new_zeroed();
+        let bytes = req.as_mut_bytes();
+        // SAFETY: `udata` is valid; `bytes` is writable for its length, and every bit pattern is
+        // a valid `R`.
+        to_result(unsafe {
+            bindings::_ib_copy_validate_udata_in(
+                udata.as_ptr(),
+                bytes.as_mut_ptr().cast(),
+                bytes.len(),
+                min_len,
+            )
+        })?;
+        Ok(req)
+    }
+
+    /// Writes the driver's response: truncated to the room user space gave, and any room beyond
+    /// it zeroed. Kernel calls take no response: nothing is written.
+    pub fn respond<R: IntoBytes + Immutable>(&mut self, resp: &R) -> Result {
+        let Some(udata) = self.ptr else {
+            return Ok(());
+        };
+        let bytes = resp.as_bytes();
+        // SAFETY: `udata` is valid; `bytes` is readable for its length.
+        to_result(unsafe {
+            bindings::_ib_respond_udata(udata.as_ptr(), bytes.as_ptr().cast(), bytes.len())
+        })
+    }
+}
