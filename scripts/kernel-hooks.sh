@@ -94,9 +94,10 @@ edit_rust_helpers() {
 	insert_after "$1" '^#include "net/genetlink.c"$' '#include "net/netdevice.c"'
 }
 
-# kernel::rdma, kernel::net::device.
+# kernel::rdma, kernel::capability, kernel::net::device.
 edit_rust_lib() {
 	insert_after "$1" '^pub mod rbtree;$' '#[cfg(CONFIG_INFINIBAND = "y")]\npub mod rdma;'
+	insert_after "$1" '^pub mod build_assert;$' 'pub mod capability;'
 }
 
 edit_rust_net() {

@@ -146,9 +146,9 @@ pub trait Driver: Sized + Send + Sync + 'static {
 
     /// Creates the driver's part of a user context. Implementing it gives the device a
     /// user-verbs character device, so that libibverbs sees it.
-    fn alloc_ucontext<'a>(
+    fn alloc_ucontext(
         _dev: &Device<Self>,
-        _data: &Self::Data<'a>,
+        _data: &Self::Data<'_>,
         _ctx: &UContextSetup<'_>,
         _udata: &mut UData<'_>,
     ) -> impl PinInit<Self::UContext, Error> {

@@ -117,6 +117,148 @@ impl ConfDevice {
     }
 }
 
+/// RDMA 14: add or delete a GID table entry (RoCE).
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable)]
+pub(crate) struct SetGid {
+    /// @8: bits 15:0 index, bit 16 network type (1 IPv6), bit 31 delete.
+    pub(crate) cfg: u32,
+    /// @12: the GID, as on the wire (ignored for delete).
+    pub(crate) gid: [u8; 16],
+}
+command!(SetGid, Rdma, 14);
+
+impl SetGid {
+    const IPV6: u32 = 1 << 16;
+    const DELETE: u32 = 1 << 31;
+
+    /// Adds `gid` at `index`; `ipv6` for GIDs that are not IPv4-mapped.
+    pub(crate) fn add(index: u16, gid: [u8; 16], ipv6: bool) -> Self {
+        let net = if ipv6 { Self::IPV6 } else { 0 };
+        Self {
+            cfg: u32::from(index) | net,
+            gid,
+        }
+    }
+
+    /// Deletes the entry at `index`.
+    pub(crate) fn delete(index: u16) -> Self {
+        Self {
+            cfg: u32::from(index) | Self::DELETE,
+            gid: [0; 16],
+        }
+    }
+}
+
+/// COMMON 3: the MTU of the adapter's network device changed.
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable)]
+pub(crate) struct ConfMtu {
+    /// @8: the MTU in bytes.
+    pub(crate) mtu: u32,
+}
+command!(ConfMtu, Common, 3);
+
+/// COMMON 4: DMA-write the traffic counters to a buffer.
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable)]
+pub(crate) struct GetStats {
+    pub(crate) reserved0: u32,
+    /// @12: which counter set (0).
+    pub(crate) index: u32,
+    /// @16: DMA address of the response buffer.
+    pub(crate) buf: u64,
+    /// @24: its length.
+    pub(crate) len: u32,
+    pub(crate) reserved1: u32,
+}
+command!(GetStats, Common, 4);
+
+/// The magic a GET_STATS response buffer starts with.
+pub(crate) const STATS_MAGIC: u16 = 0x5566;
+/// The counters a GET_STATS response holds, from byte 16 on.
+pub(crate) const STATS_COUNTERS: usize = 11;
+/// The length of the GET_STATS response buffer.
+pub(crate) const STATS_BUF_LEN: usize = 256;
+
+/// Doorbell pages: SQ, RQ and CQ, all three enabled.
+const DB_ALL: u32 = 0b111;
+
+/// COMMON 8: allocate doorbell pages for a user context.
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable)]
+pub(crate) struct AllocDb {
+    /// @8: which doorbells.
+    pub(crate) enable: u32,
+    pub(crate) reserved: [u32; 5],
+}
+command!(AllocDb, Common, 8);
+
+impl AllocDb {
+    /// Allocates all three pages.
+    pub(crate) fn new() -> Self {
+        Self {
+            enable: DB_ALL,
+            reserved: [0; 5],
+        }
+    }
+}
+
+/// The pages ALLOC_DB hands out, in BAR0 page units, named as in the response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DbPages {
+    /// The SQ doorbell page.
+    pub(crate) sq: u16,
+    /// The page of the response's "CDB" field.
+    pub(crate) cdb: u16,
+    /// The page of the response's "RDB" field.
+    pub(crate) rdb: u16,
+}
+
+impl DbPages {
+    /// Decodes an ALLOC_DB response.
+    pub(crate) fn from_response(resp: Response) -> Self {
+        let w = resp.0[0];
+        // CAST: each field is 16 bits wide.
+        Self {
+            sq: w as u16,
+            cdb: (w >> 32) as u16,
+            rdb: (w >> 48) as u16,
+        }
+    }
+}
+
+/// COMMON 9: release the doorbell pages of a user context.
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable)]
+pub(crate) struct FreeDb {
+    /// @8: which doorbells.
+    pub(crate) enable: u32,
+    /// @12: the RQ doorbell page ("RDB").
+    pub(crate) rq_page: u16,
+    /// @14: the SQ doorbell page.
+    pub(crate) sq_page: u16,
+    pub(crate) reserved0: u16,
+    /// @18: the CQ doorbell page ("CDB").
+    pub(crate) cq_page: u16,
+    pub(crate) reserved1: [u32; 3],
+}
+command!(FreeDb, Common, 9);
+
+impl FreeDb {
+    /// Releases the pages ALLOC_DB gave.
+    pub(crate) fn new(pages: DbPages) -> Self {
+        Self {
+            enable: DB_ALL,
+            rq_page: pages.rdb,
+            sq_page: pages.sq,
+            reserved0: 0,
+            cq_page: pages.cdb,
+            reserved1: [0; 3],
+        }
+    }
+}
+
 bitfield! {
     /// First QUERY_DEVICE response word.
     struct Caps0(u64) {
@@ -226,6 +368,22 @@ mod tests {
         assert_eq!(&b[12..16], &0xaabb_ccddu32.to_le_bytes());
         assert_eq!(&b[16..20], &1u32.to_le_bytes());
         assert_eq!(ConfDevice::new(12).config, 0x8000_000c);
+        assert_eq!(core::mem::size_of::<SetGid>(), 20);
+        assert_eq!(core::mem::size_of::<GetStats>(), 24);
+        assert_eq!(core::mem::size_of::<AllocDb>(), 24);
+        assert_eq!(core::mem::size_of::<FreeDb>(), 24);
+        let g = SetGid::add(3, [7; 16], true);
+        assert_eq!(&g.as_bytes()[..4], &0x0001_0003u32.to_le_bytes());
+        assert_eq!(SetGid::delete(2).cfg, 0x8000_0002);
+        let f = FreeDb::new(DbPages { sq: 1, cdb: 2, rdb: 3 });
+        // @12 RQ page ("RDB"), @14 SQ page, @18 CQ page ("CDB").
+        assert_eq!(&f.as_bytes()[4..12], &[3, 0, 1, 0, 0, 0, 2, 0]);
+    }
+
+    #[test]
+    fn alloc_db_decoding() {
+        let pages = DbPages::from_response(Response([0x0030_0020_0000_0010, 0]));
+        assert_eq!(pages, DbPages { sq: 0x10, cdb: 0x20, rdb: 0x30 });
     }
 
     #[test]

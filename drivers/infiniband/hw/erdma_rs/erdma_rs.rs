@@ -20,6 +20,7 @@ use kernel::{
     dma::DmaMask,
     fmt,
     io::Io,
+    net::device::NetDevice,
     irq::{
         self,
         IrqReturn,
@@ -46,6 +47,7 @@ mod commands;
 mod eq;
 mod regs;
 mod ring;
+mod verbs;
 
 use cmdq::{
     Cmdq,
@@ -68,6 +70,10 @@ use regs::{
 use ring::{
     lower,
     upper, //
+};
+use verbs::{
+    IbData,
+    IbDevice, //
 };
 
 /// PCI device ID of the eRDMA function.
@@ -223,6 +229,8 @@ struct Ceq<'bound> {
 /// ring; then a function reset; then the common interrupt. The rings of the AEQ and the command
 /// queue go with the last reference to [`Hw`].
 struct Running<'bound> {
+    /// The RDMA device, unregistered first.
+    ib: Option<IbDevice<'bound>>,
     hw: Arc<Hw<'bound>>,
     ceqs: KVec<Ceq<'bound>>,
     common: Option<Pin<KBox<NamedRegistration<'bound, CommonIrq<'bound>>>>>,
@@ -230,6 +238,8 @@ struct Running<'bound> {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
+        // Unregistering closes every user context and destroys every object, by command.
+        self.ib = None;
         // With the command queue disabled, nothing can be destroyed by command: the reset
         // below stops the adapter's use of every ring.
         let destroy = !self.hw.cmdq.is_disabled();
@@ -345,6 +355,16 @@ impl ErdmaDriver {
     fn start<'bound>(pdev: &'bound pci::Device<Core<'_>>) -> Result<Running<'bound>> {
         let (bar, version, protocol, mac) = Self::identify(pdev)?;
 
+        // The adapter is the RDMA side of a network device with the same permanent MAC; wait for
+        // it before bringing anything up.
+        let Some(ndev) = NetDevice::find_by_perm_addr(&mac.0) else {
+            dev_info!(
+                pdev,
+                "waiting for the network device with MAC {mac} (deferring the probe)\n"
+            );
+            return Err(EPROBE_DEFER);
+        };
+
         let max_vectors = (kernel::cpu::nr_cpu_ids() + 1).min(MAX_CEQS + 1);
         let vectors = pdev.alloc_msix_vectors_bound(1, max_vectors)?;
 
@@ -369,6 +389,7 @@ impl ErdmaDriver {
             CommonIrq { hw: hw.clone() },
         )?;
         let mut running = Running {
+            ib: None,
             hw: hw.clone(),
             ceqs: KVec::new(),
             common: Some(common),
@@ -435,10 +456,20 @@ impl ErdmaDriver {
             hw.exec(&ConfDevice::new(PAGE_SHIFT as u32), Wait::Sleep)?;
         }
 
+        // CAST: `nceqs` <= 31.
+        let ib = IbDevice::register(
+            IbData::new(hw.clone(), caps, fw, mac, protocol),
+            &ndev,
+            nceqs,
+            &THIS_MODULE,
+        )?;
+
         dev_info!(
             pdev,
-            "eRDMA adapter version {version:#x}, protocol {protocol}, MAC {mac}\n"
+            "eRDMA adapter version {version:#x}, protocol {protocol}, MAC {mac}, registered as {}\n",
+            ib.name()
         );
+        running.ib = Some(ib);
         dev_info!(
             pdev,
             "firmware {}.{}, {} CEQs on {} vectors, {} QPs, atomics {}\n",
@@ -482,6 +513,9 @@ impl pci::Driver for ErdmaDriver {
         pdev.disable_device();
     }
 }
+
+/// This module, which the RDMA core pins while user space has the device open.
+const THIS_MODULE: kernel::ThisModule = <LocalModule as kernel::ModuleMetadata>::THIS_MODULE;
 
 kernel::module_pci_driver! {
     type: ErdmaDriver,
