@@ -129,20 +129,24 @@ guest three-adapters \
 	--run 'erdma_rs/run_tests.sh probe.sh'
 # The control plane, both protocols, 4 vCPUs (so 4 CEQs per adapter); faults are
 # injected through the model's test page.
+# The RDMA device on top: attributes (ibdev.sh), contexts, MTU, GIDs, counters,
+# port events, revocation, netdev loss and deferred probe (verbs.sh).
 guest control-plane --smp 4 \
 	--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
-	--run 'erdma_rs/run_tests.sh ctrlq.sh'
+	--run 'erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh'
 # The most CEQs an adapter can have: 32 vCPUs give 31 CEQs (one per vector after
 # vector 0), brought up and torn down (the model is asked which are live).
 guest smp32 --smp 32 --memory 2G \
 	--dev proto=roce,test_page=on \
 	--run 'CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh'
 # A/B: the upstream C erdma driver on the same model. Its RDMA devices must show
-# exactly the attributes the model was told to report (ibdev.sh); the portable
-# control-plane checks apply to it too.
+# exactly the attributes the model was told to report (ibdev.sh), the portable
+# checks of ctrlq.sh and verbs.sh apply to it too, and abdiff.sh loads both
+# drivers in turn and compares ibv_devinfo -v and rdma dev/link field for field.
 guest upstream-c-driver --smp 4 \
-	--dev proto=roce --dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003 \
-	--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh ctrlq.sh ibdev.sh'
+	--dev proto=roce,test_page=on \
+	--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,max_gid=2,test_page=on \
+	--run 'ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh abdiff.sh'
 # Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
 # of the issue run in the scenario above.
 guest two-guests-one-model \

@@ -167,6 +167,8 @@ pub enum Event {
     Change,
     /// The MTU changed.
     ChangeMtu,
+    /// The interface was registered.
+    Register,
     /// The interface is being unregistered.
     Unregister,
 }
@@ -180,6 +182,7 @@ impl Event {
             bindings::netdev_cmd_NETDEV_DOWN => Self::Down,
             bindings::netdev_cmd_NETDEV_CHANGE => Self::Change,
             bindings::netdev_cmd_NETDEV_CHANGEMTU => Self::ChangeMtu,
+            bindings::netdev_cmd_NETDEV_REGISTER => Self::Register,
             bindings::netdev_cmd_NETDEV_UNREGISTER => Self::Unregister,
             _ => return None,
         })
@@ -194,7 +197,8 @@ pub trait EventHandler: Send + Sync {
 
 /// A registered network-device notifier; dropping it unregisters it.
 ///
-/// Registration replays [`Event::Up`] for the devices that are up.
+/// Registration replays [`Event::Register`] for every device and [`Event::Up`] for the devices
+/// that are up; unregistration replays [`Event::Down`] and [`Event::Unregister`].
 #[pin_data(PinnedDrop)]
 pub struct Notifier<H: EventHandler + 'static> {
     #[pin]
@@ -221,6 +225,11 @@ impl<H: EventHandler + 'static> Notifier<H> {
                 }
             }),
         })
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        &self.handler
     }
 
     /// # Safety

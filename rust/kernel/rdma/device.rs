@@ -49,7 +49,11 @@ use crate::{
 use core::{
     cell::UnsafeCell,
     marker::PhantomData,
-    ptr::NonNull, //
+    ptr::NonNull,
+    sync::atomic::{
+        AtomicBool,
+        Ordering, //
+    },
 };
 use pin_init::PinInit;
 
@@ -177,11 +181,13 @@ pub trait Driver: Sized + Send + Sync + 'static {
         build_error!(VTABLE_DEFAULT_ERROR)
     }
 
-    /// Called, with RTNL held, when the network device of `port` changes.
+    /// Called, with RTNL held, for every event of every network device; `port` is the port the
+    /// network device is associated with, if any. A driver detaches its port from a network
+    /// device that unregisters ([`Device::set_netdev`]), or the network device cannot go.
     fn netdev_event(
         _dev: &Device<Self>,
         _data: &Self::Data<'_>,
-        _port: u32,
+        _port: Option<u32>,
         _event: netdev::Event,
         _ndev: &NetDevice,
     ) {
@@ -268,6 +274,14 @@ impl<T: Driver> Device<T> {
         let ndev = unsafe { bindings::ib_device_get_netdev(self.as_raw(), port) };
         // SAFETY: `ndev` is `NULL` or a referenced device whose reference we take over.
         NonNull::new(ndev).map(|ndev| unsafe { ARef::from_raw(ndev.cast()) })
+    }
+
+    /// Associates `ndev` with `port`, or detaches the port's network device (`None`). The core
+    /// holds a reference to the associated device.
+    pub fn set_netdev(&self, port: u32, ndev: Option<&NetDevice>) -> Result {
+        let ndev = ndev.map_or(core::ptr::null_mut(), NetDevice::as_raw);
+        // SAFETY: The device is valid; `ndev` is `NULL` or a valid network device.
+        to_result(unsafe { bindings::ib_device_set_netdev(self.as_raw(), ndev, port) })
     }
 
     /// Returns the speed (`IB_SPEED_*`) and width (`IB_WIDTH_*`) matching the link speed of the
@@ -397,6 +411,9 @@ impl<T: Driver> Drop for UniqueDevice<T> {
 /// Forwards network-device events of a registered device's ports to its driver.
 struct NetdevForward<T: Driver> {
     dev: NonNull<Device<T>>,
+    /// Set before the notifier goes, so that the events its unregistration replays are not
+    /// taken for real ones.
+    closing: AtomicBool,
 }
 
 // SAFETY: `Device<T>` is `Send + Sync`; the pointer is only dereferenced while the registration
@@ -408,15 +425,15 @@ unsafe impl<T: Driver> Sync for NetdevForward<T> {}
 
 impl<T: Driver> netdev::EventHandler for NetdevForward<T> {
     fn event(&self, event: netdev::Event, ndev: &NetDevice) {
+        if self.closing.load(Ordering::Relaxed) {
+            return;
+        }
         // SAFETY: The notifier is unregistered before the device is unregistered and freed.
         let dev = unsafe { self.dev.as_ref() };
         // SAFETY: The device is valid.
         let ports = unsafe { (*dev.as_raw()).phys_port_cnt };
-        for port in 1..=ports {
-            if dev.netdev(port).is_some_and(|n| *n == *ndev) {
-                dev.with_data(|dev, data| T::netdev_event(dev, data, port, event, ndev));
-            }
-        }
+        let port = (1..=ports).find(|&port| dev.netdev(port).is_some_and(|n| *n == *ndev));
+        dev.with_data(|dev, data| T::netdev_event(dev, data, port, event, ndev));
     }
 }
 
@@ -472,7 +489,10 @@ impl<'a, T: Driver> Registration<'a, T> {
             data,
             _p: PhantomData,
         };
-        let forward = NetdevForward { dev: this.dev.dev };
+        let forward = NetdevForward {
+            dev: this.dev.dev,
+            closing: AtomicBool::new(false),
+        };
         this.notifier = Some(KBox::pin_init(netdev::Notifier::new(forward), GFP_KERNEL)?);
         Ok(this)
     }
@@ -496,6 +516,9 @@ impl<'a, T: Driver> Registration<'a, T> {
 
 impl<T: Driver> Drop for Registration<'_, T> {
     fn drop(&mut self) {
+        if let Some(notifier) = &self.notifier {
+            notifier.handler().closing.store(true, Ordering::Relaxed);
+        }
         self.notifier = None;
         // SAFETY: The device is registered. Unregistration closes every user context and waits
         // for running callbacks.

@@ -49,7 +49,6 @@ use kernel::{
         Guid,
         LinkLayer,
         PortAttr,
-        PortEvent,
         PortImmutable,
         StatDesc,
         UContextSetup,
@@ -228,17 +227,18 @@ impl<'bound> IbData<'bound> {
         port: u32,
         attr: &mut PortAttr,
     ) -> Result {
-        let ndev = dev.netdev(port).ok_or(ENODEV)?;
-        // Without ethtool link settings the core falls back to a default itself.
-        if let Ok((speed, width)) = dev.eth_speed(port) {
-            attr.set_active_speed(speed).set_active_width(width);
-        }
-        let mtu = Mtu::from_bytes(ndev.mtu());
-        attr.set_mtu(mtu, mtu);
-        if ndev.is_running() && ndev.carrier_ok() {
-            attr.set_state(PortState::Active, PhysState::LinkUp);
-        } else {
-            attr.set_state(PortState::Down, PhysState::Disabled);
+        // Without its network device (unregistered for now) the port is down.
+        attr.set_state(PortState::Down, PhysState::Disabled);
+        if let Some(ndev) = dev.netdev(port) {
+            // Without ethtool link settings the core falls back to a default itself.
+            if let Ok((speed, width)) = dev.eth_speed(port) {
+                attr.set_active_speed(speed).set_active_width(width);
+            }
+            let mtu = Mtu::from_bytes(ndev.mtu());
+            attr.set_mtu(mtu, mtu);
+            if ndev.is_running() && ndev.carrier_ok() {
+                attr.set_state(PortState::Active, PhysState::LinkUp);
+            }
         }
         // CAST: the GID table has at most 2^15 entries.
         attr.set_gid_tbl_len(self.gid_table_len() as i32)
@@ -401,26 +401,42 @@ impl<'bound> IbData<'bound> {
     fn netdev_event<T: rdma::Driver>(
         &self,
         dev: &rdma::Device<T>,
-        port: u32,
+        port: Option<u32>,
         event: NetdevEvent,
         ndev: &NetDevice,
     ) {
+        let Some(port) = port else {
+            // A network device with the adapter's MAC comes back: attach it.
+            if event == NetdevEvent::Register
+                && ndev.perm_addr() == self.mac.0
+                && dev.netdev(PORT).is_none()
+            {
+                match dev.set_netdev(PORT, Some(ndev)) {
+                    Ok(()) => dev_info!(self.dev(), "{}: network device is back\n", dev.name()),
+                    Err(e) => dev_warn!(
+                        self.dev(),
+                        "{}: cannot attach the network device: {}\n",
+                        dev.name(),
+                        e.to_errno()
+                    ),
+                }
+            }
+            return;
+        };
         match event {
+            NetdevEvent::Unregister => {
+                // Let it go; the port is down until it comes back.
+                let _ = dev.set_netdev(port, None);
+                dev_info!(self.dev(), "{}: network device unregistered\n", dev.name());
+            }
             NetdevEvent::ChangeMtu => {
                 let mtu = ndev.mtu();
                 if let Err(e) = self.hw.exec(&ConfMtu { mtu }, Wait::Sleep) {
                     dev_warn!(self.dev(), "CONF_MTU {} failed: {}\n", mtu, e.to_errno());
                 }
             }
-            NetdevEvent::Up | NetdevEvent::Down | NetdevEvent::Change => {
-                let event = if ndev.is_running() && ndev.carrier_ok() {
-                    PortEvent::Active
-                } else {
-                    PortEvent::Error
-                };
-                dev.dispatch_port_event(port, event);
-            }
-            NetdevEvent::Unregister => {}
+            // The core turns the netdev's state changes into port events itself.
+            NetdevEvent::Up | NetdevEvent::Down | NetdevEvent::Change | NetdevEvent::Register => {}
         }
     }
 }
@@ -501,7 +517,7 @@ impl rdma::Driver for Roce {
         data.get_hw_stats(port, values)
     }
 
-    fn netdev_event(dev: &rdma::Device<Self>, data: &IbData<'_>, port: u32, event: NetdevEvent, ndev: &NetDevice) {
+    fn netdev_event(dev: &rdma::Device<Self>, data: &IbData<'_>, port: Option<u32>, event: NetdevEvent, ndev: &NetDevice) {
         data.netdev_event(dev, port, event, ndev)
     }
 }
@@ -558,7 +574,7 @@ impl rdma::Driver for Iwarp {
         data.get_hw_stats(port, values)
     }
 
-    fn netdev_event(dev: &rdma::Device<Self>, data: &IbData<'_>, port: u32, event: NetdevEvent, ndev: &NetDevice) {
+    fn netdev_event(dev: &rdma::Device<Self>, data: &IbData<'_>, port: Option<u32>, event: NetdevEvent, ndev: &NetDevice) {
         data.netdev_event(dev, port, event, ndev)
     }
 }
