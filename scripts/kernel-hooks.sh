@@ -31,6 +31,14 @@ insert_after() {
 	mv "$1.new" "$1"
 }
 
+# insert_before FILE ANCHOR-REGEX LINE: insert LINE before the first line
+# matching ANCHOR-REGEX.
+insert_before() {
+	grep -qE "$2" "$1" || die "hook anchor '$2' not found in $1 (kernel source changed?)"
+	awk -v re="$2" -v line="$3" '!done && $0 ~ re { print line; done = 1 } { print }' "$1" >"$1.new"
+	mv "$1.new" "$1"
+}
+
 # insert_file_before FILE ANCHOR-REGEX SNIPPET-FILE: insert the snippet's lines
 # before the first line matching ANCHOR-REGEX.
 insert_file_before() {
@@ -101,7 +109,7 @@ edit_rust_lib() {
 }
 
 edit_rust_net() {
-	insert_after "$1" '^pub mod netlink;$' 'pub mod device;'
+	insert_before "$1" '^pub mod netlink;$' 'pub mod device;'
 }
 
 apply_kernel_hooks() {

@@ -145,7 +145,7 @@ guest smp32 --smp 32 --memory 2G \
 # drivers in turn and compares ibv_devinfo -v and rdma dev/link field for field.
 guest upstream-c-driver --smp 4 \
 	--dev proto=roce,test_page=on \
-	--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,max_gid=2,test_page=on \
+	--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,test_page=on \
 	--run 'ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh abdiff.sh'
 # Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
 # of the issue run in the scenario above.

@@ -251,7 +251,8 @@ impl<H: EventHandler + 'static> Notifier<H> {
         let dev = unsafe { bindings::netdev_notifier_info_to_dev(ptr.cast()) };
         if !dev.is_null() {
             // SAFETY: The device is valid for the duration of the notification.
-            this.handler.event(event, unsafe { NetDevice::from_raw(dev) });
+            this.handler
+                .event(event, unsafe { NetDevice::from_raw(dev) });
         }
         bindings::NOTIFY_DONE as crate::ffi::c_int
     }

@@ -19,16 +19,10 @@ use super::{
         UContextSetup, //
     },
     udata::UData,
-    DriverId,
-    Gid,
-    Guid,
-    LinkLayer,
-    NodeType,
-    PortEvent,
+    DriverId, Gid, Guid, LinkLayer, NodeType, PortEvent,
 };
 use crate::{
-    bindings,
-    device,
+    bindings, device,
     error::{
         from_result,
         to_result,
@@ -224,7 +218,11 @@ unsafe impl<T: Driver> AlwaysRefCounted for Device<T> {
     unsafe fn dec_ref(obj: NonNull<Self>) {
         // SAFETY: The caller owns a reference.
         unsafe {
-            bindings::put_device(&raw mut (*obj.as_ptr().cast::<bindings::ib_device>()).__bindgen_anon_1.dev)
+            bindings::put_device(
+                &raw mut (*obj.as_ptr().cast::<bindings::ib_device>())
+                    .__bindgen_anon_1
+                    .dev,
+            )
         };
     }
 }
@@ -289,7 +287,9 @@ impl<T: Driver> Device<T> {
     pub fn eth_speed(&self, port: u32) -> Result<(u16, u8)> {
         let (mut speed, mut width) = (0u16, 0u8);
         // SAFETY: The device is valid and the outputs are writable. May sleep (ethtool).
-        to_result(unsafe { bindings::ib_get_eth_speed(self.as_raw(), port, &mut speed, &mut width) })?;
+        to_result(unsafe {
+            bindings::ib_get_eth_speed(self.as_raw(), port, &mut speed, &mut width)
+        })?;
         Ok((speed, width))
     }
 
@@ -321,7 +321,10 @@ pub struct UniqueDevice<T: Driver> {
 
 impl<T: Driver> UniqueDevice<T> {
     /// Allocates a device of `T`, child of `parent`, in the initial network namespace.
-    pub fn new(parent: &device::Device<device::Bound>, module: &'static ThisModule) -> Result<Self> {
+    pub fn new(
+        parent: &device::Device<device::Bound>,
+        module: &'static ThisModule,
+    ) -> Result<Self> {
         const {
             assert!(core::mem::offset_of!(Device<T>, ib) == 0);
             // `_ib_alloc_device` aligns like `kzalloc`: enough for the `ib_device` and pointers.
@@ -585,8 +588,13 @@ impl<T: Driver> Adapter<T> {
     ) -> c_int {
         // SAFETY: The core passes its live device, its attribute structure and a valid or
         // `NULL` udata for the duration of the call.
-        let (dev, attr, mut udata) =
-            unsafe { (Self::dev(ib), DeviceAttr::from_raw(attr), UData::from_raw(udata)) };
+        let (dev, attr, mut udata) = unsafe {
+            (
+                Self::dev(ib),
+                DeviceAttr::from_raw(attr),
+                UData::from_raw(udata),
+            )
+        };
         from_result(|| {
             dev.with_data(|dev, data| T::query_device(dev, data, attr, &mut udata))
                 .ok_or(ENODEV)??;
@@ -680,7 +688,8 @@ impl<T: Driver> Adapter<T> {
         // SAFETY: Guaranteed by the caller.
         let (dev, attr) = unsafe { (Self::dev((*attr).device), GidAttr::from_raw(attr)) };
         from_result(|| {
-            dev.with_data(|dev, data| op(dev, data, attr)).ok_or(ENODEV)??;
+            dev.with_data(|dev, data| op(dev, data, attr))
+                .ok_or(ENODEV)??;
             Ok(0)
         })
     }

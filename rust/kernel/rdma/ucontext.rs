@@ -59,12 +59,11 @@ impl<T: Driver> UContext<T> {
         // SAFETY: The field is valid for writes and pinned in the core's allocation.
         unsafe { new_mutex!(KVec::new()).__init(&raw mut (*this).mmaps) }?;
         // SAFETY: `mmaps` is initialised and lives as long as the context.
-        let setup = UContextSetup {
-            uctx,
-            mmaps: unsafe { &(*this).mmaps },
-        };
-        // The driver's part is pinned in place too.
-        let ret = init_data(&setup, unsafe { &raw mut (*this).data });
+        let mmaps = unsafe { &(*this).mmaps };
+        let setup = UContextSetup { uctx, mmaps };
+        // SAFETY: The driver's part is valid for writes and pinned in place too.
+        let data = unsafe { &raw mut (*this).data };
+        let ret = init_data(&setup, data);
         if ret.is_err() {
             // SAFETY: `mmaps` is initialised and no longer used.
             unsafe { Self::remove_mmaps(this) };
@@ -130,7 +129,11 @@ impl UContextSetup<'_> {
         let page = PAGE_SIZE as u64;
         let len64 = u64::try_from(len)?;
         let end = offset.checked_add(len64).ok_or(EINVAL)?;
-        if len == 0 || offset % page != 0 || len64 % page != 0 || end > pdev.resource_len(bar)? {
+        if len == 0
+            || !offset.is_multiple_of(page)
+            || !len64.is_multiple_of(page)
+            || end > pdev.resource_len(bar)?
+        {
             return Err(EINVAL);
         }
         let phys = pdev.resource_start(bar)? + offset;

@@ -5,19 +5,15 @@
 //! A verbs call from user space carries an input and an output buffer for the driver, laid out
 //! by the driver's user ABI. Calls from kernel users carry none.
 
-use crate::{
-    bindings,
-    error::to_result,
-    prelude::*,
+use crate::{bindings, error::to_result, prelude::*};
+use core::{
+    marker::PhantomData,
+    ptr::NonNull, //
 };
 use zerocopy::{
     FromBytes,
     Immutable,
     IntoBytes, //
-};
-use core::{
-    marker::PhantomData,
-    ptr::NonNull, //
 };
 
 /// The driver-specific input and output of a verbs call.

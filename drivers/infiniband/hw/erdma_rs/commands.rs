@@ -375,7 +375,11 @@ mod tests {
         let g = SetGid::add(3, [7; 16], true);
         assert_eq!(&g.as_bytes()[..4], &0x0001_0003u32.to_le_bytes());
         assert_eq!(SetGid::delete(2).cfg, 0x8000_0002);
-        let f = FreeDb::new(DbPages { sq: 1, cdb: 2, rdb: 3 });
+        let f = FreeDb::new(DbPages {
+            sq: 1,
+            cdb: 2,
+            rdb: 3,
+        });
         // @12 RQ page ("RDB"), @14 SQ page, @18 CQ page ("CDB").
         assert_eq!(&f.as_bytes()[4..12], &[3, 0, 1, 0, 0, 0, 2, 0]);
     }
@@ -383,7 +387,14 @@ mod tests {
     #[test]
     fn alloc_db_decoding() {
         let pages = DbPages::from_response(Response([0x0030_0020_0000_0010, 0]));
-        assert_eq!(pages, DbPages { sq: 0x10, cdb: 0x20, rdb: 0x30 });
+        assert_eq!(
+            pages,
+            DbPages {
+                sq: 0x10,
+                cdb: 0x20,
+                rdb: 0x30
+            }
+        );
     }
 
     #[test]

@@ -20,12 +20,12 @@ use kernel::{
     dma::DmaMask,
     fmt,
     io::Io,
-    net::device::NetDevice,
     irq::{
         self,
         IrqReturn,
         NamedRegistration, //
     },
+    net::device::NetDevice,
     new_mutex, new_spinlock_irq,
     page::PAGE_SHIFT,
     pci,

@@ -323,7 +323,12 @@ impl<'bound> IbData<'bound> {
         ret.map(|()| ctx)
     }
 
-    fn map_doorbells(&self, setup: &UContextSetup<'_>, udata: &mut UData<'_>, ctx: &UCtx) -> Result {
+    fn map_doorbells(
+        &self,
+        setup: &UContextSetup<'_>,
+        udata: &mut UData<'_>,
+        ctx: &UCtx,
+    ) -> Result {
         let page = |index: u16| u64::from(index) << PAGE_SHIFT;
         // The RQ doorbell goes on the page of the "CDB" field and the CQ doorbell on the
         // page of the "RDB" field: the ABI every provider expects (erdma-hw 3.6).
@@ -463,7 +468,12 @@ impl rdma::Driver for Roce {
         data.query_device(attr)
     }
 
-    fn query_port(dev: &rdma::Device<Self>, data: &IbData<'_>, port: u32, attr: &mut PortAttr) -> Result {
+    fn query_port(
+        dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        port: u32,
+        attr: &mut PortAttr,
+    ) -> Result {
         data.query_port(dev, port, attr)
     }
 
@@ -481,11 +491,21 @@ impl rdma::Driver for Roce {
         LinkLayer::Ethernet
     }
 
-    fn query_gid(_dev: &rdma::Device<Self>, data: &IbData<'_>, _port: u32, index: u32) -> Result<Gid> {
+    fn query_gid(
+        _dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        _port: u32,
+        index: u32,
+    ) -> Result<Gid> {
         data.query_gid(index)
     }
 
-    fn query_pkey(_dev: &rdma::Device<Self>, _data: &IbData<'_>, _port: u32, index: u16) -> Result<u16> {
+    fn query_pkey(
+        _dev: &rdma::Device<Self>,
+        _data: &IbData<'_>,
+        _port: u32,
+        index: u16,
+    ) -> Result<u16> {
         if index != 0 {
             return Err(EINVAL);
         }
@@ -513,11 +533,22 @@ impl rdma::Driver for Roce {
         data.dealloc_ucontext(&ctx);
     }
 
-    fn get_hw_stats(_dev: &rdma::Device<Self>, data: &IbData<'_>, port: u32, values: &mut [u64]) -> Result<usize> {
+    fn get_hw_stats(
+        _dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        port: u32,
+        values: &mut [u64],
+    ) -> Result<usize> {
         data.get_hw_stats(port, values)
     }
 
-    fn netdev_event(dev: &rdma::Device<Self>, data: &IbData<'_>, port: Option<u32>, event: NetdevEvent, ndev: &NetDevice) {
+    fn netdev_event(
+        dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        port: Option<u32>,
+        event: NetdevEvent,
+        ndev: &NetDevice,
+    ) {
         data.netdev_event(dev, port, event, ndev)
     }
 }
@@ -539,7 +570,12 @@ impl rdma::Driver for Iwarp {
         data.query_device(attr)
     }
 
-    fn query_port(dev: &rdma::Device<Self>, data: &IbData<'_>, port: u32, attr: &mut PortAttr) -> Result {
+    fn query_port(
+        dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        port: u32,
+        attr: &mut PortAttr,
+    ) -> Result {
         data.query_port(dev, port, attr)
     }
 
@@ -553,7 +589,12 @@ impl rdma::Driver for Iwarp {
         Ok(())
     }
 
-    fn query_gid(_dev: &rdma::Device<Self>, data: &IbData<'_>, _port: u32, index: u32) -> Result<Gid> {
+    fn query_gid(
+        _dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        _port: u32,
+        index: u32,
+    ) -> Result<Gid> {
         data.query_gid(index)
     }
 
@@ -570,11 +611,22 @@ impl rdma::Driver for Iwarp {
         data.dealloc_ucontext(&ctx);
     }
 
-    fn get_hw_stats(_dev: &rdma::Device<Self>, data: &IbData<'_>, port: u32, values: &mut [u64]) -> Result<usize> {
+    fn get_hw_stats(
+        _dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        port: u32,
+        values: &mut [u64],
+    ) -> Result<usize> {
         data.get_hw_stats(port, values)
     }
 
-    fn netdev_event(dev: &rdma::Device<Self>, data: &IbData<'_>, port: Option<u32>, event: NetdevEvent, ndev: &NetDevice) {
+    fn netdev_event(
+        dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        port: Option<u32>,
+        event: NetdevEvent,
+        ndev: &NetDevice,
+    ) {
         data.netdev_event(dev, port, event, ndev)
     }
 }
