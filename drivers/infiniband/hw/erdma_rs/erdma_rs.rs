@@ -456,7 +456,6 @@ impl ErdmaDriver {
             hw.exec(&ConfDevice::new(PAGE_SHIFT as u32), Wait::Sleep)?;
         }
 
-        // CAST: `nceqs` <= 31.
         let ib = IbDevice::register(
             IbData::new(hw.clone(), caps, fw, mac, protocol),
             &ndev,
@@ -466,10 +465,8 @@ impl ErdmaDriver {
 
         dev_info!(
             pdev,
-            "eRDMA adapter version {version:#x}, protocol {protocol}, MAC {mac}, registered as {}\n",
-            ib.name()
+            "eRDMA adapter version {version:#x}, protocol {protocol}, MAC {mac}\n"
         );
-        running.ib = Some(ib);
         dev_info!(
             pdev,
             "firmware {}.{}, {} CEQs on {} vectors, {} QPs, atomics {}\n",
@@ -480,6 +477,8 @@ impl ErdmaDriver {
             caps.max_qp(),
             if caps.atomic { "on" } else { "off" }
         );
+        dev_info!(pdev, "registered RDMA device {}\n", ib.name());
+        running.ib = Some(ib);
 
         Ok(running)
     }

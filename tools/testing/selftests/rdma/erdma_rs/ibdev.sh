@@ -68,6 +68,9 @@ for n in /sys/class/net/*; do
 done
 rmmod erdma_rs erdma 2>/dev/null
 tap_check "modprobe $DRV" modprobe "$DRV"
+# The kernel::rdma KUnit suite (built in) ran at boot.
+tap_check "kernel::rdma KUnit suite passed at boot" \
+	sh -c "dmesg | grep -Eq '\] ok [0-9]+ rust_kernel_rdma\$'"
 
 nbound=0
 for f in $functions; do
