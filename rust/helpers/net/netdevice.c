@@ -32,11 +32,6 @@ __rust_helper bool rust_helper_netif_carrier_ok(const struct net_device *dev)
 	return netif_carrier_ok(dev);
 }
 
-__rust_helper bool rust_helper_netif_oper_up(const struct net_device *dev)
-{
-	return netif_oper_up(dev);
-}
-
 __rust_helper struct net_device *
 rust_helper_netdev_notifier_info_to_dev(const struct netdev_notifier_info *info)
 {

@@ -70,12 +70,6 @@ impl NetDevice {
         self.0.get()
     }
 
-    /// Returns the interface index.
-    pub fn ifindex(&self) -> i32 {
-        // SAFETY: `ifindex` is set at registration and constant afterwards.
-        unsafe { (*self.as_raw()).ifindex }
-    }
-
     /// Returns the MTU in bytes.
     pub fn mtu(&self) -> u32 {
         // SAFETY: The device is valid; the MTU changes under RTNL and is read like `READ_ONCE`.
@@ -102,12 +96,6 @@ impl NetDevice {
     pub fn carrier_ok(&self) -> bool {
         // SAFETY: The device is valid.
         unsafe { bindings::netif_carrier_ok(self.as_raw()) }
-    }
-
-    /// Returns whether the interface is operationally up (RFC 2863).
-    pub fn is_oper_up(&self) -> bool {
-        // SAFETY: The device is valid.
-        unsafe { bindings::netif_oper_up(self.as_raw()) }
     }
 
     /// Finds the network device of the initial network namespace whose permanent hardware

@@ -250,12 +250,6 @@ impl PortAttr {
         self
     }
 
-    /// Returns the logical state (for iWARP ports the core fills it in before asking the
-    /// driver).
-    pub fn state(&self) -> u32 {
-        self.0.state
-    }
-
     setters! {
         /// Sets the size of the GID table.
         set_gid_tbl_len => gid_tbl_len: i32;

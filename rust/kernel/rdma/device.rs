@@ -445,7 +445,7 @@ impl<T: Driver> netdev::EventHandler for NetdevForward<T> {
 pub struct Registration<'a, T: Driver> {
     notifier: Option<Pin<KBox<netdev::Notifier<NetdevForward<T>>>>>,
     dev: UniqueDevice<T>,
-    data: Pin<KBox<T::Data<'a>>>,
+    _data: Pin<KBox<T::Data<'a>>>,
     _p: PhantomData<&'a ()>,
 }
 
@@ -489,7 +489,7 @@ impl<'a, T: Driver> Registration<'a, T> {
         let mut this = Self {
             notifier: None,
             dev,
-            data,
+            _data: data,
             _p: PhantomData,
         };
         let forward = NetdevForward {
@@ -504,16 +504,6 @@ impl<'a, T: Driver> Registration<'a, T> {
     pub fn device(&self) -> &Device<T> {
         // SAFETY: The registration keeps the device allocated.
         unsafe { self.dev.dev.as_ref() }
-    }
-
-    /// A counted reference to the device, for contexts that outlive a borrow (interrupts).
-    pub fn device_ref(&self) -> ARef<Device<T>> {
-        self.device().into()
-    }
-
-    /// The registration's data.
-    pub fn data(&self) -> &T::Data<'a> {
-        &self.data
     }
 }
 

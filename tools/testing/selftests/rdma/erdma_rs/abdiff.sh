@@ -21,18 +21,15 @@ out=/tmp/abdiff
 rm -rf "$out"
 mkdir -p "$out"
 
-# wait_ports N: N erdma_* devices exist and all their ports are ACTIVE (10 s).
+# ports_up N: N erdma_* devices exist and all their ports are ACTIVE.
+ports_up() {
+	devs=$(ls /sys/class/infiniband 2>/dev/null | grep '^erdma_')
+	[ "$(echo $devs | wc -w)" -eq "$1" ] &&
+		! rdma link show 2>/dev/null | grep '^link erdma_' | grep -qv 'state ACTIVE'
+}
+
 wait_ports() {
-	i=0
-	while [ $i -lt 100 ]; do
-		devs=$(ls /sys/class/infiniband 2>/dev/null | grep '^erdma_')
-		if [ "$(echo $devs | wc -w)" -eq "$1" ] &&
-			! rdma link show 2>/dev/null | grep '^link erdma_' | grep -qv 'state ACTIVE'; then
-			return 0
-		fi
-		sleep 0.1
-		i=$((i + 1))
-	done
+	wait_for 10 ports_up "$1" && return 0
 	tap_diag "devices: $(echo $devs); $(rdma link show 2>&1 | tr '\n' ';')"
 	return 1
 }
@@ -54,15 +51,7 @@ capture() {
 }
 
 tap_header
-i=1
-for n in /sys/class/net/*; do
-	n=${n##*/}
-	[ "$n" = lo ] && continue
-	ip link set "$n" up
-	ip addr add "169.254.20.$i/16" dev "$n" 2>/dev/null
-	i=$((i + 1))
-done
-rmmod erdma_rs erdma 2>/dev/null
+nics_up 20
 
 for drv in erdma erdma_rs; do
 	tap_check "$drv: loads, $nfunc devices with ACTIVE ports" \

@@ -44,29 +44,17 @@ expect() {
 	[ "$got" = "$2" ] || { tap_diag "$1 is '$got', expected '$2'"; return 1; }
 }
 
+port_is_active() { rdma link show "$1/1" 2>/dev/null | grep -q 'state ACTIVE'; }
+
 # Port 1 of $1 turns ACTIVE (the core follows the netdev; allow it 10 s).
 port_active() {
-	i=0
-	while [ $i -lt 100 ]; do
-		rdma link show "$1/1" 2>/dev/null | grep -q 'state ACTIVE' && return 0
-		sleep 0.1
-		i=$((i + 1))
-	done
+	wait_for 10 port_is_active "$1" && return 0
 	tap_diag "$(rdma link show "$1/1" 2>&1)"
 	return 1
 }
 
 tap_header
-# Bring every NIC up, with a link-local IPv4 address (iWARP ports need one).
-i=1
-for n in /sys/class/net/*; do
-	n=${n##*/}
-	[ "$n" = lo ] && continue
-	ip link set "$n" up
-	ip addr add "169.254.10.$i/16" dev "$n" 2>/dev/null
-	i=$((i + 1))
-done
-rmmod erdma_rs erdma 2>/dev/null
+nics_up 10
 tap_check "modprobe $DRV" modprobe "$DRV"
 # The kernel::rdma KUnit suite (built in) ran at boot.
 tap_check "kernel::rdma KUnit suite passed at boot" \

@@ -160,5 +160,33 @@ model_cmd() {
 	[ "$((status))" -eq 0 ]
 }
 
+# nics_up NET: brings every NIC up with a link-local IPv4 address 169.254.NET.<k>
+# (iWARP ports need one), and unloads both eRDMA drivers, so that a test
+# starts from no RDMA device.
+nics_up() {
+	_k=1
+	for _nic in /sys/class/net/*; do
+		_nic=${_nic##*/}
+		[ "$_nic" = lo ] && continue
+		ip link set "$_nic" up
+		ip addr add "169.254.$1.$_k/16" dev "$_nic" 2>/dev/null
+		_k=$((_k + 1))
+	done
+	rmmod erdma_rs erdma 2>/dev/null
+	return 0
+}
+
+# wait_for SECONDS COMMAND...: polls COMMAND every 0.1 s until it succeeds.
+wait_for() {
+	_ticks=$(($1 * 10))
+	shift
+	while [ $_ticks -gt 0 ]; do
+		"$@" && return 0
+		sleep 0.1
+		_ticks=$((_ticks - 1))
+	done
+	return 1
+}
+
 # Last line: tests check it to know the whole library loaded.
 ERDMA_LIB_LOADED=1

@@ -49,18 +49,6 @@ ibdev_of() {
 	rdma link show 2>/dev/null | awk -v n="$1" '$0 ~ " netdev " n "( |$)" { split($2, a, "/"); print a[1]; exit }'
 }
 
-# wait_for SECONDS COMMAND...: polls COMMAND every 0.1 s.
-wait_for() {
-	_ticks=$(($1 * 10))
-	shift
-	while [ $_ticks -gt 0 ]; do
-		"$@" && return 0
-		sleep 0.1
-		_ticks=$((_ticks - 1))
-	done
-	return 1
-}
-
 # model_is BDF QUERY EXPECTED: the model's answer to "query QUERY" is EXPECTED.
 model_is() {
 	got=$(model_cmd "$1" "query $2") || return 1
@@ -249,15 +237,7 @@ netdev_goes_and_returns() {
 }
 
 tap_header
-i=1
-for n in /sys/class/net/*; do
-	n=${n##*/}
-	[ "$n" = lo ] && continue
-	ip link set "$n" up
-	ip addr add "169.254.40.$i/16" dev "$n" 2>/dev/null
-	i=$((i + 1))
-done
-rmmod erdma_rs erdma 2>/dev/null
+nics_up 40
 tap_check "modprobe $DRV" modprobe "$DRV"
 
 n=0
