@@ -11,17 +11,22 @@
 //! the trait: an operation the driver does not implement stays `NULL`, so the core sees exactly
 //! what the driver provides.
 //!
-//! Verbs objects (user contexts now; protection domains, queues and address handles to come)
-//! are allocated by the core with the driver's data embedded after the core's header, so every
+//! Verbs objects (user contexts, protection domains, completion queues, queue pairs) are
+//! allocated by the core with the driver's data embedded after the core's header, so every
 //! object type here is `#[repr(C)]` with the C object at offset 0. The core frees these
 //! allocations itself without running Rust destructors: the abstractions drop the driver's part
 //! in the destroy callbacks and on failed creation.
 
 pub mod attr;
+pub mod cq;
 pub mod device;
+pub mod mr;
+pub mod object;
+pub mod qp;
 pub mod stats;
 pub mod ucontext;
 pub mod udata;
+pub mod umem;
 
 pub use self::attr::{
     DeviceAttr,
@@ -29,11 +34,36 @@ pub use self::attr::{
     PortAttr,
     PortImmutable, //
 };
+pub use self::cq::{
+    Cq,
+    CqAttr,
+    CqEvents,
+    CqSetup,
+    Pd,
+    PdSetup, //
+};
 pub use self::device::{
     Device,
     Driver,
     Registration,
     UniqueDevice, //
+};
+pub use self::mr::{
+    Mr,
+    NewMr,
+    UserMrReq, //
+};
+pub use self::qp::{
+    Qp,
+    QpAttr,
+    QpAttrMask,
+    QpAttrOut,
+    QpCap,
+    QpEvents,
+    QpInitAttr,
+    QpSetup,
+    QpState,
+    QpType, //
 };
 pub use self::stats::StatDesc;
 pub use self::ucontext::{
@@ -41,6 +71,7 @@ pub use self::ucontext::{
     UContextSetup, //
 };
 pub use self::udata::UData;
+pub use self::umem::Umem;
 
 use crate::bindings;
 

@@ -9,6 +9,27 @@ use super::{
         PortAttr,
         PortImmutable, //
     },
+    cq::{
+        Cq,
+        CqAttr,
+        CqSetup,
+        Pd,
+        PdSetup, //
+    },
+    mr::{
+        Mr,
+        NewMr,
+        UserMrReq, //
+    },
+    qp::{
+        self,
+        Qp,
+        QpAttr,
+        QpAttrMask,
+        QpAttrOut,
+        QpInitAttr,
+        QpSetup, //
+    },
     stats::{
         self,
         StatDesc, //
@@ -70,6 +91,18 @@ pub trait Driver: Sized + Send + Sync + 'static {
 
     /// The driver's part of a user context.
     type UContext: Send + Sync;
+
+    /// The driver's part of a protection domain.
+    type Pd: Send + Sync;
+
+    /// The driver's part of a completion queue.
+    type Cq: Send + Sync;
+
+    /// The driver's part of a queue pair.
+    type Qp: Send + Sync;
+
+    /// The driver's part of a memory region.
+    type Mr: Send + Sync;
 
     /// The identity libibverbs matches the user-space provider by.
     const DRIVER_ID: DriverId;
@@ -163,6 +196,99 @@ pub trait Driver: Sized + Send + Sync + 'static {
         _ctx: Pin<&mut Self::UContext>,
     ) {
     }
+
+    /// Creates the driver's part of a protection domain.
+    fn alloc_pd(
+        _dev: &Device<Self>,
+        _data: &Self::Data<'_>,
+        _setup: &PdSetup<'_, Self>,
+        _udata: &mut UData<'_>,
+    ) -> impl PinInit<Self::Pd, Error> {
+        build_error!(VTABLE_DEFAULT_ERROR);
+        #[allow(unreachable_code)]
+        Err::<Self::Pd, _>(EINVAL)
+    }
+
+    /// Releases a protection domain before its driver part is dropped. Must not fail.
+    fn dealloc_pd(_dev: &Device<Self>, _data: &Self::Data<'_>, _pd: Pin<&mut Self::Pd>) {}
+
+    /// Creates the driver's part of a completion queue.
+    fn create_cq(
+        _dev: &Device<Self>,
+        _data: &Self::Data<'_>,
+        _setup: &CqSetup<'_, Self>,
+        _udata: &mut UData<'_>,
+    ) -> impl PinInit<Self::Cq, Error> {
+        build_error!(VTABLE_DEFAULT_ERROR);
+        #[allow(unreachable_code)]
+        Err::<Self::Cq, _>(EINVAL)
+    }
+
+    /// Destroys a completion queue in the device before its driver part is dropped. Must not
+    /// fail; no completion may be written to its memory afterwards.
+    fn destroy_cq(_dev: &Device<Self>, _data: &Self::Data<'_>, _cq: Pin<&mut Self::Cq>) {}
+
+    /// Creates the driver's part of a queue pair.
+    fn create_qp(
+        _dev: &Device<Self>,
+        _data: &Self::Data<'_>,
+        _setup: &QpSetup<'_, Self>,
+        _attr: &QpInitAttr<'_, Self>,
+        _udata: &mut UData<'_>,
+    ) -> impl PinInit<Self::Qp, Error> {
+        build_error!(VTABLE_DEFAULT_ERROR);
+        #[allow(unreachable_code)]
+        Err::<Self::Qp, _>(EINVAL)
+    }
+
+    /// Modifies the attributes of `qp` that `mask` names.
+    fn modify_qp(
+        _dev: &Device<Self>,
+        _data: &Self::Data<'_>,
+        _qp: &Qp<Self>,
+        _attr: &QpAttr<'_>,
+        _mask: QpAttrMask,
+        _udata: &mut UData<'_>,
+    ) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Reports the attributes of `qp`.
+    fn query_qp(
+        _dev: &Device<Self>,
+        _data: &Self::Data<'_>,
+        _qp: &Qp<Self>,
+        _out: &mut QpAttrOut<'_>,
+    ) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Destroys a queue pair in the device before its driver part is dropped. Must not fail.
+    fn destroy_qp(_dev: &Device<Self>, _data: &Self::Data<'_>, _qp: Pin<&mut Self::Qp>) {}
+
+    /// Registers user memory.
+    fn reg_user_mr(
+        _dev: &Device<Self>,
+        _data: &Self::Data<'_>,
+        _pd: &Pd<Self>,
+        _req: &UserMrReq,
+        _udata: &mut UData<'_>,
+    ) -> Result<NewMr<Self::Mr>> {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Makes the region kernel users address bus addresses through.
+    fn get_dma_mr(
+        _dev: &Device<Self>,
+        _data: &Self::Data<'_>,
+        _pd: &Pd<Self>,
+        _access: u32,
+    ) -> Result<NewMr<Self::Mr>> {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Deregisters a memory region. Must not fail.
+    fn dereg_mr(_dev: &Device<Self>, _data: &Self::Data<'_>, _mr: Self::Mr) {}
 
     /// Fills in `values` (one per [`Driver::HW_PORT_STATS`] entry) for `port`; returns how many
     /// it filled.
@@ -556,6 +682,36 @@ impl<T: Driver> Adapter<T> {
             ops.mmap_free = Some(ucontext::mmap_free);
             ops.size_ib_ucontext = size_of::<UContext<T>>();
         }
+        if T::HAS_ALLOC_PD {
+            ops.alloc_pd = Some(Self::alloc_pd);
+            ops.dealloc_pd = Some(Self::dealloc_pd);
+            ops.size_ib_pd = size_of::<Pd<T>>();
+        }
+        if T::HAS_CREATE_CQ {
+            ops.create_cq = Some(Self::create_cq);
+            ops.destroy_cq = Some(Self::destroy_cq);
+            ops.size_ib_cq = size_of::<Cq<T>>();
+        }
+        if T::HAS_CREATE_QP {
+            ops.create_qp = Some(Self::create_qp);
+            ops.destroy_qp = Some(Self::destroy_qp);
+            ops.size_ib_qp = size_of::<Qp<T>>();
+        }
+        if T::HAS_MODIFY_QP {
+            ops.modify_qp = Some(Self::modify_qp);
+        }
+        if T::HAS_QUERY_QP {
+            ops.query_qp = Some(Self::query_qp);
+        }
+        if T::HAS_REG_USER_MR {
+            ops.reg_user_mr = Some(Self::reg_user_mr);
+        }
+        if T::HAS_GET_DMA_MR {
+            ops.get_dma_mr = Some(Self::get_dma_mr);
+        }
+        if T::HAS_REG_USER_MR || T::HAS_GET_DMA_MR {
+            ops.dereg_mr = Some(Self::dereg_mr);
+        }
         if T::HAS_GET_HW_STATS && !T::HW_PORT_STATS.is_empty() {
             ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats);
             ops.get_hw_stats = Some(Self::get_hw_stats);
@@ -757,5 +913,240 @@ impl<T: Driver> Adapter<T> {
                 Ok(filled.min(n).try_into()?)
             })
         }
+    }
+
+    unsafe extern "C" fn alloc_pd(
+        pd: *mut bindings::ib_pd,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a zeroed PD of `size_ib_pd` bytes whose header it initialised,
+        // for a live device, and the call's udata.
+        unsafe {
+            let dev = Self::dev((*pd).device);
+            let mut udata = UData::from_raw(udata);
+            let setup = PdSetup {
+                ucontext: udata.ucontext::<T>(),
+            };
+            from_result(|| {
+                dev.with_data(|dev, data| {
+                    Pd::<T>::init(pd, false, |_, slot| {
+                        T::alloc_pd(dev, data, &setup, &mut udata).__init(slot)
+                    })
+                })
+                .ok_or(ENODEV)??;
+                Ok(0)
+            })
+        }
+    }
+
+    unsafe extern "C" fn dealloc_pd(
+        pd: *mut bindings::ib_pd,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a PD `alloc_pd` initialised; this is its last use.
+        unsafe {
+            let dev = Self::dev((*pd).device);
+            Pd::<T>::destroy(pd, |p| {
+                dev.with_data(|dev, data| T::dealloc_pd(dev, data, p));
+            });
+        }
+        0
+    }
+
+    unsafe extern "C" fn create_cq(
+        cq: *mut bindings::ib_cq,
+        attr: *const bindings::ib_cq_init_attr,
+        attrs: *mut bindings::uverbs_attr_bundle,
+    ) -> c_int {
+        // SAFETY: The core passes a zeroed CQ of `size_ib_cq` bytes whose header it initialised,
+        // for a live device, valid attributes and the call's attribute bundle (`NULL` for
+        // kernel users); the union view holding `driver_udata` is the one uverbs fills.
+        unsafe {
+            let dev = Self::dev((*cq).device);
+            let udata = if attrs.is_null() {
+                core::ptr::null_mut()
+            } else {
+                &raw mut (*attrs).__bindgen_anon_1.__bindgen_anon_1.driver_udata
+            };
+            let mut udata = UData::from_raw(udata);
+            let attr = CqAttr {
+                cqe: (*attr).cqe,
+                comp_vector: (*attr).comp_vector,
+                flags: (*attr).flags,
+            };
+            let ucontext = udata.ucontext::<T>();
+            from_result(|| {
+                dev.with_data(|dev, data| {
+                    Cq::<T>::init(cq, true, |events, slot| {
+                        let setup = CqSetup {
+                            cq,
+                            attr,
+                            events: events.ok_or(EINVAL)?,
+                            ucontext,
+                        };
+                        T::create_cq(dev, data, &setup, &mut udata).__init(slot)
+                    })
+                })
+                .ok_or(ENODEV)??;
+                Ok(0)
+            })
+        }
+    }
+
+    unsafe extern "C" fn destroy_cq(
+        cq: *mut bindings::ib_cq,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a CQ `create_cq` initialised; this is its last use.
+        unsafe {
+            let dev = Self::dev((*cq).device);
+            Cq::<T>::destroy(cq, |c| {
+                dev.with_data(|dev, data| T::destroy_cq(dev, data, c));
+            });
+        }
+        0
+    }
+
+    unsafe extern "C" fn create_qp(
+        qp: *mut bindings::ib_qp,
+        attr: *mut bindings::ib_qp_init_attr,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a zeroed QP of `size_ib_qp` bytes whose header it initialised
+        // (device, PD, CQs, handlers), valid attributes and the call's udata.
+        unsafe {
+            let dev = Self::dev((*qp).device);
+            let mut udata = UData::from_raw(udata);
+            let attr = qp::raw::init_attr::<T>(attr);
+            let ucontext = udata.ucontext::<T>();
+            from_result(|| {
+                dev.with_data(|dev, data| {
+                    Qp::<T>::init(qp, true, |events, slot| {
+                        let setup = QpSetup {
+                            qp,
+                            events: events.ok_or(EINVAL)?,
+                            ucontext,
+                        };
+                        T::create_qp(dev, data, &setup, &attr, &mut udata).__init(slot)
+                    })
+                })
+                .ok_or(ENODEV)??;
+                Ok(0)
+            })
+        }
+    }
+
+    unsafe extern "C" fn modify_qp(
+        qp: *mut bindings::ib_qp,
+        attr: *mut bindings::ib_qp_attr,
+        mask: c_int,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a live QP of this device, valid attributes and the call's
+        // udata.
+        unsafe {
+            let dev = Self::dev((*qp).device);
+            let qp = Qp::<T>::from_raw(qp);
+            let attr = qp::raw::attr(attr);
+            let mut udata = UData::from_raw(udata);
+            from_result(|| {
+                dev.with_data(|dev, data| {
+                    T::modify_qp(dev, data, qp, &attr, QpAttrMask(mask as u32), &mut udata)
+                })
+                .ok_or(ENODEV)??;
+                Ok(0)
+            })
+        }
+    }
+
+    unsafe extern "C" fn query_qp(
+        qp: *mut bindings::ib_qp,
+        attr: *mut bindings::ib_qp_attr,
+        _mask: c_int,
+        init: *mut bindings::ib_qp_init_attr,
+    ) -> c_int {
+        // SAFETY: The core passes a live QP of this device and zeroed structures to fill.
+        unsafe {
+            let dev = Self::dev((*qp).device);
+            let qp = Qp::<T>::from_raw(qp);
+            let mut out = qp::raw::attr_out(attr, init);
+            from_result(|| {
+                dev.with_data(|dev, data| T::query_qp(dev, data, qp, &mut out))
+                    .ok_or(ENODEV)??;
+                Ok(0)
+            })
+        }
+    }
+
+    unsafe extern "C" fn destroy_qp(
+        qp: *mut bindings::ib_qp,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a QP `create_qp` initialised; this is its last use.
+        unsafe {
+            let dev = Self::dev((*qp).device);
+            Qp::<T>::destroy(qp, |q| {
+                dev.with_data(|dev, data| T::destroy_qp(dev, data, q));
+            });
+        }
+        0
+    }
+
+    unsafe extern "C" fn reg_user_mr(
+        pd: *mut bindings::ib_pd,
+        start: u64,
+        length: u64,
+        iova: u64,
+        access: c_int,
+        dmah: *mut bindings::ib_dmah,
+        udata: *mut bindings::ib_udata,
+    ) -> *mut bindings::ib_mr {
+        // SAFETY: The core passes a live PD of this device and the call's udata.
+        let (dev, pd, mut udata) = unsafe {
+            (
+                Self::dev((*pd).device),
+                Pd::<T>::from_raw(pd),
+                UData::from_raw(udata),
+            )
+        };
+        let req = UserMrReq {
+            start,
+            length,
+            iova,
+            access: access as u32,
+        };
+        let new = if dmah.is_null() {
+            dev.with_data(|dev, data| T::reg_user_mr(dev, data, pd, &req, &mut udata))
+                .unwrap_or(Err(ENODEV))
+        } else {
+            Err(EOPNOTSUPP)
+        };
+        Mr::<T>::into_raw(new).unwrap_or_else(|e| e.to_ptr())
+    }
+
+    unsafe extern "C" fn get_dma_mr(
+        pd: *mut bindings::ib_pd,
+        access: c_int,
+    ) -> *mut bindings::ib_mr {
+        // SAFETY: The core passes a live PD of this device.
+        let (dev, pd) = unsafe { (Self::dev((*pd).device), Pd::<T>::from_raw(pd)) };
+        let new = dev
+            .with_data(|dev, data| T::get_dma_mr(dev, data, pd, access as u32))
+            .unwrap_or(Err(ENODEV));
+        Mr::<T>::into_raw(new).unwrap_or_else(|e| e.to_ptr())
+    }
+
+    unsafe extern "C" fn dereg_mr(
+        mr: *mut bindings::ib_mr,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a region `reg_user_mr` or `get_dma_mr` made; this is its last
+        // use.
+        unsafe {
+            let dev = Self::dev((*mr).device);
+            let data = Mr::<T>::from_raw(mr).into_data();
+            dev.with_data(|dev, d| T::dereg_mr(dev, d, data));
+        }
+        0
     }
 }

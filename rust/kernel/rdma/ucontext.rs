@@ -44,6 +44,21 @@ pub struct UContext<T: Driver> {
 }
 
 impl<T: Driver> UContext<T> {
+    /// The context whose core header is at `uctx`.
+    ///
+    /// # Safety
+    ///
+    /// `uctx` must be the header of a live `UContext<T>` that `init` completed, for `'a`.
+    pub(crate) unsafe fn from_raw<'a>(uctx: *mut bindings::ib_ucontext) -> &'a Self {
+        // SAFETY: `ib` is at offset 0 (type invariant); liveness is up to the caller.
+        unsafe { &*uctx.cast::<Self>() }
+    }
+
+    /// The driver's part.
+    pub fn data(&self) -> &T::UContext {
+        &self.data
+    }
+
     /// Initialises the Rust part of the context the core allocated: the mapping list, then the
     /// driver's part through `init_data`. On failure everything set up is undone.
     ///

@@ -40,6 +40,17 @@ impl<'a> UData<'a> {
         }
     }
 
+    /// The user context the call comes from, `None` for kernel calls.
+    pub(crate) fn ucontext<T: super::Driver>(&self) -> Option<&'a super::UContext<T>> {
+        let udata = self.ptr?;
+        // SAFETY: `udata` is valid and belongs to a uverbs call, whose bundle names the calling
+        // context of this device.
+        let uctx = unsafe { bindings::rdma_udata_to_ucontext(udata.as_ptr()) };
+        // SAFETY: A context of a device of `T` that completed `alloc_ucontext`, live for the
+        // call.
+        (!uctx.is_null()).then(|| unsafe { super::UContext::<T>::from_raw(uctx) })
+    }
+
     /// Whether the call comes from user space.
     pub fn is_user(&self) -> bool {
         self.ptr.is_some()

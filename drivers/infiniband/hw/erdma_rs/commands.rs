@@ -259,6 +259,173 @@ impl FreeDb {
     }
 }
 
+/// RDMA 4: create a completion queue.
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable, Default)]
+pub(crate) struct CreateCq {
+    /// @8: bits 31:24 log2(depth), 23:20 page-size code, 19:0 CQN.
+    pub(crate) cfg0: u32,
+    /// @12: buffer (level 0) or MTT (level 1) address, low half.
+    pub(crate) addr_lo: u32,
+    /// @16: the same, high half.
+    pub(crate) addr_hi: u32,
+    /// @20: bits 31:16 MTT entries, 15 MTT level, 11 extended doorbell page, 9:0 EQN.
+    pub(crate) cfg1: u32,
+    /// @24: DMA address of the doorbell record.
+    pub(crate) dbrec: u64,
+    /// @32: byte offset of the first entry in the first page.
+    pub(crate) first_offset: u32,
+    /// @36: bits 15:0 the CQ doorbell page (with the extended doorbell bit).
+    pub(crate) cfg2: u32,
+}
+command!(CreateCq, Rdma, 4);
+
+/// RDMA 5: destroy a completion queue.
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable)]
+pub(crate) struct DestroyCq {
+    /// @8: the CQN.
+    pub(crate) cqn: u32,
+}
+command!(DestroyCq, Rdma, 5);
+
+/// RDMA 1: create a queue pair.
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable, Default)]
+pub(crate) struct CreateQp {
+    /// @8: bits 31:20 log2(SQ depth in WQEBBs), 19:0 QPN.
+    pub(crate) cfg0: u32,
+    /// @12: bits 31:20 log2(RQ depth), 19:0 PDN.
+    pub(crate) cfg1: u32,
+    /// @16: bits 31:28 page-size code, 25 extended doorbell page, 23:0 send CQN.
+    pub(crate) sq_cfg: u32,
+    /// @20: bits 31:28 page-size code, 23:0 receive CQN.
+    pub(crate) rq_cfg: u32,
+    /// @24: SQ MTT entry 0 (level 0) or MTT address (level 1).
+    pub(crate) sq_addr: u64,
+    /// @32: the same for the RQ.
+    pub(crate) rq_addr: u64,
+    /// @40: bits 31:12 offset in the first page, 11:1 MTT entries, 0 level.
+    pub(crate) sq_mtt_cfg: u32,
+    /// @44: the same for the RQ.
+    pub(crate) rq_mtt_cfg: u32,
+    /// @48: DMA address of the SQ doorbell record.
+    pub(crate) sq_dbrec: u64,
+    /// @56: DMA address of the RQ doorbell record.
+    pub(crate) rq_dbrec: u64,
+    /// @64: SQ MTT entries 1..3 (level 0).
+    pub(crate) sq_mtt: [u64; 3],
+    /// @88: RQ MTT entries 1..3 (level 0).
+    pub(crate) rq_mtt: [u64; 3],
+    /// @112: bits 31:16 SQ doorbell page, 15:0 RQ doorbell page.
+    pub(crate) db_cfg: u32,
+    /// @116: bits 3:0 QP type.
+    pub(crate) cfg2: u32,
+}
+command!(CreateQp, Rdma, 1);
+
+/// RDMA 2: destroy a queue pair.
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable)]
+pub(crate) struct DestroyQp {
+    /// @8: the QPN.
+    pub(crate) qpn: u32,
+}
+command!(DestroyQp, Rdma, 2);
+
+/// The RoCEv2 address vector of MODIFY_QP and CREATE_AH (36 bytes).
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable, Default, Clone, Copy, Debug)]
+pub(crate) struct AddressVector {
+    /// @0: bits 19:0 flow label, 20 network type (1 IPv6).
+    pub(crate) flow: u32,
+    /// @4: traffic class.
+    pub(crate) tclass: u8,
+    /// @5: hop limit.
+    pub(crate) hop_limit: u8,
+    /// @6: service level.
+    pub(crate) sl: u8,
+    pub(crate) reserved: u8,
+    /// @8: UDP source port.
+    pub(crate) udp_sport: u16,
+    /// @10: source GID index.
+    pub(crate) sgid_index: u16,
+    /// @12: destination MAC.
+    pub(crate) dmac: [u8; 6],
+    pub(crate) pad: [u8; 2],
+    /// @20: destination GID.
+    pub(crate) dgid: [u8; 16],
+}
+
+/// RDMA 3: modify a queue pair, RoCEv2 layout.
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable, Default)]
+pub(crate) struct ModifyQpRoce {
+    /// @8: bits 31:24 target state, 19:0 QPN.
+    pub(crate) cfg: u32,
+    /// @12: destination QPN.
+    pub(crate) dst_qpn: u32,
+    /// @16: which attributes ([`ModifyQpRoce::STATE`] ...).
+    pub(crate) mask: u32,
+    /// @20: Q_Key.
+    pub(crate) qkey: u32,
+    /// @24: RQ PSN.
+    pub(crate) rq_psn: u32,
+    /// @28: SQ PSN.
+    pub(crate) sq_psn: u32,
+    /// @32: the address vector.
+    pub(crate) av: AddressVector,
+    pub(crate) reserved: u32,
+}
+command!(ModifyQpRoce, Rdma, 3);
+
+impl ModifyQpRoce {
+    pub(crate) const STATE: u32 = 1 << 0;
+    pub(crate) const QKEY: u32 = 1 << 1;
+    pub(crate) const AV: u32 = 1 << 2;
+    pub(crate) const SQ_PSN: u32 = 1 << 3;
+    pub(crate) const RQ_PSN: u32 = 1 << 4;
+    pub(crate) const DST_QPN: u32 = 1 << 5;
+}
+
+/// RDMA 17: a queue pair's PSNs and state (RoCE).
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable)]
+pub(crate) struct QueryQp {
+    /// @8: the QPN.
+    pub(crate) qpn: u32,
+}
+command!(QueryQp, Rdma, 17);
+
+/// RDMA 8: register a memory region.
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable, Default)]
+pub(crate) struct RegMr {
+    /// @8: bit 31 valid, 30:28 format version, 27:20 key, 19:0 MPT index.
+    pub(crate) cfg0: u32,
+    /// @12: bits 31:12 PDN, 7:6 type, 5:1 access.
+    pub(crate) cfg1: u32,
+    /// @16: start IOVA.
+    pub(crate) start_va: u64,
+    /// @24: length, low 32 bits.
+    pub(crate) size: u32,
+    /// @28: bits 31:27 log2(page size), 26:24 MTT page-size code, 21:20 level, 19:0 entries.
+    pub(crate) cfg2: u32,
+    /// @32: inline entries (level 0) or the MTT address in entry 0; with format version 1,
+    /// entry 1 holds the length's high half and the entry count's high bits.
+    pub(crate) mtt: [u64; 4],
+}
+command!(RegMr, Rdma, 8);
+
+/// RDMA 9: deregister a memory region.
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable)]
+pub(crate) struct DeregMr {
+    /// @8: bits 27:20 key, 19:0 MPT index.
+    pub(crate) stag: u32,
+}
+command!(DeregMr, Rdma, 9);
+
 bitfield! {
     /// First QUERY_DEVICE response word.
     struct Caps0(u64) {
@@ -372,6 +539,15 @@ mod tests {
         assert_eq!(core::mem::size_of::<GetStats>(), 24);
         assert_eq!(core::mem::size_of::<AllocDb>(), 24);
         assert_eq!(core::mem::size_of::<FreeDb>(), 24);
+        // Request sizes of erdma-hw 3.5 minus the 8-byte header.
+        assert_eq!(core::mem::size_of::<CreateCq>(), 32);
+        assert_eq!(core::mem::size_of::<CreateQp>(), 112);
+        assert_eq!(core::mem::size_of::<AddressVector>(), 36);
+        assert_eq!(core::mem::size_of::<ModifyQpRoce>(), 64);
+        assert_eq!(core::mem::size_of::<RegMr>(), 56);
+        assert_eq!(core::mem::offset_of!(CreateQp, db_cfg) + 8, 112);
+        assert_eq!(core::mem::offset_of!(ModifyQpRoce, av) + 8, 32);
+        assert_eq!(core::mem::offset_of!(RegMr, mtt) + 8, 32);
         let g = SetGid::add(3, [7; 16], true);
         assert_eq!(&g.as_bytes()[..4], &0x0001_0003u32.to_le_bytes());
         assert_eq!(SetGid::delete(2).cfg, 0x8000_0002);

@@ -45,6 +45,8 @@ use kernel::{
 mod cmdq;
 mod commands;
 mod eq;
+mod ids;
+mod objects;
 mod regs;
 mod ring;
 mod verbs;
@@ -63,6 +65,14 @@ use commands::{
     EQ_TYPE_CEQ, //
 };
 use eq::EqRing;
+use kernel::{
+    rbtree::RBTree,
+    rdma::{
+        qp::QpEvent,
+        CqEvents,
+        QpEvents, //
+    },
+};
 use regs::{
     MacAddr,
     Protocol, //
@@ -103,6 +113,12 @@ struct Hw<'bound> {
     cmdq: Cmdq,
     #[pin]
     aeq: SpinLockIrq<EqRing>,
+    /// Event handles of the completion queues, by CQN, for the CEQ handlers.
+    #[pin]
+    cqs: SpinLockIrq<RBTree<u32, CqEvents>>,
+    /// Event handles of the queue pairs, by QPN, for the AEQ handler.
+    #[pin]
+    qps: SpinLockIrq<RBTree<u32, QpEvents>>,
 }
 
 impl<'bound> Hw<'bound> {
@@ -159,19 +175,28 @@ impl<'bound> Hw<'bound> {
             let kind = (eqe.0[0] >> 16) & 0xff;
             let subtype = eqe.0[0] & 0xff;
             let object = eqe.0[1];
-            let what = match kind {
-                0 => "QP fatal error on QP",
-                1 => "receive queue error on QP",
-                2 => "access error on QP",
-                3 => "CQ error on CQ",
-                4 => "other error on QP",
-                _ => "unknown event for object",
+            let (what, found) = match kind {
+                // Every QP event is fatal to the QP (erdma-hw 4.2).
+                0 | 1 | 2 | 4 => {
+                    let qps = self.qps.lock();
+                    let found = IbData::qp_event(&qps, object, QpEvent::Fatal);
+                    ("error on QP", found)
+                }
+                3 => {
+                    let cqs = self.cqs.lock();
+                    (
+                        "error on CQ",
+                        cqs.get(&object).map(CqEvents::error).is_some(),
+                    )
+                }
+                _ => ("unknown event for object", false),
             };
-            // No QP or CQ exists yet that an event could be dispatched to.
-            dev_warn!(
-                self.dev(),
-                "async event {kind}.{subtype}: {what} {object}, which does not exist\n"
-            );
+            if !found {
+                dev_warn!(
+                    self.dev(),
+                    "async event {kind}.{subtype}: {what} {object}, which does not exist\n"
+                );
+            }
         }
         aeq.arm(&self.bar);
     }
@@ -204,13 +229,16 @@ impl irq::Handler for CeqIrq<'_> {
             let Some(eqe) = ring.pop() else {
                 break;
             };
-            // No completion queue exists yet that an event could belong to.
-            dev_dbg!(
-                self.hw.dev(),
-                "CEQ {}: event for CQ {}, which does not exist\n",
-                self.eqn,
-                eqe.0[0] & 0xf_ffff
-            );
+            let cqn = eqe.0[0] & 0xf_ffff;
+            if !IbData::cq_event(&self.hw.cqs.lock(), cqn) {
+                // A CQ destroyed after the adapter queued its event.
+                dev_dbg!(
+                    self.hw.dev(),
+                    "CEQ {}: event for CQ {}, which does not exist\n",
+                    self.eqn,
+                    cqn
+                );
+            }
         }
         ring.arm(&self.hw.bar);
         IrqReturn::Handled
@@ -375,6 +403,8 @@ impl ErdmaDriver {
                 bar,
                 cmdq <- Cmdq::new(dev)?,
                 aeq <- new_spinlock_irq!(EqRing::new(dev, AEQ_DEPTH, regs::AEQ_DB)?),
+                cqs <- new_spinlock_irq!(RBTree::new()),
+                qps <- new_spinlock_irq!(RBTree::new()),
             }),
             GFP_KERNEL,
         )?;
@@ -457,7 +487,8 @@ impl ErdmaDriver {
         }
 
         let ib = IbDevice::register(
-            IbData::new(hw.clone(), caps, fw, mac, protocol),
+            // CAST: at most 31 CEQs.
+            IbData::new(hw.clone(), caps, fw, mac, protocol, nceqs as u32)?,
             &ndev,
             nceqs,
             &THIS_MODULE,

@@ -23,6 +23,7 @@ use kernel::{
         Event as NetdevEvent,
         NetDevice, //
     },
+    new_mutex,
     page::{
         PAGE_SHIFT,
         PAGE_SIZE, //
@@ -41,6 +42,7 @@ use kernel::{
             PortState,
             MGMT_MAD_SIZE, //
         },
+        CqSetup,
         DeviceAttr,
         DriverId,
         Gid,
@@ -48,13 +50,24 @@ use kernel::{
         GidType,
         Guid,
         LinkLayer,
+        NewMr,
+        PdSetup,
         PortAttr,
         PortImmutable,
+        QpAttr,
+        QpAttrMask,
+        QpAttrOut,
+        QpInitAttr,
+        QpSetup,
         StatDesc,
         UContextSetup,
-        UData, //
+        UData,
+        UserMrReq, //
     },
-    sync::Arc,
+    sync::{
+        Arc,
+        Mutex, //
+    },
     ThisModule,
 };
 
@@ -72,6 +85,16 @@ use crate::{
         STATS_COUNTERS,
         STATS_MAGIC, //
     },
+    ids::Ids,
+    objects::{
+        Cq,
+        Mr,
+        Pd,
+        Qp,
+        MAX_PD,
+        MAX_SEND_SGE,
+        MAX_SEND_WR, //
+    },
     regs::{
         MacAddr,
         Protocol, //
@@ -85,12 +108,6 @@ const PORT: u32 = 1;
 const ABI_VERSION: u32 = 1;
 /// User contexts at most.
 const MAX_CONTEXTS: u32 = 128 * 1024;
-/// Protection domains at most.
-const MAX_PD: u32 = 128 * 1024;
-/// Work requests of a send queue at most.
-const MAX_SEND_WR: u32 = 8192;
-/// Scatter/gather entries of a send work request.
-const MAX_SEND_SGE: u32 = 6;
 /// Outstanding RDMA Reads and atomics per QP, either direction.
 const MAX_RD_ATOM: u32 = 128;
 /// Pages of a fast-registration list.
@@ -133,6 +150,14 @@ struct AllocCtxResp {
     cdb: u64,
 }
 
+/// The numbers the driver hands out for adapter objects.
+pub(crate) struct ObjIds {
+    pub(crate) pd: Ids,
+    pub(crate) cq: Ids,
+    pub(crate) qp: Ids,
+    pub(crate) mr: Ids,
+}
+
 /// What the device's callbacks use.
 pub(crate) struct IbData<'bound> {
     pub(crate) hw: Arc<Hw<'bound>>,
@@ -140,12 +165,15 @@ pub(crate) struct IbData<'bound> {
     pub(crate) fw_version: u32,
     pub(crate) mac: MacAddr,
     pub(crate) protocol: Protocol,
+    /// Completion vectors (CEQs).
+    pub(crate) ceqs: u32,
+    pub(crate) ids: Arc<Mutex<ObjIds>>,
     contexts: AtomicU32,
 }
 
 /// A user context: the doorbell pages it was given, if the adapter hands them out.
 pub(crate) struct UCtx {
-    db: Option<DbPages>,
+    pub(crate) db: Option<DbPages>,
 }
 
 impl<'bound> IbData<'bound> {
@@ -155,22 +183,33 @@ impl<'bound> IbData<'bound> {
         fw_version: u32,
         mac: MacAddr,
         protocol: Protocol,
-    ) -> Self {
-        Self {
+        ceqs: u32,
+    ) -> Result<Self> {
+        let max_qp = caps.max_qp();
+        // QPN, CQN and MPT index 0 are never used (erdma-hw 6, 9.1).
+        let ids = ObjIds {
+            pd: Ids::new(1, MAX_PD)?,
+            cq: Ids::new(1, 2 * max_qp)?,
+            qp: Ids::new(1, max_qp)?,
+            mr: Ids::new(1, 2 * max_qp)?,
+        };
+        Ok(Self {
             hw,
             caps,
             fw_version,
             mac,
             protocol,
+            ceqs,
+            ids: Arc::pin_init(new_mutex!(ids), GFP_KERNEL)?,
             contexts: AtomicU32::new(0),
-        }
+        })
     }
 
-    fn dev(&self) -> &device::Device {
+    pub(crate) fn dev(&self) -> &device::Device {
         self.hw.pdev.as_ref()
     }
 
-    fn roce(&self) -> bool {
+    pub(crate) fn roce(&self) -> bool {
         self.protocol == Protocol::RoceV2
     }
 
@@ -455,6 +494,10 @@ pub(crate) struct Iwarp;
 impl rdma::Driver for Roce {
     type Data<'a> = IbData<'a>;
     type UContext = UCtx;
+    type Pd = Pd;
+    type Cq = Cq;
+    type Qp = Qp;
+    type Mr = Mr;
     const DRIVER_ID: DriverId = DriverId::ERDMA;
     const UVERBS_ABI_VERSION: u32 = ABI_VERSION;
     const HW_PORT_STATS: &'static [StatDesc] = &HW_STATS;
@@ -533,6 +576,80 @@ impl rdma::Driver for Roce {
         data.dealloc_ucontext(&ctx);
     }
 
+    fn alloc_pd(
+        _dev: &rdma::Device<Self>,
+        data: &Self::Data<'_>,
+        _setup: &PdSetup<'_, Self>,
+        _udata: &mut UData<'_>,
+    ) -> impl PinInit<Pd, Error> {
+        data.alloc_pd()
+    }
+
+    fn dealloc_pd(_dev: &rdma::Device<Self>, data: &IbData<'_>, pd: Pin<&mut Pd>) {
+        data.dealloc_pd(&pd);
+    }
+
+    fn create_cq(
+        dev: &rdma::Device<Self>,
+        data: &Self::Data<'_>,
+        setup: &CqSetup<'_, Self>,
+        udata: &mut UData<'_>,
+    ) -> impl PinInit<Cq, Error> {
+        data.create_cq(dev, setup, udata)
+    }
+
+    fn destroy_cq(_dev: &rdma::Device<Self>, data: &IbData<'_>, cq: Pin<&mut Cq>) {
+        data.destroy_cq(&cq);
+    }
+
+    fn reg_user_mr(
+        dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        pd: &rdma::Pd<Self>,
+        req: &UserMrReq,
+        _udata: &mut UData<'_>,
+    ) -> Result<NewMr<Mr>> {
+        data.reg_user_mr(dev, pd, req)
+    }
+
+    fn dereg_mr(_dev: &rdma::Device<Self>, data: &IbData<'_>, mr: Mr) {
+        data.dereg_mr(mr);
+    }
+
+    fn create_qp(
+        dev: &rdma::Device<Self>,
+        data: &Self::Data<'_>,
+        setup: &QpSetup<'_, Self>,
+        attr: &QpInitAttr<'_, Self>,
+        udata: &mut UData<'_>,
+    ) -> impl PinInit<Qp, Error> {
+        Qp::new(data.create_qp(dev, setup, attr, udata))
+    }
+
+    fn modify_qp(
+        _dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        qp: &rdma::Qp<Self>,
+        attr: &QpAttr<'_>,
+        mask: QpAttrMask,
+        _udata: &mut UData<'_>,
+    ) -> Result {
+        data.modify_qp(qp.data(), attr, mask)
+    }
+
+    fn query_qp(
+        _dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        qp: &rdma::Qp<Self>,
+        out: &mut QpAttrOut<'_>,
+    ) -> Result {
+        data.query_qp(qp.data(), out)
+    }
+
+    fn destroy_qp(_dev: &rdma::Device<Self>, data: &IbData<'_>, qp: Pin<&mut Qp>) {
+        data.destroy_qp(&qp);
+    }
+
     fn get_hw_stats(
         _dev: &rdma::Device<Self>,
         data: &IbData<'_>,
@@ -557,6 +674,10 @@ impl rdma::Driver for Roce {
 impl rdma::Driver for Iwarp {
     type Data<'a> = IbData<'a>;
     type UContext = UCtx;
+    type Pd = Pd;
+    type Cq = Cq;
+    type Qp = Qp;
+    type Mr = Mr;
     const DRIVER_ID: DriverId = DriverId::ERDMA;
     const UVERBS_ABI_VERSION: u32 = ABI_VERSION;
     const HW_PORT_STATS: &'static [StatDesc] = &HW_STATS;
@@ -609,6 +730,46 @@ impl rdma::Driver for Iwarp {
 
     fn dealloc_ucontext(_dev: &rdma::Device<Self>, data: &IbData<'_>, ctx: Pin<&mut UCtx>) {
         data.dealloc_ucontext(&ctx);
+    }
+
+    fn alloc_pd(
+        _dev: &rdma::Device<Self>,
+        data: &Self::Data<'_>,
+        _setup: &PdSetup<'_, Self>,
+        _udata: &mut UData<'_>,
+    ) -> impl PinInit<Pd, Error> {
+        data.alloc_pd()
+    }
+
+    fn dealloc_pd(_dev: &rdma::Device<Self>, data: &IbData<'_>, pd: Pin<&mut Pd>) {
+        data.dealloc_pd(&pd);
+    }
+
+    fn create_cq(
+        dev: &rdma::Device<Self>,
+        data: &Self::Data<'_>,
+        setup: &CqSetup<'_, Self>,
+        udata: &mut UData<'_>,
+    ) -> impl PinInit<Cq, Error> {
+        data.create_cq(dev, setup, udata)
+    }
+
+    fn destroy_cq(_dev: &rdma::Device<Self>, data: &IbData<'_>, cq: Pin<&mut Cq>) {
+        data.destroy_cq(&cq);
+    }
+
+    fn reg_user_mr(
+        dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        pd: &rdma::Pd<Self>,
+        req: &UserMrReq,
+        _udata: &mut UData<'_>,
+    ) -> Result<NewMr<Mr>> {
+        data.reg_user_mr(dev, pd, req)
+    }
+
+    fn dereg_mr(_dev: &rdma::Device<Self>, data: &IbData<'_>, mr: Mr) {
+        data.dereg_mr(mr);
     }
 
     fn get_hw_stats(

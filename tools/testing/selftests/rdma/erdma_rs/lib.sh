@@ -188,5 +188,27 @@ wait_for() {
 	return 1
 }
 
+# mac_of BDF: the adapter's MAC, from its NETDEV_MAC registers.
+mac_of() {
+	bar=$(bar0_addr "$1")
+	lo=$(($(busybox devmem $((bar + 0x18)) 32)))
+	hi=$(($(busybox devmem $((bar + 0x1c)) 32)))
+	printf '%02x:%02x:%02x:%02x:%02x:%02x\n' $(((hi >> 8) & 255)) $((hi & 255)) \
+		$(((lo >> 24) & 255)) $(((lo >> 16) & 255)) $(((lo >> 8) & 255)) $((lo & 255))
+}
+
+# netdev_of MAC: the netdev with that address.
+netdev_of() {
+	for _nd in /sys/class/net/*; do
+		[ "$(cat "$_nd/address")" = "$1" ] && { echo "${_nd##*/}"; return 0; }
+	done
+	return 1
+}
+
+# ibdev_of NETDEV: the RDMA device on that netdev.
+ibdev_of() {
+	rdma link show 2>/dev/null | awk -v n="$1" '$0 ~ " netdev " n "( |$)" { split($2, a, "/"); print a[1]; exit }'
+}
+
 # Last line: tests check it to know the whole library loaded.
 ERDMA_LIB_LOADED=1

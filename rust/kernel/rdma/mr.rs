@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory regions (`struct ib_mr`).
+//!
+//! Unlike the other verbs objects, memory regions are allocated by the driver: the
+//! abstraction boxes the core's structure with the driver's part ([`Mr`]) and frees the box
+//! when the region is deregistered.
+
+use super::Driver;
+use crate::{bindings, prelude::*, types::Opaque};
+
+/// A memory region of a device of `T`.
+///
+/// # Invariants
+///
+/// `ib` is at offset 0; the allocation is a `KBox<Mr<T>>` leaked to the core.
+#[repr(C)]
+pub struct Mr<T: Driver> {
+    ib: Opaque<bindings::ib_mr>,
+    data: T::Mr,
+}
+
+/// A user memory registration request.
+#[derive(Clone, Copy, Debug)]
+pub struct UserMrReq {
+    /// Start of the range in the calling process.
+    pub start: u64,
+    /// Length of the range in bytes.
+    pub length: u64,
+    /// The address the device sees the range at (the I/O virtual address).
+    pub iova: u64,
+    /// Access rights ([`super::umem::access`] and optional extension flags).
+    pub access: u32,
+}
+
+/// A memory region a driver made: its keys, its extent and the driver's part.
+pub struct NewMr<M> {
+    /// The local key.
+    pub lkey: u32,
+    /// The remote key.
+    pub rkey: u32,
+    /// The I/O virtual address of the first byte.
+    pub iova: u64,
+    /// Its length in bytes.
+    pub length: u64,
+    /// The driver's part.
+    pub data: M,
+}
+
+impl<T: Driver> Mr<T> {
+    /// The driver's part.
+    pub fn data(&self) -> &T::Mr {
+        &self.data
+    }
+
+    /// Boxes a new region for the core; returns the pointer the core takes, or an error
+    /// pointer.
+    pub(crate) fn into_raw(new: Result<NewMr<T::Mr>>) -> Result<*mut bindings::ib_mr> {
+        let new = new?;
+        let mut ib: bindings::ib_mr = pin_init::zeroed();
+        ib.lkey = new.lkey;
+        ib.rkey = new.rkey;
+        ib.iova = new.iova;
+        ib.length = new.length;
+        let this = KBox::new(
+            Self {
+                ib: Opaque::new(ib),
+                data: new.data,
+            },
+            GFP_KERNEL,
+        )?;
+        Ok(KBox::into_raw(this).cast())
+    }
+
+    /// Takes the region back from the core.
+    ///
+    /// # Safety
+    ///
+    /// `mr` must come from [`Mr::into_raw`] for `T` and not be used by the core afterwards.
+    pub(crate) unsafe fn from_raw(mr: *mut bindings::ib_mr) -> KBox<Self> {
+        // SAFETY: Guaranteed by the caller; `ib` is at offset 0.
+        unsafe { KBox::from_raw(mr.cast()) }
+    }
+
+    /// Consumes the region, returning the driver's part.
+    pub fn into_data(self: KBox<Self>) -> T::Mr {
+        KBox::into_inner(self).data
+    }
+}

@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Verbs objects the core allocates with the driver's part embedded: protection domains,
+//! completion queues and queue pairs.
+//!
+//! The core allocates `size_ib_X` bytes, initialises the C header at offset 0 and calls the
+//! driver's create operation; after a successful destroy, or a failed create, it frees the
+//! allocation without running Rust destructors. [`Object`] is that allocation: the abstractions
+//! initialise the driver's part in place in the create trampoline and drop it in the destroy
+//! trampoline (or when creation fails).
+
+use crate::{
+    bindings, new_spinlock_irq,
+    prelude::*,
+    sync::{
+        Arc,
+        SpinLockIrq, //
+    },
+    types::Opaque,
+};
+use core::ptr::NonNull;
+
+/// A core-allocated verbs object: the core's structure `C`, then the driver's part `D`.
+///
+/// # Invariants
+///
+/// - `ib` is at offset 0 of an allocation the core made with the size of this type.
+/// - `events` and `data` are initialised between a successful create and the destroy.
+#[repr(C)]
+#[pin_data]
+pub struct Object<C, D> {
+    #[pin]
+    ib: Opaque<C>,
+    events: Option<Arc<SpinLockIrq<Target<C>>>>,
+    #[pin]
+    data: D,
+}
+
+impl<C, D> Object<C, D> {
+    /// The object whose core header is at `ptr`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be the header of a live `Object<C, D>` (created, not yet destroyed) for `'a`.
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut C) -> &'a Self {
+        // SAFETY: `ib` is at offset 0 (type invariant) and the caller guarantees liveness.
+        unsafe { &*ptr.cast::<Self>() }
+    }
+
+    /// The core's structure.
+    pub fn as_raw(&self) -> *mut C {
+        self.ib.get()
+    }
+
+    /// The driver's part.
+    pub fn data(&self) -> &D {
+        &self.data
+    }
+
+    /// Initialises the driver's part of the object the core is creating through `init_data`,
+    /// with an event handle if `with_events`. On failure nothing is left initialised.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be the header of a zeroed allocation of `size_of::<Self>()` bytes that the core
+    /// is creating.
+    pub(crate) unsafe fn init(
+        ptr: *mut C,
+        with_events: bool,
+        init_data: impl FnOnce(Option<&Events<C>>, *mut D) -> Result,
+    ) -> Result {
+        let this = ptr.cast::<Self>();
+        let events = if with_events {
+            let target = Target(NonNull::new(ptr));
+            Some(Arc::pin_init(new_spinlock_irq!(target), GFP_KERNEL)?)
+        } else {
+            None
+        };
+        let handle = events.clone().map(Events);
+        // SAFETY: `data` is valid for writes and pinned in the core's allocation.
+        let ret = init_data(handle.as_ref(), unsafe { &raw mut (*this).data });
+        drop(handle);
+        match ret {
+            Ok(()) => {
+                // SAFETY: The field is valid for writes; the zeroed `None` needs no drop.
+                unsafe { (&raw mut (*this).events).write(events) };
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(events) = events {
+                    events.lock().0 = None;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs `release` on the driver's part, revokes the object's event handles, and drops the
+    /// driver's part.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be the header of an object `init` completed, and this must be its last use
+    /// before the core frees it.
+    pub(crate) unsafe fn destroy(ptr: *mut C, release: impl FnOnce(Pin<&mut D>)) {
+        let this = ptr.cast::<Self>();
+        // SAFETY: `data` is initialised and pinned; the core makes no other use of the object.
+        unsafe {
+            release(Pin::new_unchecked(&mut (*this).data));
+            if let Some(events) = (*this).events.take() {
+                events.lock().0 = None;
+            }
+            core::ptr::drop_in_place(&raw mut (*this).data);
+        }
+    }
+}
+
+/// The object an [`Events`] handle reaches, until the object is destroyed.
+struct Target<C>(Option<NonNull<C>>);
+
+// SAFETY: The pointer is only used under the lock, to call the core's handlers, which may run
+// on any CPU.
+unsafe impl<C> Send for Target<C> {}
+
+/// A handle through which a driver reports events of a completion queue or queue pair to its
+/// consumer, from any context including hard interrupts. It stays valid after the object is
+/// destroyed: events reported then are dropped.
+pub struct Events<C>(Arc<SpinLockIrq<Target<C>>>);
+
+impl<C> Clone for Events<C> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+/// Calls the event handler of the consumer of the object at `target`, if still live.
+///
+/// # Safety
+///
+/// `handler` and `context` must be the event handler and its context of the object at `target`.
+unsafe fn dispatch_event(
+    device: *mut bindings::ib_device,
+    element: bindings::ib_event__bindgen_ty_1,
+    event: bindings::ib_event_type,
+    handler: Option<unsafe extern "C" fn(*mut bindings::ib_event, *mut c_void)>,
+    context: *mut c_void,
+) {
+    let mut ev = bindings::ib_event {
+        device,
+        element,
+        event,
+    };
+    if let Some(handler) = handler {
+        // SAFETY: The core's handler takes a valid event and its context; it copies what it
+        // keeps.
+        unsafe { handler(&mut ev, context) };
+    }
+}
+
+impl Events<bindings::ib_cq> {
+    /// Tells the consumer that the completion queue has a new completion (after it asked with
+    /// a request for notification).
+    pub fn completion(&self) {
+        let target = self.0.lock();
+        if let Some(cq) = target.0 {
+            let cq = cq.as_ptr();
+            // SAFETY: The CQ is live while the handle is not revoked (revocation takes the
+            // lock); the core set its handler and context before creating it.
+            unsafe {
+                if let Some(handler) = (*cq).comp_handler {
+                    handler(cq, (*cq).cq_context);
+                }
+            }
+        }
+    }
+
+    /// Tells the consumer that the completion queue failed (`IB_EVENT_CQ_ERR`).
+    pub fn error(&self) {
+        let target = self.0.lock();
+        if let Some(cq) = target.0 {
+            let cq = cq.as_ptr();
+            // SAFETY: As in `completion`.
+            unsafe {
+                dispatch_event(
+                    (*cq).device,
+                    bindings::ib_event__bindgen_ty_1 { cq },
+                    bindings::ib_event_type_IB_EVENT_CQ_ERR,
+                    (*cq).event_handler,
+                    (*cq).cq_context,
+                );
+            }
+        }
+    }
+}
+
+crate::rdma::c_enum! {
+    /// An asynchronous event of a queue pair (`enum ib_event_type`).
+    pub enum QpEvent {
+        /// The queue pair hit an error that moved it to the error state.
+        Fatal = bindings::ib_event_type_IB_EVENT_QP_FATAL,
+        /// A request for the queue pair was invalid.
+        RequestError = bindings::ib_event_type_IB_EVENT_QP_REQ_ERR,
+        /// A remote peer violated the queue pair's access rights.
+        AccessError = bindings::ib_event_type_IB_EVENT_QP_ACCESS_ERR,
+        /// The send queue drained.
+        SqDrained = bindings::ib_event_type_IB_EVENT_SQ_DRAINED,
+        /// The queue pair reached its last work queue entry.
+        LastWqeReached = bindings::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED,
+    }
+}
+
+impl Events<bindings::ib_qp> {
+    /// Tells the consumer of the queue pair about `event`.
+    pub fn event(&self, event: QpEvent) {
+        let target = self.0.lock();
+        if let Some(qp) = target.0 {
+            let qp = qp.as_ptr();
+            // SAFETY: The QP is live while the handle is not revoked; the core set its handler
+            // and context before creating it.
+            unsafe {
+                dispatch_event(
+                    (*qp).device,
+                    bindings::ib_event__bindgen_ty_1 { qp },
+                    event.to_raw(),
+                    (*qp).event_handler,
+                    (*qp).qp_context,
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,483 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Queue pairs (`struct ib_qp`) and their attributes.
+
+use super::{
+    c_enum,
+    cq::{Cq, Pd},
+    object::{Events, Object},
+    ucontext::UContext,
+    Driver, Gid, GidAttr,
+};
+use crate::bindings;
+use core::marker::PhantomData;
+
+/// A queue pair of a device of `T`.
+pub type Qp<T> = Object<bindings::ib_qp, <T as Driver>::Qp>;
+
+/// Reports queue-pair events: see [`Events::event`].
+pub type QpEvents = Events<bindings::ib_qp>;
+
+pub use super::object::QpEvent;
+
+impl<D> Object<bindings::ib_qp, D> {
+    /// The queue pair's number.
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: The header is valid while the object lives; the number is set at creation.
+        unsafe { (*self.as_raw()).qp_num }
+    }
+}
+
+c_enum! {
+    /// The transport service of a queue pair.
+    pub enum QpType {
+        /// Subnet management (QP0).
+        Smi = bindings::ib_qp_type_IB_QPT_SMI,
+        /// General services (QP1).
+        Gsi = bindings::ib_qp_type_IB_QPT_GSI,
+        /// Reliable connected.
+        Rc = bindings::ib_qp_type_IB_QPT_RC,
+        /// Unreliable connected.
+        Uc = bindings::ib_qp_type_IB_QPT_UC,
+        /// Unreliable datagram.
+        Ud = bindings::ib_qp_type_IB_QPT_UD,
+    }
+}
+
+impl QpType {
+    fn from_raw(raw: u32) -> Option<Self> {
+        [Self::Smi, Self::Gsi, Self::Rc, Self::Uc, Self::Ud]
+            .into_iter()
+            .find(|t| t.to_raw() == raw)
+    }
+}
+
+c_enum! {
+    /// The state of a queue pair.
+    pub enum QpState {
+        /// Reset.
+        Reset = bindings::ib_qp_state_IB_QPS_RESET,
+        /// Initialised.
+        Init = bindings::ib_qp_state_IB_QPS_INIT,
+        /// Ready to receive.
+        Rtr = bindings::ib_qp_state_IB_QPS_RTR,
+        /// Ready to send.
+        Rts = bindings::ib_qp_state_IB_QPS_RTS,
+        /// Send queue drain.
+        Sqd = bindings::ib_qp_state_IB_QPS_SQD,
+        /// Send queue error.
+        Sqe = bindings::ib_qp_state_IB_QPS_SQE,
+        /// Error.
+        Err = bindings::ib_qp_state_IB_QPS_ERR,
+    }
+}
+
+impl QpState {
+    /// The state with the C value `raw`.
+    pub fn from_raw(raw: u32) -> Option<Self> {
+        [
+            Self::Reset,
+            Self::Init,
+            Self::Rtr,
+            Self::Rts,
+            Self::Sqd,
+            Self::Sqe,
+            Self::Err,
+        ]
+        .into_iter()
+        .find(|s| s.to_raw() == raw)
+    }
+}
+
+/// Which attributes a modification sets (`enum ib_qp_attr_mask`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpAttrMask(pub u32);
+
+impl QpAttrMask {
+    /// The state.
+    pub const STATE: u32 = bindings::ib_qp_attr_mask_IB_QP_STATE;
+    /// The current state the caller believes the queue pair is in.
+    pub const CUR_STATE: u32 = bindings::ib_qp_attr_mask_IB_QP_CUR_STATE;
+    /// Access flags for incoming RDMA operations.
+    pub const ACCESS_FLAGS: u32 = bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS;
+    /// The P_Key index.
+    pub const PKEY_INDEX: u32 = bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX;
+    /// The port.
+    pub const PORT: u32 = bindings::ib_qp_attr_mask_IB_QP_PORT;
+    /// The Q_Key.
+    pub const QKEY: u32 = bindings::ib_qp_attr_mask_IB_QP_QKEY;
+    /// The address vector of the peer.
+    pub const AV: u32 = bindings::ib_qp_attr_mask_IB_QP_AV;
+    /// The path MTU.
+    pub const PATH_MTU: u32 = bindings::ib_qp_attr_mask_IB_QP_PATH_MTU;
+    /// The receive queue's first PSN.
+    pub const RQ_PSN: u32 = bindings::ib_qp_attr_mask_IB_QP_RQ_PSN;
+    /// The send queue's first PSN.
+    pub const SQ_PSN: u32 = bindings::ib_qp_attr_mask_IB_QP_SQ_PSN;
+    /// The peer's queue pair number.
+    pub const DEST_QPN: u32 = bindings::ib_qp_attr_mask_IB_QP_DEST_QPN;
+
+    /// Whether all of `bits` are set.
+    pub fn has(self, bits: u32) -> bool {
+        self.0 & bits == bits
+    }
+}
+
+/// Whether the transition from `cur` to `next` with the attributes `mask` is one the verbs
+/// specification allows for a queue pair of type `qp_type` (RoCE ports).
+pub fn modify_is_ok(cur: QpState, next: QpState, qp_type: QpType, mask: QpAttrMask) -> bool {
+    // SAFETY: A pure function of its arguments.
+    unsafe { bindings::ib_modify_qp_is_ok(cur.to_raw(), next.to_raw(), qp_type.to_raw(), mask.0) }
+}
+
+/// The UDP source port RoCEv2 uses for the flow of a queue pair: from the flow label, or
+/// derived from both queue pair numbers when it is 0.
+pub fn udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    // SAFETY: A pure function of its arguments.
+    unsafe { bindings::rdma_get_udp_sport(flow_label, lqpn, rqpn) }
+}
+
+/// The sizes of a queue pair's queues (`struct ib_qp_cap`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QpCap {
+    /// Outstanding send work requests.
+    pub max_send_wr: u32,
+    /// Outstanding receive work requests.
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per send work request.
+    pub max_send_sge: u32,
+    /// Scatter/gather entries per receive work request.
+    pub max_recv_sge: u32,
+    /// Bytes of inline data per send work request.
+    pub max_inline_data: u32,
+}
+
+impl QpCap {
+    fn from_raw(c: &bindings::ib_qp_cap) -> Self {
+        Self {
+            max_send_wr: c.max_send_wr,
+            max_recv_wr: c.max_recv_wr,
+            max_send_sge: c.max_send_sge,
+            max_recv_sge: c.max_recv_sge,
+            max_inline_data: c.max_inline_data,
+        }
+    }
+
+    fn to_raw(self) -> bindings::ib_qp_cap {
+        bindings::ib_qp_cap {
+            max_send_wr: self.max_send_wr,
+            max_recv_wr: self.max_recv_wr,
+            max_send_sge: self.max_send_sge,
+            max_recv_sge: self.max_recv_sge,
+            max_inline_data: self.max_inline_data,
+            max_rdma_ctxs: 0,
+        }
+    }
+}
+
+/// What the creator of a queue pair asks for.
+pub struct QpInitAttr<'a, T: Driver> {
+    raw: &'a bindings::ib_qp_init_attr,
+    _p: PhantomData<T>,
+}
+
+impl<'a, T: Driver> QpInitAttr<'a, T> {
+    /// The transport service, `None` for one this abstraction does not name.
+    pub fn qp_type(&self) -> Option<QpType> {
+        QpType::from_raw(self.raw.qp_type)
+    }
+
+    /// The queue sizes.
+    pub fn cap(&self) -> QpCap {
+        QpCap::from_raw(&self.raw.cap)
+    }
+
+    /// Whether every send work request completes with a completion entry.
+    pub fn sq_sig_all(&self) -> bool {
+        self.raw.sq_sig_type == bindings::ib_sig_type_IB_SIGNAL_ALL_WR
+    }
+
+    /// Whether the receive side is a shared receive queue.
+    pub fn has_srq(&self) -> bool {
+        !self.raw.srq.is_null()
+    }
+
+    /// Creation flags (`enum ib_qp_create_flags`).
+    pub fn create_flags(&self) -> u32 {
+        self.raw.create_flags
+    }
+
+    /// The completion queue of the send queue.
+    pub fn send_cq(&self) -> Option<&'a Cq<T>> {
+        // SAFETY: The core passes CQs of this device, live during the call and beyond (the QP
+        // holds a reference on them).
+        unsafe { self.raw.send_cq.as_mut().map(|cq| Cq::<T>::from_raw(cq)) }
+    }
+
+    /// The completion queue of the receive queue.
+    pub fn recv_cq(&self) -> Option<&'a Cq<T>> {
+        // SAFETY: As in `send_cq`.
+        unsafe { self.raw.recv_cq.as_mut().map(|cq| Cq::<T>::from_raw(cq)) }
+    }
+}
+
+/// What a driver has while creating a queue pair.
+pub struct QpSetup<'a, T: Driver> {
+    pub(crate) qp: *mut bindings::ib_qp,
+    pub(crate) events: &'a QpEvents,
+    pub(crate) ucontext: Option<&'a UContext<T>>,
+}
+
+impl<T: Driver> QpSetup<'_, T> {
+    /// The protection domain of the new queue pair.
+    pub fn pd(&self) -> &Pd<T> {
+        // SAFETY: The core set the PD of this device before calling create, and holds a
+        // reference on it for the QP's life.
+        unsafe { Pd::<T>::from_raw((*self.qp).pd) }
+    }
+
+    /// A handle to report events of the new queue pair; it stays usable (and does nothing)
+    /// after the queue pair is destroyed.
+    pub fn events(&self) -> QpEvents {
+        self.events.clone()
+    }
+
+    /// The driver's part of the calling user context, for a user queue pair.
+    pub fn ucontext(&self) -> Option<&T::UContext> {
+        self.ucontext.map(|c| c.data())
+    }
+
+    /// Sets the number of the new queue pair.
+    pub fn set_qp_num(&self, qpn: u32) {
+        // SAFETY: The core is creating the QP and reads the number only after creation.
+        unsafe { (*self.qp).qp_num = qpn };
+    }
+}
+
+/// The global routing header of an address (`struct ib_global_route`).
+pub struct GlobalRoute<'a>(&'a bindings::ib_global_route);
+
+impl GlobalRoute<'_> {
+    /// The destination GID.
+    pub fn dgid(&self) -> Gid {
+        // SAFETY: Any byte pattern is a valid `raw` view of the union.
+        Gid(unsafe { self.0.dgid.raw })
+    }
+
+    /// The flow label.
+    pub fn flow_label(&self) -> u32 {
+        self.0.flow_label
+    }
+
+    /// The index of the source GID.
+    pub fn sgid_index(&self) -> u8 {
+        self.0.sgid_index
+    }
+
+    /// The hop limit.
+    pub fn hop_limit(&self) -> u8 {
+        self.0.hop_limit
+    }
+
+    /// The traffic class.
+    pub fn traffic_class(&self) -> u8 {
+        self.0.traffic_class
+    }
+
+    /// The source GID entry the core resolved, if any.
+    pub fn sgid_attr(&self) -> Option<&GidAttr> {
+        // SAFETY: The core holds a reference on the entry for the duration of the call.
+        unsafe { self.0.sgid_attr.as_ref().map(|a| GidAttr::from_raw(a)) }
+    }
+}
+
+/// The address of a peer (`struct rdma_ah_attr`).
+pub struct AhAttr<'a>(&'a bindings::rdma_ah_attr);
+
+impl AhAttr<'_> {
+    /// The global routing header, if the address has one.
+    pub fn grh(&self) -> Option<GlobalRoute<'_>> {
+        (u32::from(self.0.ah_flags) & bindings::ib_ah_flags_IB_AH_GRH != 0)
+            .then_some(GlobalRoute(&self.0.grh))
+    }
+
+    /// The service level.
+    pub fn sl(&self) -> u8 {
+        self.0.sl
+    }
+
+    /// The destination MAC address (RoCE addresses).
+    pub fn dmac(&self) -> [u8; 6] {
+        if self.0.type_ == bindings::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE {
+            // SAFETY: The union holds the RoCE variant for RoCE addresses.
+            unsafe { self.0.__bindgen_anon_1.roce.dmac }
+        } else {
+            [0; 6]
+        }
+    }
+}
+
+/// The attributes of a queue-pair modification (`struct ib_qp_attr`); only those in the
+/// accompanying [`QpAttrMask`] are meaningful.
+pub struct QpAttr<'a>(&'a bindings::ib_qp_attr);
+
+impl QpAttr<'_> {
+    /// The target state, `None` if unknown.
+    pub fn state(&self) -> Option<QpState> {
+        QpState::from_raw(self.0.qp_state)
+    }
+
+    /// The state the caller believes the queue pair is in.
+    pub fn cur_state(&self) -> Option<QpState> {
+        QpState::from_raw(self.0.cur_qp_state)
+    }
+
+    /// The Q_Key.
+    pub fn qkey(&self) -> u32 {
+        self.0.qkey
+    }
+
+    /// The receive queue's first PSN.
+    pub fn rq_psn(&self) -> u32 {
+        self.0.rq_psn
+    }
+
+    /// The send queue's first PSN.
+    pub fn sq_psn(&self) -> u32 {
+        self.0.sq_psn
+    }
+
+    /// The peer's queue pair number.
+    pub fn dest_qp_num(&self) -> u32 {
+        self.0.dest_qp_num
+    }
+
+    /// The P_Key index.
+    pub fn pkey_index(&self) -> u16 {
+        self.0.pkey_index
+    }
+
+    /// The peer's address.
+    pub fn ah_attr(&self) -> AhAttr<'_> {
+        AhAttr(&self.0.ah_attr)
+    }
+}
+
+/// The attributes a query reports (`struct ib_qp_attr` and `struct ib_qp_init_attr`).
+pub struct QpAttrOut<'a> {
+    attr: &'a mut bindings::ib_qp_attr,
+    init: &'a mut bindings::ib_qp_init_attr,
+}
+
+impl QpAttrOut<'_> {
+    /// The current state; `sq_draining` tells whether the send queue is still draining.
+    pub fn set_state(&mut self, state: QpState, sq_draining: bool) -> &mut Self {
+        self.attr.qp_state = state.to_raw();
+        self.attr.cur_qp_state = state.to_raw();
+        self.attr.sq_draining = sq_draining.into();
+        self
+    }
+
+    /// The PSNs.
+    pub fn set_psns(&mut self, sq_psn: u32, rq_psn: u32) -> &mut Self {
+        self.attr.sq_psn = sq_psn;
+        self.attr.rq_psn = rq_psn;
+        self
+    }
+
+    /// The peer's queue pair number.
+    pub fn set_dest_qp_num(&mut self, qpn: u32) -> &mut Self {
+        self.attr.dest_qp_num = qpn;
+        self
+    }
+
+    /// The Q_Key.
+    pub fn set_qkey(&mut self, qkey: u32) -> &mut Self {
+        self.attr.qkey = qkey;
+        self
+    }
+
+    /// The path MTU (`enum ib_mtu`).
+    pub fn set_path_mtu(&mut self, mtu: super::attr::Mtu) -> &mut Self {
+        self.attr.path_mtu = mtu.to_raw();
+        self
+    }
+
+    /// The port.
+    pub fn set_port(&mut self, port: u32) -> &mut Self {
+        self.attr.port_num = port;
+        self
+    }
+
+    /// Access flags for incoming RDMA operations.
+    pub fn set_access_flags(&mut self, flags: u32) -> &mut Self {
+        self.attr.qp_access_flags = flags as i32;
+        self
+    }
+
+    /// Outstanding RDMA Reads and atomics, initiated and served.
+    pub fn set_rd_atomic(&mut self, initiator: u8, target: u8) -> &mut Self {
+        self.attr.max_rd_atomic = initiator;
+        self.attr.max_dest_rd_atomic = target;
+        self
+    }
+
+    /// The queue sizes, reported in both structures.
+    pub fn set_cap(&mut self, cap: QpCap) -> &mut Self {
+        self.attr.cap = cap.to_raw();
+        self.init.cap = cap.to_raw();
+        self
+    }
+
+    /// Whether every send work request completes with a completion entry.
+    pub fn set_sq_sig_all(&mut self, all: bool) -> &mut Self {
+        self.init.sq_sig_type = if all {
+            bindings::ib_sig_type_IB_SIGNAL_ALL_WR
+        } else {
+            bindings::ib_sig_type_IB_SIGNAL_REQ_WR
+        };
+        self
+    }
+}
+
+/// Builds the typed views of the core's queue-pair structures.
+pub(crate) mod raw {
+    use super::*;
+
+    /// # Safety
+    ///
+    /// `attr` must be valid for `'a`.
+    pub(crate) unsafe fn init_attr<'a, T: Driver>(
+        attr: *const bindings::ib_qp_init_attr,
+    ) -> QpInitAttr<'a, T> {
+        QpInitAttr {
+            // SAFETY: Guaranteed by the caller.
+            raw: unsafe { &*attr },
+            _p: PhantomData,
+        }
+    }
+
+    /// # Safety
+    ///
+    /// `attr` must be valid for `'a`.
+    pub(crate) unsafe fn attr<'a>(attr: *const bindings::ib_qp_attr) -> QpAttr<'a> {
+        // SAFETY: Guaranteed by the caller.
+        QpAttr(unsafe { &*attr })
+    }
+
+    /// # Safety
+    ///
+    /// Both must be valid for writes for `'a`.
+    pub(crate) unsafe fn attr_out<'a>(
+        attr: *mut bindings::ib_qp_attr,
+        init: *mut bindings::ib_qp_init_attr,
+    ) -> QpAttrOut<'a> {
+        // SAFETY: Guaranteed by the caller.
+        unsafe {
+            QpAttrOut {
+                attr: &mut *attr,
+                init: &mut *init,
+            }
+        }
+    }
+}
