@@ -27,6 +27,7 @@ pub mod stats;
 pub mod ucontext;
 pub mod udata;
 pub mod umem;
+pub mod wr;
 
 pub use self::attr::{
     DeviceAttr,
@@ -72,6 +73,17 @@ pub use self::ucontext::{
 };
 pub use self::udata::UData;
 pub use self::umem::Umem;
+pub use self::wr::{
+    RecvWr,
+    RecvWrs,
+    SendWr,
+    SendWrs,
+    Sge,
+    Wc,
+    WcOpcode,
+    WcStatus,
+    WrOpcode, //
+};
 
 use crate::bindings;
 

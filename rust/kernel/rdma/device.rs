@@ -40,6 +40,11 @@ use super::{
         UContextSetup, //
     },
     udata::UData,
+    wr::{
+        RecvWrs,
+        SendWrs,
+        Wc, //
+    },
     DriverId, Gid, Guid, LinkLayer, NodeType, PortEvent,
 };
 use crate::{
@@ -289,6 +294,44 @@ pub trait Driver: Sized + Send + Sync + 'static {
 
     /// Deregisters a memory region. Must not fail.
     fn dereg_mr(_dev: &Device<Self>, _data: &Self::Data<'_>, _mr: Self::Mr) {}
+
+    /// Posts a chain of send work requests of a kernel consumer. Called in any context (no
+    /// sleeping). On failure, returns the error and the index of the first request not posted.
+    fn post_send(
+        _dev: &Device<Self>,
+        _data: &Self::Data<'_>,
+        _qp: &Qp<Self>,
+        _wrs: SendWrs<'_, Self>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Posts a chain of receive work requests of a kernel consumer; as [`Driver::post_send`].
+    fn post_recv(
+        _dev: &Device<Self>,
+        _data: &Self::Data<'_>,
+        _qp: &Qp<Self>,
+        _wrs: RecvWrs<'_>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Fills in up to `wc.len()` completions of a kernel CQ; returns how many. Any context.
+    fn poll_cq(_dev: &Device<Self>, _data: &Self::Data<'_>, _cq: &Cq<Self>, _wc: &mut [Wc]) -> usize {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Asks for a completion event (only for solicited completions if `solicited`). With
+    /// `report_missed`, returns whether completions may already be waiting. Any context.
+    fn req_notify_cq(
+        _dev: &Device<Self>,
+        _data: &Self::Data<'_>,
+        _cq: &Cq<Self>,
+        _solicited: bool,
+        _report_missed: bool,
+    ) -> Result<bool> {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
 
     /// Fills in `values` (one per [`Driver::HW_PORT_STATS`] entry) for `port`; returns how many
     /// it filled.
@@ -711,6 +754,18 @@ impl<T: Driver> Adapter<T> {
         }
         if T::HAS_REG_USER_MR || T::HAS_GET_DMA_MR {
             ops.dereg_mr = Some(Self::dereg_mr);
+        }
+        if T::HAS_POST_SEND {
+            ops.post_send = Some(Self::post_send);
+        }
+        if T::HAS_POST_RECV {
+            ops.post_recv = Some(Self::post_recv);
+        }
+        if T::HAS_POLL_CQ {
+            ops.poll_cq = Some(Self::poll_cq);
+        }
+        if T::HAS_REQ_NOTIFY_CQ {
+            ops.req_notify_cq = Some(Self::req_notify_cq);
         }
         if T::HAS_GET_HW_STATS && !T::HW_PORT_STATS.is_empty() {
             ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats);
@@ -1148,5 +1203,103 @@ impl<T: Driver> Adapter<T> {
             dev.with_data(|dev, d| T::dereg_mr(dev, d, data));
         }
         0
+    }
+
+    unsafe extern "C" fn post_send(
+        qp: *mut bindings::ib_qp,
+        wr: *const bindings::ib_send_wr,
+        bad_wr: *mut *const bindings::ib_send_wr,
+    ) -> c_int {
+        // SAFETY: The core passes a live QP of this device and a valid chain.
+        let (dev, q, wrs) = unsafe {
+            (
+                Self::dev((*qp).device),
+                Qp::<T>::from_raw(qp),
+                SendWrs::<T>::from_raw(wr),
+            )
+        };
+        let ret = dev
+            .with_data(|dev, data| T::post_send(dev, data, q, wrs))
+            .unwrap_or(Err((ENODEV, 0)));
+        match ret {
+            Ok(()) => 0,
+            Err((e, index)) => {
+                let mut bad = wr;
+                for _ in 0..index {
+                    // SAFETY: `index` is below the chain's length.
+                    bad = unsafe { (*bad).next };
+                }
+                if !bad_wr.is_null() {
+                    // SAFETY: The core passes a writable pointer.
+                    unsafe { *bad_wr = bad };
+                }
+                e.to_errno()
+            }
+        }
+    }
+
+    unsafe extern "C" fn post_recv(
+        qp: *mut bindings::ib_qp,
+        wr: *const bindings::ib_recv_wr,
+        bad_wr: *mut *const bindings::ib_recv_wr,
+    ) -> c_int {
+        // SAFETY: The core passes a live QP of this device and a valid chain.
+        let (dev, q, wrs) = unsafe {
+            (
+                Self::dev((*qp).device),
+                Qp::<T>::from_raw(qp),
+                RecvWrs::from_raw(wr),
+            )
+        };
+        let ret = dev
+            .with_data(|dev, data| T::post_recv(dev, data, q, wrs))
+            .unwrap_or(Err((ENODEV, 0)));
+        match ret {
+            Ok(()) => 0,
+            Err((e, index)) => {
+                let mut bad = wr;
+                for _ in 0..index {
+                    // SAFETY: `index` is below the chain's length.
+                    bad = unsafe { (*bad).next };
+                }
+                if !bad_wr.is_null() {
+                    // SAFETY: The core passes a writable pointer.
+                    unsafe { *bad_wr = bad };
+                }
+                e.to_errno()
+            }
+        }
+    }
+
+    unsafe extern "C" fn poll_cq(
+        cq: *mut bindings::ib_cq,
+        num: c_int,
+        wc: *mut bindings::ib_wc,
+    ) -> c_int {
+        let n = usize::try_from(num).unwrap_or(0);
+        // SAFETY: The core passes a live CQ of this device and room for `num` completions.
+        let (dev, c, wcs) = unsafe { (Self::dev((*cq).device), Cq::<T>::from_raw(cq), Wc::slice(wc, n)) };
+        let got = dev
+            .with_data(|dev, data| T::poll_cq(dev, data, c, wcs))
+            .unwrap_or(0);
+        got.min(n).try_into().unwrap_or(0)
+    }
+
+    unsafe extern "C" fn req_notify_cq(
+        cq: *mut bindings::ib_cq,
+        flags: bindings::ib_cq_notify_flags,
+    ) -> c_int {
+        // SAFETY: The core passes a live CQ of this device.
+        let (dev, c) = unsafe { (Self::dev((*cq).device), Cq::<T>::from_raw(cq)) };
+        let solicited = flags & bindings::ib_cq_notify_flags_IB_CQ_SOLICITED_MASK
+            == bindings::ib_cq_notify_flags_IB_CQ_SOLICITED;
+        let missed = flags & bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS != 0;
+        let ret = dev
+            .with_data(|dev, data| T::req_notify_cq(dev, data, c, solicited, missed))
+            .unwrap_or(Err(ENODEV));
+        match ret {
+            Ok(pending) => pending.into(),
+            Err(e) => e.to_errno(),
+        }
     }
 }

@@ -82,6 +82,16 @@ impl<T: Driver> Mr<T> {
         unsafe { KBox::from_raw(mr.cast()) }
     }
 
+    /// The region whose core structure is at `mr`.
+    ///
+    /// # Safety
+    ///
+    /// `mr` must come from [`Mr::into_raw`] for `T` and stay registered for `'a`.
+    pub(crate) unsafe fn from_raw_ref<'a>(mr: *mut bindings::ib_mr) -> &'a Self {
+        // SAFETY: Guaranteed by the caller; `ib` is at offset 0.
+        unsafe { &*mr.cast::<Self>() }
+    }
+
     /// Consumes the region, returning the driver's part.
     pub fn into_data(self: KBox<Self>) -> T::Mr {
         KBox::into_inner(self).data

@@ -15,7 +15,7 @@
 //! ceq eqn=<n> cqn=<c>
 //! stats <counter>=<value> ...
 //! clear
-//! query mtu|page_shift|eqs|cmds|init_done|dbs|gids|ahs|rules|stats|all
+//! query mtu|page_shift|eqs|cmds|init_done|dbs|gids|ahs|rules|qps|cqs|mrs|objects|stats|all
 //! ```
 //!
 //! `<op>` is a command name (`COMMON.CREATE_EQ`, `RDMA.QUERY_DEVICE`, case-insensitive), a
@@ -225,6 +225,15 @@ pub enum Query {
     Ahs,
     /// `rules=<n>`: active fault rules.
     Rules,
+    /// `qps=<qpn>:<state>,...`: the live QPs by QPN (`qps=` when none). Not part of
+    /// [`Query::All`].
+    Qps,
+    /// `cqs=<cqn>,...`: the live CQs. Not part of [`Query::All`].
+    Cqs,
+    /// `mrs=<stag>,...`: the registered MRs' STags in hex. Not part of [`Query::All`].
+    Mrs,
+    /// `objects=<qps>/<cqs>/<mrs>`: how many QPs, CQs and MRs exist. Not part of [`Query::All`].
+    Objects,
     /// The 11 GET_STATS counters, `tx_reqs=<n> ...`.
     Stats,
     /// Everything above except [`Query::Gids`] (it would push the rest beyond the test page's
@@ -233,7 +242,7 @@ pub enum Query {
 }
 
 impl Query {
-    const NAMES: [(&'static str, Query); 11] = [
+    const NAMES: [(&'static str, Query); 15] = [
         ("mtu", Query::Mtu),
         ("page_shift", Query::PageShift),
         ("eqs", Query::Eqs),
@@ -243,6 +252,10 @@ impl Query {
         ("gids", Query::Gids),
         ("ahs", Query::Ahs),
         ("rules", Query::Rules),
+        ("qps", Query::Qps),
+        ("cqs", Query::Cqs),
+        ("mrs", Query::Mrs),
+        ("objects", Query::Objects),
         ("stats", Query::Stats),
         ("all", Query::All),
     ];

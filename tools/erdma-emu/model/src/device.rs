@@ -16,7 +16,8 @@
 //!   low half is staged and the high half fires with the combined value (the `lo_hi` order of
 //!   Linux's non-atomic `writeq`). The staging is cleared after each doorbell.
 //! * Doorbell spaces (SQ, RQ, CQ, extended): writes are recorded (see
-//!   [`Device::last_db_space_write`]); reads return 0.
+//!   [`Device::last_db_space_write`]) and 8-byte ones go to the data path as doorbells (the
+//!   `engine` submodule); reads return 0.
 //! * The test page ([`regs::test_page`], only with [`DeviceConfig::test_page`]): the last 4 KiB
 //!   of BAR0, byte-addressable.
 //! * An access must stay within one BAR0 area; one that crosses into the next area, or goes beyond
@@ -39,7 +40,11 @@
 //!   and executes commands, writes CMDQ CQEs, and with an armed CMDQ CQ an EQE into the CMDQ EQ
 //!   (vector 0).
 //! * RoCEv2 addressing ([`crate::roce`]): the GID table (SET_GID) and the address handles
-//!   (CREATE_AH / DESTROY_AH) that the data path will send through.
+//!   (CREATE_AH / DESTROY_AH).
+//! * The RDMA objects (`objects` submodule: QPs, CQs, MRs and their commands) and the RoCEv2 RC
+//!   data path (`engine` submodule: doorbells, requester, responder, CQEs), connected to other
+//!   devices through a [`crate::fabric::Fabric`] ([`Device::attach_fabric`],
+//!   [`Device::run_fabric`]).
 //! * Event queues ([`crate::eq`]): the CMDQ EQ, the AEQ and up to 31 CEQs created by CREATE_EQ.
 //!   [`Device::post_ceqe`] and [`Device::post_aeqe`] are the entry points for the engines that
 //!   produce events.
@@ -66,13 +71,18 @@ use crate::cmdq::{Cqe, STAT_NAMES};
 use crate::control::{ControlCommand, FaultRules};
 use crate::eq::EventQueue;
 use crate::extdb::DbPages;
+use crate::fabric::{Fabric, Port, Waker};
 use crate::io::Io;
 use crate::pci::{self, ConfigSpace};
 use crate::regs::{self, AdminQueue, Bar0Area, Doorbell, Reg, RegSlot};
 use crate::roce::{AhTable, GidTable};
 
 mod cmdq_engine;
+mod engine;
 mod harness;
+mod objects;
+
+pub use engine::{MAX_HELD, MAX_MESSAGE};
 
 pub use cmdq_engine::{PostError, CEQ_DEPTH_LOG2_RANGE, CEQ_RANGE, MTU_RANGE};
 
@@ -410,6 +420,8 @@ struct Function {
     ahs: AhTable,
     delayed: Vec<Delayed>,
     delayed_seq: u64,
+    /// QPs, CQs and MRs.
+    rdma: objects::Rdma,
 }
 
 impl Function {
@@ -430,6 +442,7 @@ impl Function {
             ahs: AhTable::new(config.caps.max_ah_log2),
             delayed: Vec::new(),
             delayed_seq: 0,
+            rdma: objects::Rdma::default(),
         }
     }
 }
@@ -472,6 +485,10 @@ enum Oddity {
     CqeWrite,
     EqPost,
     TestPageWrite,
+    DataDoorbell,
+    MissingCq,
+    DataPath,
+    ShortDoorbell,
 }
 
 /// Remembers which odd accesses were already logged, so that a guest cannot flood the log.
@@ -481,6 +498,8 @@ struct WarnOnce {
     saturated: bool,
     /// Failed commands logged at warning level so far.
     cmd_errors: u32,
+    /// Data-path errors logged at warning level so far.
+    dp_errors: u32,
 }
 
 impl WarnOnce {
@@ -499,6 +518,23 @@ impl WarnOnce {
             n if n == Self::CMD_ERROR_LIMIT => {
                 self.cmd_errors += 1;
                 log::warn!("many failed commands; further ones are logged at debug level");
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether a data-path error (a guest mistake that may repeat per packet) should be logged
+    /// as a warning (rate limit).
+    fn dp_error(&mut self) -> bool {
+        match self.dp_errors {
+            n if n < Self::CMD_ERROR_LIMIT => {
+                self.dp_errors += 1;
+                true
+            }
+            n if n == Self::CMD_ERROR_LIMIT => {
+                self.dp_errors += 1;
+                log::warn!("many data-path errors; further ones are logged at debug level");
                 false
             }
             _ => false,
@@ -527,6 +563,8 @@ pub struct Device {
     func: Function,
     harness: Harness,
     warned: WarnOnce,
+    /// The fabric attachment (none: requests fail with "retry exceeded").
+    port: Option<Arc<Port>>,
 }
 
 impl Device {
@@ -544,6 +582,7 @@ impl Device {
             config,
             clock,
             warned: WarnOnce::default(),
+            port: None,
         };
         dev.apply_startup();
         dev
@@ -554,8 +593,42 @@ impl Device {
     /// (fault rules, ...) is kept: see [`Device::reset_harness`].
     pub fn reset(&mut self) {
         self.pci.reset();
-        self.func = Function::power_on(&self.config);
+        self.power_on_function();
         self.warned = WarnOnce::default();
+    }
+
+    /// Returns the function to power-on: requests held for receive WQEs are answered with
+    /// failure first (their requesters must not wait forever), and the GIDs leave the fabric.
+    fn power_on_function(&mut self) {
+        let held: std::collections::VecDeque<_> = self
+            .func
+            .rdma
+            .qps
+            .values_mut()
+            .flat_map(|q| std::mem::take(&mut q.held))
+            .collect();
+        self.nak_held(held);
+        self.func = Function::power_on(&self.config);
+        self.publish_gids();
+    }
+
+    /// Attaches the device to `fabric`; `waker` is called when packets arrive for it (the
+    /// transport then calls [`Device::run_fabric`]). Replaces an earlier attachment.
+    pub fn attach_fabric(&mut self, fabric: &Arc<Fabric>, waker: Arc<dyn Waker>) {
+        self.port = Some(fabric.attach(waker));
+        self.publish_gids();
+    }
+
+    /// The fabric port, if attached.
+    pub fn port(&self) -> Option<&Arc<Port>> {
+        self.port.as_ref()
+    }
+
+    /// Tells the fabric which GIDs this device owns (its GID table).
+    fn publish_gids(&self) {
+        if let Some(port) = &self.port {
+            port.set_gids(self.func.gids.iter().map(|(_, e)| e.gid).collect());
+        }
     }
 
     /// Returns the control state (fault rules, refuse-init, GET_STATS counters, command count,
@@ -848,7 +921,7 @@ impl Device {
             if value & regs::DEV_CTRL_INIT != 0 {
                 log::warn!("DEV_CTRL: RESET and INIT written together; RESET wins");
             }
-            self.func = Function::power_on(&self.config);
+            self.power_on_function();
             self.func.status = regs::DEV_STATUS_RESET_DONE;
             // Interrupts raised before the reset must not reach the next driver instance.
             io.irq.cancel_pending();
@@ -922,7 +995,7 @@ impl Device {
     }
 
     /// A write into one of the doorbell spaces; the range is inside `area`.
-    fn db_space_write(&mut self, area: Bar0Area, offset: u64, data: &[u8], _io: &mut Io<'_>) {
+    fn db_space_write(&mut self, area: Bar0Area, offset: u64, data: &[u8], io: &mut Io<'_>) {
         let mut first = [0u8; 8];
         let n = data.len().min(8);
         first[..n].copy_from_slice(&data[..n]);
@@ -939,10 +1012,29 @@ impl Device {
             value,
         });
         self.func.db_space_writes = self.func.db_space_writes.wrapping_add(1);
+        if self.func.queues.is_none() {
+            if self.warned.first(Oddity::DoorbellBeforeInit, offset >> 12) {
+                log::warn!("{} write before DEV_CTRL.INIT, ignored", area.name());
+            }
+            return;
+        }
+        if data.len() < 8 {
+            if self.warned.first(Oddity::ShortDoorbell, offset >> 12) {
+                log::warn!(
+                    "{}-byte write into the {} at {offset:#x}: doorbells are 64-bit, ignored",
+                    data.len(),
+                    area.name()
+                );
+            }
+            return;
+        }
+        self.data_doorbell(area, offset, value, io);
     }
 }
 
 #[cfg(test)]
 mod cmd_tests;
+#[cfg(test)]
+mod dp_tests;
 #[cfg(test)]
 mod tests;

@@ -92,6 +92,13 @@ impl DbPages {
         &self.contexts
     }
 
+    /// The role page `page` was allocated in: 0 SQ, 1 CDB, 2 RDB (`None`: not allocated).
+    pub fn role_of(&self, page: u16) -> Option<usize> {
+        self.contexts
+            .iter()
+            .find_map(|c| c.iter().position(|&p| p == Some(page)))
+    }
+
     /// Allocated pages, in increasing order.
     pub fn allocated(&self) -> impl Iterator<Item = u16> + '_ {
         self.used.iter().copied()

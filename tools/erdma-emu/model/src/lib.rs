@@ -16,6 +16,9 @@
 //! * [`extdb`]: extended doorbell pages (ALLOC_DB/FREE_DB).
 //! * [`roce`]: RoCEv2 addressing state: the GID table (SET_GID) and address handles
 //!   (CREATE_AH/DESTROY_AH).
+//! * [`wire`]: data-path formats: QP/CQ/MR commands, WQEs, RQEs, CQEs, doorbell values.
+//! * [`mtt`]: address translation for queues and MRs.
+//! * [`fabric`]: the in-process network connecting devices (RC messages by GID and QPN).
 //! * [`control`]: the fault-injection and inspection language (control socket, test page).
 //! * [`caps`]: the capabilities reported by QUERY_DEVICE.
 //! * [`io`], [`clock`]: the traits through which the device reaches guest memory, interrupts
@@ -35,11 +38,14 @@ pub mod control;
 pub mod device;
 pub mod eq;
 pub mod extdb;
+pub mod fabric;
 pub mod io;
+pub mod mtt;
 pub mod pci;
 pub mod regs;
 pub mod roce;
 pub mod testing;
+pub mod wire;
 
 pub use caps::Caps;
 pub use clock::{Clock, ManualClock, MonotonicClock};

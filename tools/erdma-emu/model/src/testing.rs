@@ -154,6 +154,11 @@ pub mod layout {
     pub const CEQS: u64 = MEM_BASE + 0x3_0000;
     /// Free for tests (GET_STATS buffers, ...): 512 KiB.
     pub const SCRATCH: u64 = MEM_BASE + 0x8_0000;
+    /// Where the data-path helpers allocate queues and buffers (the last 448 KiB of
+    /// [`SCRATCH`]).
+    pub const DP_HEAP: u64 = SCRATCH + 0x1_0000;
+    /// End of the data-path heap.
+    pub const DP_HEAP_END: u64 = MEM_BASE + MEM_SIZE as u64;
 }
 
 /// A driver double: a [`Device`], its guest memory and interrupts, and the driver-side indices
@@ -183,6 +188,8 @@ pub struct TestDriver {
     pub aeq_ci: u32,
     /// Arm requests sent for the CMDQ CQ.
     pub cmdsn: u8,
+    /// Data-path objects created through the helpers ([`dp`]).
+    pub dp: dp::DpState,
 }
 
 impl TestDriver {
@@ -212,6 +219,7 @@ impl TestDriver {
             eq_ci: 0,
             aeq_ci: 0,
             cmdsn: 0,
+            dp: dp::DpState::default(),
         }
     }
 
@@ -473,6 +481,8 @@ impl TestDriver {
         std::mem::take(&mut self.irq.raised)
     }
 }
+
+pub mod dp;
 
 /// xorshift64*: deterministic pseudo-random numbers for tests, with no external crate.
 pub struct XorShift(pub u64);

@@ -489,3 +489,172 @@ fn random_commands_and_doorbells_on_live_rings() {
         Ok(format!("gids=0:ipv6:{}", "11".repeat(16)))
     );
 }
+
+/// The data path never panics on hostile input: random WQEs (with plausible and wild headers,
+/// SGEs, inline lengths, wild addresses and keys), random RQEs, random doorbell values at every
+/// doorbell space, random MR registrations (huge counts, every level, wild MTT addresses),
+/// random QP state changes and REFLUSHes, on two devices connected by a fabric. Afterwards a
+/// fresh QP pair still moves data.
+#[test]
+fn hostile_data_path_never_panics() {
+    use erdma_model::testing::dp::{fabric, pump, Wqe, ALL_ACCESS, PDN};
+    use erdma_model::wire::{self, QpState, RegMr, Sge};
+
+    let mut rng = XorShift(0x5eed_da7a);
+    let f = fabric();
+    let mut a = TestDriver::new(DeviceConfig::default());
+    let mut b = TestDriver::new(DeviceConfig::default());
+    a.attach(&f);
+    b.attach(&f);
+    a.dp_setup(1);
+    b.dp_setup(2);
+    for d in [&mut a, &mut b] {
+        assert_eq!(d.create_cq(1, 6).status, 0);
+        assert_eq!(d.create_qp(10, 1, 6, 4).status, 0);
+        let buf = d.alloc(0x4000, 0x1000);
+        assert_eq!(d.reg_mr(1, 0, PDN, buf, 0x4000, ALL_ACCESS).status, 0);
+    }
+    a.connect(10, 2, 10);
+    b.connect(10, 1, 10);
+    let wild = |rng: &mut XorShift| match rng.below(6) {
+        0 => u64::MAX - rng.below(64),
+        1 => rng.next_u64(),
+        2 => 0,
+        _ => layout::DP_HEAP + rng.below(0x6_0000),
+    };
+    for step in 0..20_000u32 {
+        let d = if rng.below(2) == 0 { &mut a } else { &mut b };
+        match rng.below(12) {
+            0..=3 => {
+                // A WQE: mostly well-formed headers with random bodies.
+                let opcode = rng.below(20) as u8;
+                let mut w = Wqe::send(&[]).opcode(opcode);
+                w.body = vec![0; 24 + 32 * rng.below(4) as usize];
+                rng.fill(&mut w.body);
+                w.inline = rng.below(2) == 0;
+                w.sgl_len = rng.below(120) as u8;
+                if rng.below(3) == 0 {
+                    let s = Sge {
+                        addr: wild(&mut rng),
+                        len: rng.next_u64() as u32,
+                        key: if rng.below(2) == 0 {
+                            wire::stag(1, 0)
+                        } else {
+                            rng.next_u64() as u32
+                        },
+                    };
+                    w.body[8..24].copy_from_slice(&s.encode());
+                }
+                d.post_wqe(10, &w);
+                if rng.below(4) != 0 {
+                    d.ring_sq(10);
+                }
+            }
+            4 => {
+                // Raw garbage over the SQ ring, then a doorbell.
+                let qp = d.dp.qps[&10].clone();
+                let mut junk = [0u8; 64];
+                rng.fill(&mut junk);
+                let off = rng.below(u64::from(qp.sq_depth) * 32 - 64);
+                d.poke(qp.sq + off, &junk);
+                let v = wire::sq_db(10, rng.next_u64() as u16);
+                d.w64(regs::SQDB_SHARED_PAGE, v);
+            }
+            5 => {
+                let len = rng.next_u64() as u32 >> rng.below(32);
+                let key = if rng.below(2) == 0 {
+                    wire::stag(1, 0)
+                } else {
+                    rng.next_u64() as u32
+                };
+                d.post_recv(10, wild(&mut rng), len, key);
+            }
+            6 => {
+                // Doorbell values of any shape in any doorbell space.
+                let off = [
+                    regs::SQDB_BASE + rng.below(regs::SQDB_END - regs::SQDB_BASE - 8),
+                    regs::RQDB_BASE + rng.below(0x1000),
+                    regs::CQDB_BASE + rng.below(0x1000),
+                    regs::EXTDB_BASE + rng.below(0x1000),
+                ][rng.below(4) as usize];
+                let v = match rng.below(3) {
+                    0 => rng.next_u64(),
+                    1 => 10u64 << 32 | rng.below(0x1_0000),
+                    _ => 1u64 << 32 | rng.below(1 << 32),
+                };
+                d.w64(off & !7, v);
+            }
+            7 => {
+                let r = RegMr {
+                    valid: rng.below(2) == 0,
+                    version: rng.below(8) as u8,
+                    key: rng.next_u64() as u8,
+                    index: 2 + rng.below(8) as u32,
+                    pdn: PDN,
+                    mr_type: rng.below(4) as u8,
+                    access: rng.below(32) as u8,
+                    va: wild(&mut rng),
+                    len: rng.next_u64() >> rng.below(64),
+                    page_shift: rng.below(32) as u8,
+                    mtt_page_code: rng.below(8) as u8,
+                    level: rng.below(4) as u8,
+                    count: rng.next_u64() >> rng.below(64),
+                    entries: [
+                        wild(&mut rng),
+                        wild(&mut rng),
+                        rng.next_u64(),
+                        rng.next_u64(),
+                    ],
+                };
+                d.reg_mr_raw(&r);
+                if rng.below(3) == 0 {
+                    d.dereg_mr(rng.next_u64() as u32);
+                }
+            }
+            8 => {
+                let s = QpState::from_u8(rng.below(7) as u8).unwrap_or(QpState::Error);
+                d.modify_state(10, s);
+                if rng.below(4) == 0 {
+                    let r = wire::Reflush {
+                        qpn: 10,
+                        sq_pi: rng.next_u64() as u32,
+                        rq_pi: rng.next_u64() as u32,
+                    };
+                    d.exec(Command::Reflush, |s| r.write_fields(s));
+                }
+            }
+            9 => {
+                d.arm(1, rng.below(2) == 0);
+            }
+            10 => {
+                // Bring the QPs back to RTS now and then.
+                let host = if rng.below(2) == 0 { 1 } else { 2 };
+                d.modify_state(10, QpState::Reset);
+                d.connect(10, host, 10);
+            }
+            _ => {
+                d.poll_all(1);
+                while d.poll_aeqe().is_some() {}
+                d.arm_aeq();
+            }
+        }
+        if step % 7 == 0 {
+            pump(&mut [&mut a, &mut b]);
+        }
+    }
+    pump(&mut [&mut a, &mut b]);
+    // Fresh QPs still work.
+    for d in [&mut a, &mut b] {
+        assert_eq!(d.create_cq(2, 6).status, 0);
+        assert_eq!(d.create_qp(20, 2, 6, 4).status, 0);
+    }
+    a.connect(20, 2, 20);
+    b.connect(20, 1, 20);
+    let bbuf = b.alloc(0x100, 0x100);
+    assert_eq!(b.reg_mr(40, 0, PDN, bbuf, 0x100, ALL_ACCESS).status, 0);
+    b.post_recv(20, bbuf, 0x100, wire::stag(40, 0));
+    a.send_wqe(20, &Wqe::send_inline(b"still alive"));
+    pump(&mut [&mut a, &mut b]);
+    assert_eq!(b.peek(bbuf, 11), b"still alive");
+    assert_eq!(a.poll(2).map(|c| c.status), Some(0));
+}

@@ -19,7 +19,8 @@ Usage: erdma-emu [--log-level LEVEL] [--control PATH] [--fault devN:COMMAND ...]
 
 Serves models of Alibaba's Elastic RDMA Adapter (eRDMA, PCI 1ded:107f) to QEMU over vfio-user,
 one UNIX socket per device (QEMU: -device vfio-user-pci). Devices are named dev0, dev1, ... in
-command-line order.
+command-line order. All devices share one in-process fabric: RoCEv2 RC QPs on any two of them
+(or on one) talk to each other by GID and QPN.
 
 Options:
   --device SPEC       add a device; SPEC is a comma-separated list of key=value:
@@ -53,7 +54,8 @@ Options:
                       N is decimal or 0x-prefixed hexadecimal.
   --fault devN:COMMAND  same as fault=COMMAND in dev N's --device (may be repeated)
   --control PATH      serve the control socket at PATH: one request line \"devN COMMAND\", one
-                      reply line \"ok ...\" or \"error: ...\" (see README.md)
+                      reply line \"ok ...\" or \"error: ...\" (see README.md); e.g.
+                      \"dev0 query qps\", \"dev0 query objects\"
   --log-level LEVEL   off, error, warn, info, debug or trace (default: $RUST_LOG if set,
                       otherwise info). Logs go to stderr, prefixed by the device name.
   -h, --help          print this help and exit

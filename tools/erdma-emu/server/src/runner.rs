@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use erdma_model::fabric::Fabric;
 use vfio_user::Server;
 
 use crate::backend::{self, lock, Backend, DeviceState, SharedState};
@@ -87,9 +88,13 @@ impl Listening {
     /// thread.
     pub fn start(self) -> io::Result<Running> {
         let mut devices = Vec::with_capacity(self.devices.len());
+        // One network for every device of the process; a device's timer thread drains its inbox.
+        let fabric = Fabric::new();
         for (spec, server) in self.devices {
-            let state: SharedState = Arc::new(Mutex::new(DeviceState::new(spec.config.clone())));
             let timer = Timer::new();
+            let mut st = DeviceState::new(spec.config.clone());
+            st.device.attach_fabric(&fabric, timer.clone());
+            let state: SharedState = Arc::new(Mutex::new(st));
             let thread = thread::Builder::new().name(spec.name.clone()).spawn({
                 let (state, timer, spec) = (state.clone(), timer.clone(), spec.clone());
                 move || serve(&spec, &server, &state, &timer)

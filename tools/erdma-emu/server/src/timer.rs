@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Delayed work of a device (completions held back by `delay` fault rules): one timer thread per
-//! device that sleeps until the model's next deadline and then runs the due work.
+//! Delayed work of a device (completions held back by `delay` fault rules) and its fabric inbox:
+//! one timer thread per device that sleeps until the model's next deadline or a kick (the fabric
+//! kicks it when packets arrive) and then runs the due work and the packets.
 //!
 //! Locking: the timer thread takes the device lock only to run due work and read the next
 //! deadline, and never holds it while waiting on the [`Timer`]'s own mutex; whoever creates
@@ -51,12 +52,21 @@ impl Timer {
     }
 }
 
-/// Runs due delayed work of `state` whenever it is due, forever.
+/// The fabric wakes a device by kicking its timer thread, which then drains the inbox.
+impl erdma_model::fabric::Waker for Timer {
+    fn wake(&self) {
+        self.kick();
+    }
+}
+
+/// Runs due delayed work of `state`, and the packets the fabric delivers to it, forever.
 pub fn run(state: &SharedState, timer: &Timer) {
     loop {
         let wait = {
             let st = &mut *lock(state);
             let mut io = Io::new(&mut st.mem, &mut st.irqs);
+            // Packets from the fabric, then delayed completions.
+            st.device.run_fabric(&mut io);
             st.device.run_due(&mut io);
             st.device.time_until_deadline()
         };

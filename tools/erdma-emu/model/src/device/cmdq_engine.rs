@@ -43,6 +43,7 @@ use crate::extdb;
 use crate::io::Io;
 use crate::regs::{self, CqDoorbell, EqDoorbell};
 use crate::roce::{self, AddressHandle, AhTable, GidEntry, GidTable};
+use crate::wire;
 
 /// Most completions a device holds back for `delay` rules; beyond that they complete at once.
 const MAX_DELAYED: usize = 65536;
@@ -283,16 +284,32 @@ impl Device {
                 self.require_roce()?;
                 self.cmd_destroy_ah(DestroyAh::decode(req)?)
             }
-            // The data-path objects come with the RDMA engine.
-            Command::CreateQp
-            | Command::DestroyQp
-            | Command::ModifyQp
-            | Command::CreateCq
-            | Command::DestroyCq
-            | Command::Reflush
-            | Command::RegMr
-            | Command::DeregMr
-            | Command::QueryQp => Err(Status::Unsupported),
+            // Data-path objects (device/objects.rs). CQs and MRs exist on both protocols; the
+            // QP commands only on RoCEv2 (the iWARP data path is not modelled).
+            Command::CreateCq => self.cmd_create_cq(wire::CreateCq::decode(req)?, io),
+            Command::DestroyCq => self.cmd_destroy_cq(wire::U32Arg::decode(req)?),
+            Command::RegMr => self.cmd_reg_mr(wire::RegMr::decode(req)?, io),
+            Command::DeregMr => self.cmd_dereg_mr(wire::U32Arg::decode(req)?),
+            Command::CreateQp => {
+                self.require_roce_dp()?;
+                self.cmd_create_qp(wire::CreateQp::decode(req)?, io)
+            }
+            Command::DestroyQp => {
+                self.require_roce_dp()?;
+                self.cmd_destroy_qp(wire::U32Arg::decode(req)?)
+            }
+            Command::ModifyQp => {
+                self.require_roce_dp()?;
+                self.cmd_modify_qp(wire::ModifyQpRoce::decode(req)?, io)
+            }
+            Command::QueryQp => {
+                self.require_roce_dp()?;
+                self.cmd_query_qp(wire::U32Arg::decode(req)?)
+            }
+            Command::Reflush => {
+                self.require_roce_dp()?;
+                self.cmd_reflush(wire::Reflush::decode(req)?, io)
+            }
             // Out-of-tree driver only.
             Command::QueryQpc
             | Command::QueryCqc
@@ -458,6 +475,7 @@ impl Device {
                 log::info!("GID {} deleted (was {})", r.index, old.addr());
             }
         }
+        self.publish_gids();
         Ok((0, 0))
     }
 

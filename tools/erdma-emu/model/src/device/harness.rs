@@ -117,6 +117,28 @@ impl Device {
             }
             Query::Ahs => format!("ahs={}", self.func.ahs.len()),
             Query::Rules => format!("rules={}", self.harness.rules.len()),
+            Query::Qps => {
+                let qps: Vec<String> = self
+                    .qps()
+                    .iter()
+                    .map(|(n, s)| format!("{n}:{}", s.name()))
+                    .collect();
+                format!("qps={}", qps.join(","))
+            }
+            Query::Cqs => {
+                let cqs: Vec<String> = self.cqs().iter().map(ToString::to_string).collect();
+                format!("cqs={}", cqs.join(","))
+            }
+            Query::Mrs => {
+                let mrs: Vec<String> = self.mrs().iter().map(|k| format!("{k:#x}")).collect();
+                format!("mrs={}", mrs.join(","))
+            }
+            Query::Objects => format!(
+                "objects={}/{}/{}",
+                self.qps().len(),
+                self.cqs().len(),
+                self.mrs().len()
+            ),
             Query::Stats => STAT_NAMES
                 .iter()
                 .zip(self.harness.stats)

@@ -162,12 +162,18 @@ model_cmd() {
 
 # nics_up NET: brings every NIC up with a link-local IPv4 address 169.254.NET.<k>
 # (iWARP ports need one), and unloads both eRDMA drivers, so that a test
-# starts from no RDMA device.
+# starts from no RDMA device. Two NICs of one guest are wired to each other:
+# each accepts packets from the other's (local) address, so that ARP, and with
+# it the RDMA core's address resolution, works between them.
 nics_up() {
+	# Traffic between two local addresses goes through the loopback device.
+	ip link set lo up
 	_k=1
 	for _nic in /sys/class/net/*; do
 		_nic=${_nic##*/}
 		[ "$_nic" = lo ] && continue
+		echo 1 >"/proc/sys/net/ipv4/conf/$_nic/accept_local"
+		echo 0 >"/proc/sys/net/ipv4/conf/$_nic/rp_filter"
 		ip link set "$_nic" up
 		ip addr add "169.254.$1.$_k/16" dev "$_nic" 2>/dev/null
 		_k=$((_k + 1))
@@ -208,6 +214,87 @@ netdev_of() {
 # ibdev_of NETDEV: the RDMA device on that netdev.
 ibdev_of() {
 	rdma link show 2>/dev/null | awk -v n="$1" '$0 ~ " netdev " n "( |$)" { split($2, a, "/"); print a[1]; exit }'
+}
+
+# gid_index IBDEV IPV4: the index of the RoCEv2 GID of IPV4 on port 1.
+gid_index() {
+	want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "$2" | tr . ' '))
+	for g in /sys/class/infiniband/"$1"/ports/1/gids/*; do
+		i=${g##*/}
+		[ "$(cat "$g" 2>/dev/null)" = "$want" ] || continue
+		[ "$(cat /sys/class/infiniband/"$1"/ports/1/gid_attrs/types/"$i" 2>/dev/null)" = "RoCE v2" ] &&
+			{ echo "$i"; return 0; }
+	done
+	return 1
+}
+
+# ipv4_of NETDEV: its first IPv4 address.
+ipv4_of() { ip -4 -o addr show dev "$1" | awk '{ split($4, a, "/"); print a[1]; exit }'; }
+
+# roce_pair: finds two RoCEv2 RDMA devices bound to the driver under test,
+# each with the RoCEv2 GID of its netdev's IPv4 address, and sets IB_A/IB_B,
+# GID_A/GID_B (GID indices) and IP_A/IP_B. Fails if there are fewer than two.
+roce_pair() {
+	_ibs="" _gids="" _ips=""
+	for _bdf in $(erdma_functions); do
+		wait_for 10 is_bound "$_bdf" || continue
+		_nd=$(netdev_of "$(mac_of "$_bdf")") || continue
+		wait_for 10 sh -c "rdma link show | grep -q ' netdev $_nd '"
+		_ib=$(ibdev_of "$_nd")
+		[ -n "$_ib" ] || continue
+		rdma dev show "$_ib" | grep -q 'node_type rnic' && continue
+		_ip=$(ipv4_of "$_nd")
+		wait_for 10 gid_index "$_ib" "$_ip" >/dev/null || { tap_diag "$_ib: no RoCEv2 GID for $_ip"; continue; }
+		_ibs="$_ibs $_ib" _gids="$_gids $(gid_index "$_ib" "$_ip")" _ips="$_ips $_ip"
+		tap_diag "$_bdf: $_ib on $_nd, $_ip, GID index $(gid_index "$_ib" "$_ip")"
+	done
+	set -- $_ibs
+	[ $# -ge 2 ] || return 1
+	IB_A=$1 IB_B=$2
+	set -- $_gids
+	GID_A=$1 GID_B=$2
+	set -- $_ips
+	IP_A=$1 IP_B=$2
+}
+
+PORT=18515
+# next_port: a fresh TCP port for the next client/server pair in $PORT.
+next_port() { PORT=$((PORT + 1)); }
+
+# listening PORT: a TCP socket listens on PORT.
+listening() { ss -ltnH "sport = :$1" | grep -q .; }
+
+# run_pair NAME PORT DONE SERVER-CMD... -- CLIENT-CMD...: starts the server,
+# waits (20 s) until it listens on TCP port PORT, runs the client, and waits for
+# both (120 s each). Both must exit 0 and print DONE. Output goes to
+# $tmp/NAME.srv and $tmp/NAME.cli, and into the TAP diagnostics on failure.
+run_pair() {
+	_name=$1 _port=$2 _done=$3
+	shift 3
+	_srv=""
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do
+		_srv="$_srv '$1'"
+		shift
+	done
+	shift
+	eval "timeout 120 $_srv" >"$tmp/$_name.srv" 2>&1 &
+	_spid=$!
+	if ! wait_for 20 listening "$_port"; then
+		tap_diag "server did not start: $(tr '\n' ';' <"$tmp/$_name.srv")"
+		kill $_spid 2>/dev/null
+		wait $_spid 2>/dev/null
+		return 1
+	fi
+	timeout 120 "$@" >"$tmp/$_name.cli" 2>&1
+	_crc=$?
+	wait $_spid
+	_src=$?
+	if [ $_crc != 0 ] || [ $_src != 0 ] ||
+		! grep -q -- "$_done" "$tmp/$_name.cli" || ! grep -q -- "$_done" "$tmp/$_name.srv"; then
+		tap_diag "client (exit $_crc): $(tr '\n' ';' <"$tmp/$_name.cli" | tail -c 1500)"
+		tap_diag "server (exit $_src): $(tr '\n' ';' <"$tmp/$_name.srv" | tail -c 1500)"
+		return 1
+	fi
 }
 
 # Last line: tests check it to know the whole library loaded.

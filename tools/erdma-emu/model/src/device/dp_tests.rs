@@ -1,0 +1,1246 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Data-path tests: objects and their commands, doorbells, the RC engine, CQs and the fabric.
+
+use crate::cmdq::Status;
+use crate::device::{DeviceConfig, Protocol};
+use crate::eq::AeqEvent;
+use crate::io::GuestMemory;
+use crate::regs;
+use crate::testing::dp::{self, fabric, pump, Wqe, ALL_ACCESS, PDN};
+use crate::testing::{ipv4_gid, TestDriver};
+use crate::wire::{
+    self, access, op, wc, CqeExtra, CreateQp, DataCqe, ModifyQpRoce, QpState, QueueMttCfg, RegMr,
+    Sge, CQE_QTYPE_RQ, CQE_QTYPE_SQ, QP_TYPE_RC, QP_TYPE_UD,
+};
+
+const CQ: u32 = 1;
+
+fn stag(index: u32, key: u8) -> u32 {
+    wire::stag(index, key)
+}
+
+/// One device, host 1, CQ 1 (64 CQEs), QP 10 ↔ QP 11 looped back on itself, MR 1 over a 64 KiB
+/// buffer with every right. Returns the driver and the buffer address.
+fn loopback() -> (TestDriver, u64) {
+    let mut d = TestDriver::new(DeviceConfig::default());
+    let f = fabric();
+    d.attach(&f);
+    d.dp_setup(1);
+    assert_eq!(d.create_cq(CQ, 6).status, 0);
+    assert_eq!(d.create_qp(10, CQ, 8, 6).status, 0);
+    assert_eq!(d.create_qp(11, CQ, 8, 6).status, 0);
+    d.connect(10, 1, 11);
+    d.connect(11, 1, 10);
+    let buf = d.alloc(0x1_0000, 0x1000);
+    assert_eq!(d.reg_mr(1, 0, PDN, buf, 0x1_0000, ALL_ACCESS).status, 0);
+    // Keep the fabric alive through the device's port.
+    drop(f);
+    (d, buf)
+}
+
+/// Two devices (hosts 1 and 2) with CQ 1, QP 10 on each connected to each other, and MR 1
+/// (64 KiB, all rights) on each.
+fn pair() -> (TestDriver, TestDriver, u64, u64) {
+    let f = fabric();
+    let mut a = TestDriver::new(DeviceConfig::default());
+    let mut b = TestDriver::new(DeviceConfig::default());
+    a.attach(&f);
+    b.attach(&f);
+    a.dp_setup(1);
+    b.dp_setup(2);
+    let mut bufs = [0u64; 2];
+    for (d, buf) in [&mut a, &mut b].into_iter().zip(bufs.iter_mut()) {
+        assert_eq!(d.create_cq(CQ, 6).status, 0);
+        assert_eq!(d.create_qp(10, CQ, 8, 6).status, 0);
+        *buf = d.alloc(0x1_0000, 0x1000);
+        assert_eq!(d.reg_mr(1, 0, PDN, *buf, 0x1_0000, ALL_ACCESS).status, 0);
+    }
+    a.connect(10, 2, 10);
+    b.connect(10, 1, 10);
+    (a, b, bufs[0], bufs[1])
+}
+
+fn pump1(d: &mut TestDriver) {
+    pump(&mut [d]);
+}
+
+fn pump2(a: &mut TestDriver, b: &mut TestDriver) {
+    pump(&mut [a, b]);
+}
+
+fn sge(addr: u64, len: u32) -> Sge {
+    Sge {
+        addr,
+        len,
+        key: stag(1, 0),
+    }
+}
+
+fn sq_cqe(cqes: &[DataCqe], qpn: u32) -> Vec<DataCqe> {
+    cqes.iter()
+        .filter(|c| c.qpn == qpn && c.qtype == CQE_QTYPE_SQ)
+        .copied()
+        .collect()
+}
+
+// ------------------------------------------------------------------------------------------------
+// Commands
+// ------------------------------------------------------------------------------------------------
+
+#[test]
+fn cq_commands_validate() {
+    let mut d = TestDriver::new(DeviceConfig::default());
+    d.dp_setup(1);
+    assert_eq!(d.create_cq(0, 6).status, Status::InvalidParam.code());
+    assert_eq!(d.create_cq(2 * 4096, 6).status, Status::InvalidParam.code());
+    assert_eq!(d.create_cq(1, 23).status, Status::InvalidParam.code());
+    assert_eq!(d.create_cq(1, 6).status, 0);
+    assert_eq!(d.create_cq(1, 6).status, Status::Exists.code());
+    // EQN that is not a CEQ.
+    let mut req = crate::wire::CreateCq {
+        cqn: 2,
+        depth_log2: 4,
+        buf: QueueMttCfg {
+            page_shift: 12,
+            level: 1,
+            count: 2,
+            offset: 0,
+            addr: 0xdead_0000_0000,
+            more: [0; 3],
+        },
+        eqn: 5,
+        ext_db: false,
+        dbrec: 0,
+        db_page: 0,
+    };
+    let c = d.exec(crate::cmdq::Command::CreateCq, |s| req.write_fields(s));
+    assert_eq!(c.status, Status::InvalidParam.code());
+    req.eqn = 1;
+    let c = d.exec(crate::cmdq::Command::CreateCq, |s| req.write_fields(s));
+    assert_eq!(c.status, Status::DmaError.code(), "level-1 MTT unreadable");
+    assert_eq!(d.dev.cqs(), [1]);
+    let c = d.exec(crate::cmdq::Command::DestroyCq, |s| {
+        wire::U32Arg(1).write_fields(s)
+    });
+    assert_eq!(c.status, 0);
+    let c = d.exec(crate::cmdq::Command::DestroyCq, |s| {
+        wire::U32Arg(1).write_fields(s)
+    });
+    assert_eq!(c.status, Status::NotFound.code());
+}
+
+#[test]
+fn qp_commands_validate_and_state_machine() {
+    let mut d = TestDriver::new(DeviceConfig::default());
+    d.dp_setup(1);
+    assert_eq!(
+        d.create_qp(5, CQ, 8, 6).status,
+        Status::NotFound.code(),
+        "no CQ"
+    );
+    assert_eq!(d.create_cq(CQ, 6).status, 0);
+    assert_eq!(d.create_qp(0, CQ, 8, 6).status, Status::InvalidParam.code());
+    assert_eq!(
+        d.create_qp(4096, CQ, 8, 6).status,
+        Status::InvalidParam.code()
+    );
+    assert_eq!(
+        d.create_qp(5, CQ, 16, 6).status,
+        Status::InvalidParam.code()
+    );
+    assert_eq!(
+        d.create_qp(5, CQ, 8, 14).status,
+        Status::InvalidParam.code()
+    );
+    assert_eq!(d.create_qp(5, CQ, 8, 6).status, 0);
+    assert_eq!(d.create_qp(5, CQ, 8, 6).status, Status::Exists.code());
+    // The SQ buffer must hold the queue: 2^8 WQEBBs do not fit one 4 KiB page.
+    let mut req = CreateQp {
+        qpn: 6,
+        sq_depth_log2: 8,
+        rq_depth_log2: 2,
+        pdn: 1,
+        send_cqn: CQ,
+        recv_cqn: CQ,
+        ext_db: false,
+        sq: QueueMttCfg {
+            page_shift: 12,
+            level: 0,
+            count: 1,
+            offset: 0,
+            addr: 0x1000,
+            more: [0; 3],
+        },
+        rq: QueueMttCfg {
+            page_shift: 12,
+            level: 0,
+            count: 1,
+            offset: 0,
+            addr: 0x2000,
+            more: [0; 3],
+        },
+        sq_dbrec: 0,
+        rq_dbrec: 0,
+        db_pages: (0, 0),
+        qp_type: QP_TYPE_RC,
+    };
+    assert_eq!(d.create_qp_raw(&req).status, Status::InvalidParam.code());
+    req.sq.count = 2;
+    req.sq.more[0] = 0x3000;
+    assert_eq!(d.create_qp_raw(&req).status, 0, "two inline pages");
+    req.qpn = 7;
+    req.qp_type = 3;
+    assert_eq!(d.create_qp_raw(&req).status, Status::InvalidParam.code());
+    req.qp_type = QP_TYPE_UD;
+    assert_eq!(d.create_qp_raw(&req).status, 0, "UD is accepted");
+
+    // State machine.
+    assert_eq!(
+        d.modify_state(5, QpState::Rts).status,
+        Status::InvalidParam.code()
+    );
+    assert_eq!(d.modify_state(5, QpState::Init).status, 0);
+    assert_eq!(d.modify_state(5, QpState::Init).status, 0, "same state");
+    assert_eq!(d.modify_state(5, QpState::Rtr).status, 0);
+    assert_eq!(d.modify_state(5, QpState::Rts).status, 0);
+    assert_eq!(d.modify_state(5, QpState::Sqd).status, 0);
+    assert_eq!(d.modify_state(5, QpState::Rts).status, 0);
+    assert_eq!(
+        d.modify_state(5, QpState::Init).status,
+        Status::InvalidParam.code()
+    );
+    assert_eq!(
+        d.modify_state(99, QpState::Init).status,
+        Status::NotFound.code()
+    );
+    let bad = ModifyQpRoce {
+        qpn: 5,
+        state: 9,
+        dst_qpn: 0,
+        mask: wire::qp_mask::STATE,
+        qkey: 0,
+        rq_psn: 0,
+        sq_psn: 0,
+        av: crate::testing::ipv4_av(0, 1),
+    };
+    assert_eq!(d.modify_qp(&bad).status, Status::InvalidParam.code());
+    // PSNs without a state change, then QUERY_QP.
+    let psn = ModifyQpRoce {
+        mask: wire::qp_mask::SQ_PSN | wire::qp_mask::RQ_PSN,
+        sq_psn: 0x1ab_cdef,
+        rq_psn: 0x12_3456,
+        ..bad
+    };
+    assert_eq!(d.modify_qp(&psn).status, 0);
+    let q = d.query_qp(5);
+    assert_eq!(q.status, 0);
+    assert_eq!(
+        q.resp0,
+        wire::query_qp_resp0(0xab_cdef, 0x12_3456, QpState::Rts, false)
+    );
+    assert_eq!(q.resp0 >> 48 & 0xff, 3);
+    assert_eq!(d.query_qp(77).status, Status::NotFound.code());
+    assert_eq!(d.modify_state(5, QpState::Error).status, 0);
+    assert_eq!(d.modify_state(5, QpState::Reset).status, 0);
+    assert_eq!(
+        d.control("query qps"),
+        Ok("qps=5:RESET,6:RESET,7:RESET".into())
+    );
+    assert_eq!(d.control("query objects"), Ok("objects=3/1/0".into()));
+    let c = d.exec(crate::cmdq::Command::DestroyQp, |s| {
+        wire::U32Arg(5).write_fields(s)
+    });
+    assert_eq!(c.status, 0);
+    let c = d.exec(crate::cmdq::Command::DestroyQp, |s| {
+        wire::U32Arg(5).write_fields(s)
+    });
+    assert_eq!(c.status, Status::NotFound.code());
+}
+
+#[test]
+fn iwarp_keeps_qp_commands_unsupported_but_has_cqs_and_mrs() {
+    let mut d = TestDriver::new(DeviceConfig {
+        protocol: Protocol::Iwarp,
+        ..DeviceConfig::default()
+    });
+    assert!(d.init());
+    assert_eq!(d.create_ceq(1, 1, 8).status, 0);
+    assert_eq!(d.create_cq(CQ, 6).status, 0);
+    assert_eq!(d.create_qp(5, CQ, 8, 6).status, Status::Unsupported.code());
+    let buf = d.alloc(0x2000, 0x1000);
+    assert_eq!(d.reg_mr(3, 7, 1, buf, 0x2000, ALL_ACCESS).status, 0);
+    assert_eq!(d.dev.mrs(), [stag(3, 7)]);
+    assert_eq!(d.dereg_mr(stag(3, 7)).status, 0);
+    assert_eq!(d.query_qp(5).status, Status::Unsupported.code());
+}
+
+#[test]
+fn reset_drops_objects() {
+    let (mut d, _) = loopback();
+    assert_eq!(d.dev.qps().len(), 2);
+    d.w32(regs::DEV_CTRL, regs::DEV_CTRL_RESET);
+    assert!(d.dev.qps().is_empty() && d.dev.cqs().is_empty() && d.dev.mrs().is_empty());
+    let (mut d, _) = loopback();
+    d.dev.reset();
+    assert_eq!(d.control("query objects"), Ok("objects=0/0/0".into()));
+}
+
+#[test]
+fn mr_commands_validate() {
+    let mut d = TestDriver::new(DeviceConfig::default());
+    d.dp_setup(1);
+    let buf = d.alloc(0x8000, 0x1000);
+    assert_eq!(
+        d.reg_mr(8192, 0, 1, buf, 0x100, ALL_ACCESS).status,
+        Status::InvalidParam.code()
+    );
+    assert_eq!(
+        d.reg_mr(1, 0, 1, buf, 0, ALL_ACCESS).status,
+        Status::InvalidParam.code()
+    );
+    assert_eq!(
+        d.reg_mr(1, 0, 1, buf, 0x8000, ALL_ACCESS).status,
+        0,
+        "level 1"
+    );
+    assert_eq!(
+        d.reg_mr(1, 0, 1, buf, 0x100, ALL_ACCESS).status,
+        Status::Exists.code()
+    );
+    let mut r = RegMr {
+        valid: true,
+        version: 0,
+        key: 1,
+        index: 2,
+        pdn: 1,
+        mr_type: 0,
+        access: ALL_ACCESS,
+        va: u64::MAX - 0x10,
+        len: 0x100,
+        page_shift: 12,
+        mtt_page_code: 0,
+        level: 0,
+        count: 1,
+        entries: [buf; 4],
+    };
+    assert_eq!(
+        d.reg_mr_raw(&r).status,
+        Status::InvalidParam.code(),
+        "wraps"
+    );
+    r.va = buf;
+    r.len = 1 << 41;
+    assert_eq!(
+        d.reg_mr_raw(&r).status,
+        Status::InvalidParam.code(),
+        "> max_mr_size"
+    );
+    r.len = 0x5000;
+    r.count = 5;
+    assert_eq!(
+        d.reg_mr_raw(&r).status,
+        Status::InvalidParam.code(),
+        "level 0, 5 pages"
+    );
+    r.len = 0x2000;
+    r.count = 1;
+    assert_eq!(
+        d.reg_mr_raw(&r).status,
+        Status::InvalidParam.code(),
+        "too few entries"
+    );
+    r.mr_type = 3;
+    assert_eq!(d.reg_mr_raw(&r).status, Status::InvalidParam.code());
+    // A hostile count for a huge MR is not allocated: levels are walked at use time.
+    r.mr_type = 0;
+    r.version = 1;
+    r.level = 3;
+    r.len = 1 << 40;
+    r.count = 1 << 28;
+    r.entries[0] = buf;
+    assert_eq!(
+        d.reg_mr_raw(&r).status,
+        Status::InvalidParam.code(),
+        "3 levels of 4 KiB MTT pages name only 2^27 pages"
+    );
+    r.mtt_page_code = 1;
+    // Every level's entry 0 points back at the page itself.
+    d.mem.write_u64_le(buf, buf).unwrap();
+    assert_eq!(d.reg_mr_raw(&r).status, 0, "8 KiB MTT pages: 2^30");
+    r.index = 3;
+    r.entries[0] = 0xdead_0000_0000;
+    assert_eq!(d.reg_mr_raw(&r).status, Status::DmaError.code());
+    // DMA MR: garbage VA/length/page size ignored.
+    r.mr_type = 2;
+    r.valid = false;
+    r.page_shift = 31;
+    assert_eq!(d.reg_mr_raw(&r).status, 0);
+    assert!(d.dev.mr_valid(stag(3, 1)));
+    assert_eq!(
+        d.dereg_mr(stag(3, 9)).status,
+        0,
+        "key mismatch: deregistered anyway"
+    );
+    assert_eq!(d.dereg_mr(stag(3, 1)).status, Status::NotFound.code());
+}
+
+// ------------------------------------------------------------------------------------------------
+// Traffic
+// ------------------------------------------------------------------------------------------------
+
+#[test]
+fn send_recv_between_two_devices() {
+    let (mut a, mut b, abuf, bbuf) = pair();
+    a.poke(abuf, b"hello, world");
+    let r = b.post_recv(10, bbuf + 0x100, 64, stag(1, 0));
+    let s = a.send_wqe(10, &Wqe::send(&[sge(abuf, 12)]));
+    pump2(&mut a, &mut b);
+    assert_eq!(b.peek(bbuf + 0x100, 12), b"hello, world");
+    let rc = b.poll(CQ).expect("receive CQE");
+    assert_eq!(
+        (
+            rc.qtype,
+            rc.opcode,
+            rc.status,
+            rc.wqe_index,
+            rc.qpn,
+            rc.byte_len
+        ),
+        (CQE_QTYPE_RQ, op::RECEIVE, 0, u32::from(r), 10, 12)
+    );
+    let sc = a.poll(CQ).expect("send CQE");
+    assert_eq!(
+        (sc.qtype, sc.opcode, sc.status, sc.wqe_index, sc.byte_len),
+        (CQE_QTYPE_SQ, op::SEND, 0, u32::from(s), 12)
+    );
+    // PSNs advanced per message.
+    assert_eq!(a.dev.qp_info(10).unwrap().0, 201);
+    assert_eq!(b.dev.qp_info(10).unwrap().1, 101);
+    // Traffic counters.
+    let stats = a.control("query stats").unwrap();
+    assert!(
+        stats.starts_with("tx_reqs=1 tx_packets=1 tx_bytes=12 "),
+        "{stats}"
+    );
+}
+
+#[test]
+fn send_waits_for_a_receive_wqe() {
+    let (mut a, mut b, abuf, bbuf) = pair();
+    a.send_wqe(10, &Wqe::send_inline(b"early"));
+    a.send_wqe(10, &Wqe::send_inline(b"second"));
+    pump2(&mut a, &mut b);
+    assert!(a.poll(CQ).is_none(), "not acknowledged yet");
+    b.post_recv(10, bbuf, 16, stag(1, 0));
+    pump2(&mut a, &mut b);
+    assert_eq!(b.peek(bbuf, 5), b"early");
+    assert_eq!(a.poll_all(CQ).len(), 1);
+    b.post_recv(10, bbuf + 16, 16, stag(1, 0));
+    pump2(&mut a, &mut b);
+    assert_eq!(b.peek(bbuf + 16, 6), b"second");
+    assert_eq!(a.poll_all(CQ).len(), 1);
+    assert_eq!(b.poll_all(CQ).len(), 2);
+    let _ = abuf;
+}
+
+#[test]
+fn write_read_atomics_loopback() {
+    let (mut d, buf) = loopback();
+    let key = stag(1, 0);
+    d.poke(buf, &[7u8; 256]);
+    // WRITE 256 bytes buf -> buf+0x1000.
+    d.send_wqe(10, &Wqe::write(key, buf + 0x1000, &[sge(buf, 256)]));
+    pump1(&mut d);
+    assert_eq!(d.peek(buf + 0x1000, 256), vec![7u8; 256]);
+    let c = d.poll(CQ).unwrap();
+    assert_eq!(
+        (c.opcode, c.status, c.qpn, c.byte_len),
+        (op::WRITE, 0, 10, 256)
+    );
+    // READ it back into buf+0x2000 across a page boundary.
+    d.poke(buf + 0x3ff0, &[9u8; 32]);
+    d.send_wqe(10, &Wqe::read(key, buf + 0x2ff0, 32, key, buf + 0x3ff0));
+    pump1(&mut d);
+    assert_eq!(d.peek(buf + 0x2ff0, 32), vec![9u8; 32]);
+    let c = d.poll(CQ).unwrap();
+    assert_eq!((c.opcode, c.status, c.byte_len), (op::READ, 0, 32));
+    // FAA and CAS.
+    d.poke(buf + 0x4000, &40u64.to_le_bytes());
+    d.send_wqe(
+        10,
+        &Wqe::atomic(key, buf + 0x4000, None, 2, key, buf + 0x4008),
+    );
+    d.send_wqe(
+        10,
+        &Wqe::atomic(key, buf + 0x4000, Some(42), 100, key, buf + 0x4010),
+    );
+    d.send_wqe(
+        10,
+        &Wqe::atomic(key, buf + 0x4000, Some(1), 5, key, buf + 0x4018),
+    );
+    pump1(&mut d);
+    let v = |d: &TestDriver, a| u64::from_le_bytes(d.peek(a, 8).try_into().unwrap());
+    assert_eq!(v(&d, buf + 0x4000), 100);
+    assert_eq!(v(&d, buf + 0x4008), 40);
+    assert_eq!(v(&d, buf + 0x4010), 42);
+    assert_eq!(
+        v(&d, buf + 0x4018),
+        100,
+        "CAS that does not match returns the value"
+    );
+    let ops: Vec<u8> = d.poll_all(CQ).iter().map(|c| c.opcode).collect();
+    assert_eq!(ops, [op::ATOMIC_FAA, op::ATOMIC_CAS, op::ATOMIC_CAS]);
+}
+
+#[test]
+fn immediates_and_invalidate() {
+    let (mut d, buf) = loopback();
+    let key = stag(1, 0);
+    d.post_recv(11, buf + 0x100, 64, key);
+    d.post_recv(11, buf + 0x200, 64, key);
+    d.post_recv(11, buf + 0x300, 64, key);
+    d.send_wqe(
+        10,
+        &Wqe::write_inline(key, buf + 0x800, b"imm-write").imm([1, 2, 3, 4]),
+    );
+    d.send_wqe(10, &Wqe::send_inline(b"imm-send").imm([0xa, 0xb, 0xc, 0xd]));
+    // Another MR to invalidate remotely.
+    let other = d.alloc(0x1000, 0x1000);
+    assert_eq!(d.reg_mr(2, 5, PDN, other, 0x1000, ALL_ACCESS).status, 0);
+    d.send_wqe(10, &Wqe::send_inline(b"inv").inv(stag(2, 5)));
+    pump1(&mut d);
+    assert_eq!(d.peek(buf + 0x800, 9), b"imm-write");
+    let rq: Vec<DataCqe> = d
+        .poll_all(CQ)
+        .into_iter()
+        .filter(|c| c.qtype == CQE_QTYPE_RQ)
+        .collect();
+    assert_eq!(rq.len(), 3);
+    assert_eq!(
+        (rq[0].opcode, rq[0].extra, rq[0].byte_len),
+        (op::RECV_IMM, CqeExtra::Imm([1, 2, 3, 4]), 9)
+    );
+    assert_eq!(
+        d.peek(buf + 0x100, 4),
+        [0; 4],
+        "WRITE_WITH_IMM leaves the RQE buffer alone"
+    );
+    assert_eq!(
+        (rq[1].opcode, rq[1].extra),
+        (op::RSP_SEND_IMM, CqeExtra::Imm([0xa, 0xb, 0xc, 0xd]))
+    );
+    assert_eq!(d.peek(buf + 0x200, 8), b"imm-send");
+    assert_eq!(rq[2].opcode, op::RECV_INV);
+    // The decoder shows @12 as an immediate: the BE rkey reversed.
+    let k = stag(2, 5).to_be_bytes();
+    assert_eq!(rq[2].extra, CqeExtra::Imm([k[3], k[2], k[1], k[0]]));
+    assert!(!d.dev.mr_valid(stag(2, 5)), "invalidated");
+}
+
+#[test]
+fn six_sges_inline_across_the_ring_end_and_wrap() {
+    let (mut d, buf) = loopback();
+    let key = stag(1, 0);
+    let sges: Vec<Sge> = (0..6u64)
+        .map(|i| {
+            d.poke(buf + 0x100 * i, &[i as u8 + 1; 10]);
+            sge(buf + 0x100 * i, 10)
+        })
+        .collect();
+    d.post_recv(11, buf + 0x8000, 128, key);
+    d.send_wqe(10, &Wqe::send(&sges));
+    pump1(&mut d);
+    let got = d.peek(buf + 0x8000, 60);
+    for i in 0..6 {
+        assert_eq!(got[i * 10..i * 10 + 10], [i as u8 + 1; 10]);
+    }
+    // Walk the 256-WQEBB SQ to 2 WQEBBs before its end, then post 96 inline bytes (4 WQEBBs).
+    while d.dp.qps[&10].sq_pi % 256 != 254 {
+        d.post_wqe(10, &Wqe::write_inline(key, buf + 0x9000, b"x").unsignaled());
+    }
+    d.ring_sq(10);
+    pump1(&mut d);
+    let data: Vec<u8> = (0..96u8).collect();
+    d.post_recv(11, buf + 0xa000, 128, key);
+    let start = d.send_wqe(10, &Wqe::send_inline(&data));
+    assert_eq!(start % 256, 254);
+    pump1(&mut d);
+    assert_eq!(d.peek(buf + 0xa000, 96), data);
+    let cqes = d.poll_all(CQ);
+    let sq = sq_cqe(&cqes, 10);
+    assert_eq!(sq.last().unwrap().wqe_index, u32::from(start));
+    assert!(sq.iter().all(|c| c.status == 0));
+    // Unsignaled WRITEs produced no CQEs: 2 SENDs only.
+    assert_eq!(sq.len(), 2);
+}
+
+#[test]
+fn cq_owner_bit_laps() {
+    let (mut d, buf) = loopback();
+    // 64-entry CQ, 150 signaled WRITEs polled as they come.
+    for i in 0..150u32 {
+        d.send_wqe(
+            10,
+            &Wqe::write_inline(stag(1, 0), buf + 0x100, &i.to_le_bytes()),
+        );
+        pump1(&mut d);
+        let c = d.poll(CQ).expect("one CQE per WRITE");
+        assert_eq!(c.status, 0);
+        assert_eq!(c.owner, (i / 64) % 2 == 0, "CQE {i}");
+    }
+}
+
+#[test]
+fn arming_one_event_per_arm_and_solicited() {
+    let (mut d, buf) = loopback();
+    let key = stag(1, 0);
+    d.take_irqs();
+    d.arm(CQ, false);
+    d.send_wqe(10, &Wqe::write_inline(key, buf, b"a"));
+    d.send_wqe(10, &Wqe::write_inline(key, buf, b"b"));
+    pump1(&mut d);
+    assert_eq!(d.take_irqs(), [1], "one event for two CQEs");
+    assert_eq!(d.ceqe(1, 256, 0), (true, CQ));
+    d.poll_all(CQ);
+    // Solicited-only arm: unsolicited receive does not fire, a solicited one does.
+    d.w64(
+        regs::eq_db(1),
+        crate::regs::EqDoorbell { ci: 1, arm: true }.encode(),
+    );
+    d.arm(CQ, true);
+    d.post_recv(11, buf + 0x100, 16, key);
+    d.post_recv(11, buf + 0x200, 16, key);
+    d.send_wqe(10, &Wqe::send_inline(b"plain").unsignaled());
+    pump1(&mut d);
+    assert!(d.take_irqs().is_empty());
+    d.send_wqe(10, &Wqe::send_inline(b"sol").unsignaled().solicited());
+    pump1(&mut d);
+    assert_eq!(d.take_irqs(), [1]);
+    // Arming with CQEs beyond the CI fires at once.
+    d.w64(
+        regs::eq_db(1),
+        crate::regs::EqDoorbell { ci: 2, arm: true }.encode(),
+    );
+    d.arm(CQ, false);
+    assert_eq!(d.take_irqs(), [1]);
+}
+
+#[test]
+fn cq_overflow_posts_an_aeqe() {
+    let mut d = TestDriver::new(DeviceConfig::default());
+    let f = fabric();
+    d.attach(&f);
+    d.dp_setup(1);
+    assert_eq!(d.create_cq(CQ, 2).status, 0);
+    assert_eq!(d.create_cq(2, 6).status, 0);
+    assert_eq!(d.create_qp(10, 2, 8, 6).status, 0);
+    assert_eq!(d.create_qp(11, CQ, 8, 6).status, 0);
+    d.connect(10, 1, 11);
+    d.connect(11, 1, 10);
+    let buf = d.alloc(0x1000, 0x1000);
+    assert_eq!(d.reg_mr(1, 0, PDN, buf, 0x1000, ALL_ACCESS).status, 0);
+    // Solicited-only arm: the CI stays current while unsolicited receives pile up.
+    d.arm(CQ, true);
+    for _ in 0..5 {
+        d.post_recv(11, buf, 16, stag(1, 0));
+    }
+    for _ in 0..5 {
+        d.send_wqe(10, &Wqe::send_inline(b"x").unsignaled());
+    }
+    pump1(&mut d);
+    assert_eq!(
+        d.poll_aeqe(),
+        Some(AeqEvent {
+            ty: 3,
+            subtype: 0,
+            data0: CQ,
+            data1: 0
+        })
+    );
+    assert_eq!(d.poll_all(CQ).len(), 4);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Errors
+// ------------------------------------------------------------------------------------------------
+
+/// Posts `wqe` on QP 10 of a fresh loopback pair and returns QP 10's first SQ CQE status.
+fn local_status(wqe: impl FnOnce(u64) -> Wqe) -> u8 {
+    let (mut d, buf) = loopback();
+    let w = wqe(buf);
+    d.post_recv(11, buf, 0x100, stag(1, 0));
+    d.send_wqe(10, &w);
+    pump1(&mut d);
+    let cqes = d.poll_all(CQ);
+    sq_cqe(&cqes, 10).first().expect("an SQ CQE").status
+}
+
+#[test]
+fn local_access_errors() {
+    let k = stag(1, 0);
+    let bad = |addr, len, key| Sge { addr, len, key };
+    assert_eq!(
+        local_status(|b| Wqe::send(&[bad(b, 8, stag(9, 0))])),
+        wc::SEND_STAG
+    );
+    assert_eq!(
+        local_status(|b| Wqe::send(&[bad(b, 8, stag(1, 1))])),
+        wc::SEND_STAG
+    );
+    assert_eq!(
+        local_status(|b| Wqe::send(&[bad(b + 0xfff8, 16, k)])),
+        wc::SEND_BOUNDS
+    );
+    assert_eq!(
+        local_status(|b| Wqe::send(&[bad(b - 1, 8, k)])),
+        wc::SEND_BOUNDS
+    );
+    assert_eq!(
+        local_status(|_| Wqe::send(&[bad(u64::MAX - 3, 8, k)])),
+        wc::SEND_BOUNDS
+    );
+    // READ into an MR without local write.
+    let status = {
+        let (mut d, buf) = loopback();
+        let ro = d.alloc(0x1000, 0x1000);
+        assert_eq!(
+            d.reg_mr(2, 0, PDN, ro, 0x1000, access::LOCAL_READ).status,
+            0
+        );
+        d.send_wqe(10, &Wqe::read(stag(2, 0), ro, 8, stag(1, 0), buf));
+        pump1(&mut d);
+        d.poll(CQ).unwrap().status
+    };
+    assert_eq!(status, wc::SEND_ACCESS);
+    // MR of another PD.
+    let status = {
+        let (mut d, buf) = loopback();
+        assert_eq!(d.reg_mr(2, 0, PDN + 1, buf, 0x1000, ALL_ACCESS).status, 0);
+        d.send_wqe(
+            10,
+            &Wqe::send(&[Sge {
+                addr: buf,
+                len: 8,
+                key: stag(2, 0),
+            }]),
+        );
+        pump1(&mut d);
+        d.poll(CQ).unwrap().status
+    };
+    assert_eq!(status, wc::SEND_PD);
+    // Format errors: 7 SGEs, inline too long, unknown opcode.
+    let seven = |b: u64| {
+        let mut w = Wqe::send(
+            &[Sge {
+                addr: b,
+                len: 1,
+                key: k,
+            }; 6],
+        );
+        w.sgl_len = 7;
+        w
+    };
+    assert_eq!(local_status(seven), wc::SEND_FORMAT);
+    assert_eq!(
+        local_status(|_| Wqe::send_inline(&[0; 97])),
+        wc::SEND_FORMAT
+    );
+    assert_eq!(
+        local_status(|b| Wqe::send(&[sge(b, 1)]).opcode(7)),
+        wc::SEND_FORMAT
+    );
+}
+
+#[test]
+fn remote_access_errors_and_flush() {
+    // rkey problems: requester 3..6, responder QP in ERROR with an AEQE (type 2).
+    type Case = (fn(u64) -> Wqe, u8);
+    let cases: [Case; 5] = [
+        (|b| Wqe::write_inline(stag(9, 0), b, b"x"), wc::RECV_STAG),
+        (|b| Wqe::write_inline(stag(1, 3), b, b"x"), wc::RECV_STAG),
+        (
+            |b| Wqe::write_inline(stag(1, 0), b + 0x1_0000, b"x"),
+            wc::RECV_BOUNDS,
+        ),
+        (
+            |_| Wqe::write_inline(stag(1, 0), u64::MAX - 1, b"xyz").fenced(),
+            wc::RECV_BOUNDS,
+        ),
+        (
+            |b| Wqe::atomic(stag(1, 0), b + 4, None, 1, stag(1, 0), b),
+            wc::RECV_BOUNDS,
+        ),
+    ];
+    for (make, want) in cases {
+        let (mut d, buf) = loopback();
+        d.post_recv(10, buf, 16, stag(1, 0));
+        d.send_wqe(10, &make(buf));
+        d.send_wqe(10, &Wqe::write_inline(stag(1, 0), buf, b"after"));
+        pump1(&mut d);
+        let cqes = d.poll_all(CQ);
+        let sq = sq_cqe(&cqes, 10);
+        assert_eq!(sq[0].status, want);
+        assert_eq!(sq[1].status, wc::FLUSHED);
+        let rq: Vec<_> = cqes.iter().filter(|c| c.qtype == CQE_QTYPE_RQ).collect();
+        assert_eq!(rq.len(), 1, "QP 10's RQE flushed");
+        assert_eq!(rq[0].status, wc::FLUSHED);
+        assert_eq!(d.dev.qp_info(10).unwrap().2, QpState::Error);
+        assert_eq!(d.dev.qp_info(11).unwrap().2, QpState::Error);
+        assert_eq!(d.poll_aeqe().map(|e| (e.ty, e.data0)), Some((2, 11)));
+    }
+    // Rights and PD on the responder.
+    let (mut d, buf) = loopback();
+    assert_eq!(
+        d.reg_mr(2, 0, PDN, buf, 0x100, access::LOCAL_READ).status,
+        0
+    );
+    d.send_wqe(10, &Wqe::read(stag(1, 0), buf, 8, stag(2, 0), buf));
+    pump1(&mut d);
+    assert_eq!(d.poll(CQ).unwrap().status, wc::RECV_ACCESS);
+    let (mut d, buf) = loopback();
+    assert_eq!(d.reg_mr(2, 0, PDN + 1, buf, 0x100, ALL_ACCESS).status, 0);
+    d.send_wqe(10, &Wqe::write_inline(stag(2, 0), buf, b"x"));
+    pump1(&mut d);
+    assert_eq!(d.poll(CQ).unwrap().status, wc::RECV_PD);
+    // Receive buffer too small: both sides see 4.
+    let (mut d, buf) = loopback();
+    d.post_recv(11, buf, 2, stag(1, 0));
+    d.send_wqe(10, &Wqe::send_inline(b"too long"));
+    pump1(&mut d);
+    let cqes = d.poll_all(CQ);
+    assert_eq!(
+        cqes.iter().find(|c| c.qpn == 11).unwrap().status,
+        wc::RECV_BOUNDS
+    );
+    assert_eq!(
+        cqes.iter().find(|c| c.qpn == 10).unwrap().status,
+        wc::RECV_BOUNDS
+    );
+}
+
+#[test]
+fn unreachable_destinations_retry_exceeded() {
+    let (mut d, buf) = loopback();
+    // QP 10 → unknown QPN.
+    let m = ModifyQpRoce {
+        qpn: 10,
+        state: QpState::Rts as u8,
+        dst_qpn: 999,
+        mask: wire::qp_mask::DST_QPN,
+        qkey: 0,
+        rq_psn: 0,
+        sq_psn: 0,
+        av: crate::testing::ipv4_av(0, 1),
+    };
+    assert_eq!(d.modify_qp(&m).status, 0);
+    d.send_wqe(10, &Wqe::write_inline(stag(1, 0), buf, b"x"));
+    pump1(&mut d);
+    assert_eq!(d.poll(CQ).unwrap().status, wc::RETRY_EXCEEDED);
+    // Unknown GID.
+    let (mut d, buf) = loopback();
+    let m = ModifyQpRoce {
+        mask: wire::qp_mask::AV,
+        av: crate::testing::ipv4_av(0, 77),
+        ..m
+    };
+    assert_eq!(d.modify_qp(&m).status, 0);
+    d.send_wqe(10, &Wqe::write_inline(stag(1, 0), buf, b"x"));
+    assert_eq!(d.poll(CQ).unwrap().status, wc::RETRY_EXCEEDED);
+    // Destination QP not ready (INIT).
+    let (mut d, buf) = loopback();
+    assert_eq!(d.modify_state(11, QpState::Reset).status, 0);
+    d.send_wqe(10, &Wqe::write_inline(stag(1, 0), buf, b"x"));
+    pump1(&mut d);
+    assert_eq!(d.poll(CQ).unwrap().status, wc::RETRY_EXCEEDED);
+    // No fabric at all.
+    let mut d = TestDriver::new(DeviceConfig::default());
+    d.dp_setup(1);
+    assert_eq!(d.create_cq(CQ, 6).status, 0);
+    assert_eq!(d.create_qp(10, CQ, 8, 6).status, 0);
+    d.connect(10, 1, 10);
+    d.send_wqe(10, &Wqe::send_inline(b"x"));
+    assert_eq!(d.poll(CQ).unwrap().status, wc::RETRY_EXCEEDED);
+}
+
+#[test]
+fn flush_on_error_doorbells_and_reflush() {
+    let (mut d, buf) = loopback();
+    d.post_recv(10, buf, 16, stag(1, 0));
+    assert_eq!(d.modify_state(10, QpState::Error).status, 0);
+    let c = d.poll(CQ).unwrap();
+    assert_eq!((c.qtype, c.status), (CQE_QTYPE_RQ, wc::FLUSHED));
+    // A doorbell in ERROR flushes.
+    let i = d.send_wqe(10, &Wqe::write_inline(stag(1, 0), buf, b"x").unsignaled());
+    let c = d.poll(CQ).unwrap();
+    assert_eq!(
+        (c.qtype, c.status, c.wqe_index),
+        (CQE_QTYPE_SQ, wc::FLUSHED, u32::from(i))
+    );
+    // REFLUSH with producer indices the device has not seen by doorbell.
+    let j = d.post_wqe(10, &Wqe::read(stag(1, 0), buf, 8, stag(1, 0), buf));
+    let pi = d.dp.qps[&10].sq_pi;
+    let r = wire::Reflush {
+        qpn: 10,
+        sq_pi: u32::from(pi),
+        rq_pi: 1,
+    };
+    assert_eq!(
+        d.exec(crate::cmdq::Command::Reflush, |s| r.write_fields(s))
+            .status,
+        0
+    );
+    let c = d.poll(CQ).unwrap();
+    assert_eq!(
+        (c.opcode, c.status, c.wqe_index),
+        (op::READ, wc::FLUSHED, u32::from(j))
+    );
+    assert!(d.poll(CQ).is_none());
+    let r = wire::Reflush { qpn: 99, ..r };
+    assert_eq!(
+        d.exec(crate::cmdq::Command::Reflush, |s| r.write_fields(s))
+            .status,
+        Status::NotFound.code()
+    );
+}
+
+// ------------------------------------------------------------------------------------------------
+// MRs: levels, FRMR, LOCAL_INV
+// ------------------------------------------------------------------------------------------------
+
+#[test]
+fn mr_levels_two_and_three() {
+    for level in [2u8, 3] {
+        let (mut d, buf) = loopback();
+        // A 3-page MR at IOVA 0x7000_0000_0000 whose pages are scattered in reverse order.
+        let data = d.alloc(0x3000, 0x1000);
+        let pages = [data + 0x2000, data + 0x1000, data];
+        let bottom = d.alloc(0x1000, 0x1000);
+        for (i, p) in pages.iter().enumerate() {
+            d.mem.write_u64_le(bottom + 8 * i as u64, *p).unwrap();
+        }
+        let mut root = bottom;
+        for _ in 1..level {
+            let up = d.alloc(0x1000, 0x1000);
+            d.mem.write_u64_le(up, root).unwrap();
+            root = up;
+        }
+        let iova = 0x7000_0000_0000u64;
+        let r = RegMr {
+            valid: true,
+            version: 1,
+            key: 0x33,
+            index: 5,
+            pdn: PDN,
+            mr_type: 0,
+            access: ALL_ACCESS,
+            va: iova + 0x10,
+            len: 0x2ff0,
+            page_shift: 12,
+            mtt_page_code: 0,
+            level,
+            count: 3,
+            entries: [root, 0, 0, 0],
+        };
+        assert_eq!(d.reg_mr_raw(&r).status, 0);
+        // WRITE across the page boundary between IOVA pages 0 and 1.
+        d.poke(buf, &[5u8; 32]);
+        d.send_wqe(
+            10,
+            &Wqe::write(stag(5, 0x33), iova + 0xff0, &[sge(buf, 32)]),
+        );
+        pump1(&mut d);
+        assert_eq!(d.poll(CQ).unwrap().status, 0);
+        assert_eq!(
+            d.peek(data + 0x2ff0, 16),
+            [5u8; 16],
+            "IOVA page 0 = data page 2"
+        );
+        assert_eq!(
+            d.peek(data + 0x1000, 16),
+            [5u8; 16],
+            "IOVA page 1 = data page 1"
+        );
+        // Outside the MR.
+        d.send_wqe(10, &Wqe::write(stag(5, 0x33), iova, &[sge(buf, 8)]));
+        pump1(&mut d);
+        assert_eq!(d.poll(CQ).unwrap().status, wc::RECV_BOUNDS);
+    }
+}
+
+#[test]
+fn fast_register_and_local_invalidate() {
+    let (mut d, buf) = loopback();
+    // FRMR index 4 with a 4-entry MTT buffer.
+    let mttbuf = d.alloc(32, 8);
+    let r = RegMr {
+        valid: false,
+        version: 0,
+        key: 0,
+        index: 4,
+        pdn: PDN,
+        mr_type: 1,
+        access: ALL_ACCESS,
+        va: 0xdead,
+        len: 0xbeef,
+        page_shift: 12,
+        mtt_page_code: 0,
+        level: 1,
+        count: 4,
+        entries: [mttbuf, 0, 0, 0],
+    };
+    assert_eq!(d.reg_mr_raw(&r).status, 0);
+    assert!(!d.dev.mr_valid(stag(4, 0)));
+    // Not valid yet: a WRITE to it fails.
+    d.send_wqe(10, &Wqe::write_inline(stag(4, 0), 0x1000, b"x"));
+    pump1(&mut d);
+    assert_eq!(d.poll(CQ).unwrap().status, wc::RECV_STAG);
+
+    let (mut d, buf2) = loopback();
+    let _ = buf;
+    let mttbuf = d.alloc(32, 8);
+    let r = RegMr {
+        entries: [mttbuf, 0, 0, 0],
+        ..r
+    };
+    assert_eq!(d.reg_mr_raw(&r).status, 0);
+    // Inline pages: IOVA 0x1_0000_0000 → buf2 pages 2, 3.
+    let w = Wqe::fast_reg(
+        stag(4, 7),
+        0x1_0000_0000,
+        0x2000,
+        ALL_ACCESS,
+        &[buf2 + 0x2000, buf2 + 0x3000],
+        0,
+    );
+    d.send_wqe(10, &w);
+    assert!(d.dev.mr_valid(stag(4, 7)));
+    d.send_wqe(10, &Wqe::write_inline(stag(4, 7), 0x1_0000_1000, b"frmr"));
+    pump1(&mut d);
+    assert_eq!(d.peek(buf2 + 0x3000, 4), b"frmr");
+    // LOCAL_INV, then the same WRITE fails.
+    d.send_wqe(10, &Wqe::local_inv(stag(4, 7)));
+    assert!(!d.dev.mr_valid(stag(4, 7)));
+    let ok: Vec<u8> = d.poll_all(CQ).iter().map(|c| c.status).collect();
+    assert_eq!(ok, [0, 0, 0]);
+    // Re-register from the pre-registered buffer (MTT type 1).
+    d.mem.write_u64_le(mttbuf, buf2 + 0x5000).unwrap();
+    d.send_wqe(
+        10,
+        &Wqe::fast_reg(stag(4, 8), 0x2000, 0x1000, ALL_ACCESS, &[], 1),
+    );
+    d.send_wqe(10, &Wqe::write_inline(stag(4, 8), 0x2008, b"buf"));
+    pump1(&mut d);
+    assert_eq!(d.peek(buf2 + 0x5008, 3), b"buf");
+    // A second fast-register of a valid MR fails.
+    d.send_wqe(
+        10,
+        &Wqe::fast_reg(stag(4, 9), 0x2000, 0x1000, ALL_ACCESS, &[], 1),
+    );
+    let st: Vec<u8> = d.poll_all(CQ).iter().map(|c| c.status).collect();
+    assert_eq!(st, [0, 0, wc::SEND_STAG]);
+}
+
+#[test]
+fn read_with_invalidate() {
+    let (mut d, buf) = loopback();
+    let sink = d.alloc(0x1000, 0x1000);
+    assert_eq!(d.reg_mr(2, 1, PDN, sink, 0x1000, ALL_ACCESS).status, 0);
+    d.poke(buf, b"readinv!");
+    let w = Wqe::read(stag(2, 1), sink, 8, stag(1, 0), buf).opcode(op::READ_WITH_INV);
+    let mut w = w;
+    w.body[0..4].copy_from_slice(&stag(2, 1).to_le_bytes());
+    d.send_wqe(10, &w);
+    pump1(&mut d);
+    assert_eq!(d.poll(CQ).unwrap().status, 0);
+    assert_eq!(d.peek(sink, 8), b"readinv!");
+    assert!(!d.dev.mr_valid(stag(2, 1)));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Doorbells and queues
+// ------------------------------------------------------------------------------------------------
+
+#[test]
+fn level1_queues_and_extended_doorbells_with_swapped_pages() {
+    let mut d = TestDriver::new(DeviceConfig::default());
+    let f = fabric();
+    d.attach(&f);
+    d.dp_setup(1);
+    // A context's doorbell pages: [SQ, CDB, RDB].
+    let c = d.exec(crate::cmdq::Command::AllocDb, |s| {
+        crate::cmdq::AllocDb { enable: 7 }.write_fields(s)
+    });
+    assert_eq!(c.status, 0);
+    let sq_page = c.resp0 & 0xffff;
+    let cdb = c.resp0 >> 32 & 0xffff;
+    let rdb = c.resp0 >> 48;
+    assert_eq!(d.create_cq(CQ, 6).status, 0);
+    // QP 10 with SQ and RQ on scattered 4 KiB pages (level 1), QP 11 plain.
+    let pages: Vec<u64> = (0..3).map(|_| d.alloc(0x1000, 0x1000)).collect();
+    let mtt = d.alloc(24, 8);
+    for (i, p) in pages.iter().rev().enumerate() {
+        d.mem.write_u64_le(mtt + 8 * i as u64, *p).unwrap();
+    }
+    let req = CreateQp {
+        qpn: 10,
+        sq_depth_log2: 7,
+        rq_depth_log2: 7,
+        pdn: PDN,
+        send_cqn: CQ,
+        recv_cqn: CQ,
+        ext_db: true,
+        sq: QueueMttCfg {
+            page_shift: 12,
+            level: 1,
+            count: 2,
+            offset: 0,
+            addr: mtt,
+            more: [0; 3],
+        },
+        rq: QueueMttCfg {
+            page_shift: 12,
+            level: 0,
+            count: 1,
+            offset: 0,
+            addr: pages[0],
+            more: [0xdead; 3],
+        },
+        sq_dbrec: 0,
+        rq_dbrec: 0,
+        db_pages: (sq_page as u16, rdb as u16),
+        qp_type: QP_TYPE_RC,
+    };
+    assert_eq!(d.create_qp_raw(&req).status, 0);
+    // The helper records contiguous rings; this QP's SQ is scattered: fix up by hand.
+    d.dp.qps.get_mut(&10).unwrap().sq = pages[2];
+    assert_eq!(d.create_qp(11, CQ, 8, 6).status, 0);
+    d.connect(10, 1, 11);
+    d.connect(11, 1, 10);
+    let buf = d.alloc(0x1000, 0x1000);
+    assert_eq!(d.reg_mr(1, 0, PDN, buf, 0x1000, ALL_ACCESS).status, 0);
+    // RQ doorbell for QP 11 on the "CDB" page (the swap), slot (11 & 127) * 32.
+    let qpn11_rq_pi = d.dp.qps[&11].rq_pi;
+    {
+        let qp = d.dp.qps[&11].clone();
+        let rqe = wire::Rqe {
+            index: qpn11_rq_pi + 1,
+            qpn: 11,
+            sge: sge(buf, 64),
+        };
+        d.poke(qp.rq, &rqe.encode());
+        d.dp.qps.get_mut(&11).unwrap().rq_pi += 1;
+        d.w64((cdb << 12) + 11 * 32, wire::rq_db(11, 1));
+    }
+    // 100 WQEBBs of unsignaled WRITEs so that the SQ crosses from page 2 into page 1... the
+    // helper writes the ring contiguously, so post at most one page (128 WQEBBs) here.
+    let start = d.post_wqe(10, &Wqe::send_inline(b"ext"));
+    d.w64(
+        (sq_page << 12) + (10 & 31) * 128,
+        wire::sq_db(10, d.dp.qps[&10].sq_pi),
+    );
+    pump1(&mut d);
+    assert_eq!(d.peek(buf, 3), b"ext");
+    let cqes = d.poll_all(CQ);
+    assert_eq!(sq_cqe(&cqes, 10)[0].wqe_index, u32::from(start));
+    // CQ arm on the "RDB" page, slot (CQN & 511) * 8.
+    d.take_irqs();
+    let db = crate::regs::CqDoorbell {
+        ci: d.dp.cqs[&CQ].ci,
+        cmdsn: 0,
+        solicited: false,
+        arm: true,
+        cqn: CQ,
+        seq: 0,
+    };
+    d.w64((rdb << 12) + 8, db.encode());
+    d.send_wqe(11, &Wqe::write_inline(stag(1, 0), buf, b"y"));
+    pump1(&mut d);
+    assert_eq!(d.take_irqs(), [1]);
+}
+
+#[test]
+fn bogus_doorbells_are_ignored() {
+    let (mut d, _) = loopback();
+    d.w64(regs::SQDB_SHARED_PAGE, wire::sq_db(999, 4));
+    d.w64(regs::SQDB_SHARED_PAGE, wire::sq_db(10, 0x8000));
+    d.w64(regs::RQDB_BASE, u64::MAX);
+    d.w64(regs::CQDB_BASE, u64::MAX);
+    d.w32(regs::CQDB_BASE, 1);
+    d.w64(regs::EXTDB_BASE + 0x5000, 1);
+    // A WQE with a wrong header index is a format error.
+    let (mut d, buf) = loopback();
+    let i = d.post_wqe(10, &Wqe::write_inline(stag(1, 0), buf, b"x"));
+    let a = d.dp.qps[&10].sq + u64::from(i) * 32;
+    let mut h = d.peek(a, 8);
+    h[0] ^= 0x40;
+    d.poke(a, &h);
+    d.ring_sq(10);
+    assert_eq!(d.poll(CQ).unwrap().status, wc::SEND_FORMAT);
+}
+
+#[test]
+fn ud_sends_are_dropped_successfully() {
+    let mut d = TestDriver::new(DeviceConfig::default());
+    d.dp_setup(1);
+    assert_eq!(d.create_cq(CQ, 6).status, 0);
+    let mut req = CreateQp {
+        qpn: 1,
+        sq_depth_log2: 6,
+        rq_depth_log2: 4,
+        pdn: PDN,
+        send_cqn: CQ,
+        recv_cqn: CQ,
+        ext_db: false,
+        sq: QueueMttCfg {
+            page_shift: 20,
+            level: 0,
+            count: 1,
+            offset: 0,
+            addr: 0,
+            more: [0; 3],
+        },
+        rq: QueueMttCfg {
+            page_shift: 20,
+            level: 0,
+            count: 1,
+            offset: 0,
+            addr: 0,
+            more: [0; 3],
+        },
+        sq_dbrec: 0,
+        rq_dbrec: 0,
+        db_pages: (0, 0),
+        qp_type: QP_TYPE_UD,
+    };
+    req.sq.addr = d.alloc(64 * 32, 0x1000);
+    req.rq.addr = d.alloc(16 * 32, 0x1000);
+    assert_eq!(d.create_qp_raw(&req).status, 0);
+    for s in [QpState::Init, QpState::Rtr, QpState::Rts] {
+        assert_eq!(d.modify_state(1, s).status, 0);
+    }
+    let mut w = Wqe::send_inline(b"mad");
+    // UD layout: inline at 32.
+    w.body.resize(24, 0);
+    w.body.extend_from_slice(b"mad");
+    d.send_wqe(1, &w);
+    let c = d.poll(CQ).unwrap();
+    assert_eq!((c.status, c.opcode), (0, op::SEND));
+    d.send_wqe(1, &Wqe::write_inline(0, 0, b"x"));
+    assert_eq!(d.poll(CQ).unwrap().status, wc::SEND_FORMAT);
+}
+
+#[test]
+fn fabric_reset_of_responder_fails_held_sends() {
+    let (mut a, mut b, _, _) = pair();
+    a.send_wqe(10, &Wqe::send_inline(b"held"));
+    pump2(&mut a, &mut b);
+    assert!(a.poll(CQ).is_none());
+    b.dev.reset();
+    pump2(&mut a, &mut b);
+    assert_eq!(a.poll(CQ).unwrap().status, wc::RETRY_EXCEEDED);
+    // The responder's GIDs left the fabric with the reset.
+    let m = a.dev.port().unwrap().resolve(&ipv4_gid([10, 0, 0, 2]));
+    assert_eq!(m, None);
+    let _ = dp::EQN;
+}

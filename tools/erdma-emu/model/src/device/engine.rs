@@ -1,0 +1,1421 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The RoCEv2 RC data path (erdma-hw.md §4.4, §5, §6, §7.2): doorbells, the requester (SQ WQEs),
+//! the responder (incoming requests, RQEs), completions and CQ events.
+//!
+//! # Doorbells
+//!
+//! The queue is named by the doorbell value (§2.1, §10.3). A write to the SQ doorbell space, or
+//! to an extended page allocated as an SQ page, is an SQ doorbell (51:32 QPN, 15:0 PI). Writes to
+//! the RQ or CQ doorbell spaces, or to extended "CDB"/"RDB" pages, may be RQ or CQ doorbells
+//! (the drivers swap the two extended pages, §3.6): the value is an RQ doorbell if bits 63:32
+//! name a QP and a CQ doorbell if bits 55:32 name a CQ; if both exist, the slot offset
+//! (`(QPN & 127) * 32` vs `(CQN & 511) * 8`) decides, then the space the write landed in.
+//! Writes shorter than 8 bytes are ignored.
+//!
+//! # Requester
+//!
+//! An SQ doorbell on an RTS QP processes WQEs from the device's consumer index up to the PI.
+//! Local SGEs are checked against the MR table (local status codes 10..13); network operations
+//! become fabric requests whose completions wait for the response; local operations (REG_MR,
+//! LOCAL_INV) complete in SQ order with them. A WQE with FENCE, and every local operation, waits
+//! until earlier requests have their responses.
+//!
+//! # Errors (the status mapping)
+//!
+//! * WQE format problems (opcode, WQEBB count, header index or QPN, SGE count, inline length):
+//!   status 8 on the requester.
+//! * Local SGE / sink problems: 10 invalid STag (also key mismatch, invalid MR), 11 bounds (also
+//!   DMA failure), 12 rights, 13 PD mismatch.
+//! * Responder-detected remote access problems on WRITE/READ/ATOMIC (rkey): the responder QP
+//!   goes to ERROR and posts an AEQE of type 2 (access error, data0 = its QPN); the requester gets
+//!   3 invalid STag, 4 bounds (also misaligned atomic, DMA failure), 5 rights, 6 PD mismatch.
+//! * Responder receive-WQE problems on SEND / WRITE_WITH_IMM: the responder completes its RQE with
+//!   2 (RQE format), 3..6 (its SGE) or 4 (message longer than the buffer) and goes to ERROR; the
+//!   requester gets the same code.
+//! * Unknown destination GID, QPN, or a destination QP that is not RTR/RTS/SQD, a full inbox or
+//!   an RNR queue overflow: the requester gets 16 (retry exceeded) as soon as it is known (no
+//!   timers).
+//! * Any error completion moves the QP to ERROR: outstanding requests, posted WQEs and RQEs
+//!   complete with 15 (flushed), and so do WQEs posted later (doorbells, REFLUSH).
+//!
+//! # CQs
+//!
+//! CQEs are written at the device's producer index with the owner bit of the lap (1 on the first).
+//! An armed CQ posts one CEQE per arm (a solicited-only arm fires for solicited or error
+//! completions); an arm with unseen CQEs fires at once. The drivers report the CI only when they
+//! arm, so a CQ overflow (the CQE would land `depth` entries beyond the CI) is judged only while
+//! that CI is current (from an arm until the event it asked for): it posts an AEQE of type 3 and
+//! the CQ drops CQEs from then on.
+
+use std::collections::VecDeque;
+
+use super::objects::Pending;
+use super::{Device, Oddity};
+use crate::eq::AeqEvent;
+use crate::fabric::{AtomicOp, Body, Nak, Packet, Reply, Request, SendError};
+use crate::io::{GuestMemory, Io};
+use crate::mtt::{self, Mtt, Piece, Xlate};
+use crate::regs::{self, Bar0Area, CqDoorbell};
+use crate::wire::{
+    self, access, le32, le64, op, wc, CqeExtra, DataCqe, MrType, QpState, Rqe, Sge, SqeHeader,
+    CQE_QTYPE_RQ, CQE_QTYPE_SQ, MAX_INLINE, MAX_SGES, MAX_WQE_SIZE, QP_TYPE_UD, RQE_SIZE, SGE_SIZE,
+    SQ_WQEBB_SIZE,
+};
+
+/// Largest message the model moves (bytes): larger ones complete with status 1.
+pub const MAX_MESSAGE: u64 = 1 << 30;
+/// Most requests a responder QP holds while waiting for receive WQEs.
+pub const MAX_HELD: usize = 4096;
+/// AE type: access error.
+const AE_ACCESS: u8 = 2;
+/// AE type: CQ error.
+const AE_CQ: u8 = 3;
+
+/// Why an MR check failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AccessErr {
+    Stag,
+    Bounds,
+    Rights,
+    Pd,
+}
+
+impl AccessErr {
+    fn local(self) -> u8 {
+        match self {
+            AccessErr::Stag => wc::SEND_STAG,
+            AccessErr::Bounds => wc::SEND_BOUNDS,
+            AccessErr::Rights => wc::SEND_ACCESS,
+            AccessErr::Pd => wc::SEND_PD,
+        }
+    }
+
+    fn remote(self) -> u8 {
+        match self {
+            AccessErr::Stag => wc::RECV_STAG,
+            AccessErr::Bounds => wc::RECV_BOUNDS,
+            AccessErr::Rights => wc::RECV_ACCESS,
+            AccessErr::Pd => wc::RECV_PD,
+        }
+    }
+}
+
+/// Reads the pieces into one buffer.
+fn read_pieces(mem: &dyn GuestMemory, pieces: &[Piece], out: &mut Vec<u8>) -> Result<(), ()> {
+    for p in pieces {
+        let n = usize::try_from(p.len).map_err(|_| ())?;
+        let start = out.len();
+        out.resize(start.checked_add(n).ok_or(())?, 0);
+        mem.read(p.gpa, &mut out[start..]).map_err(|_| ())?;
+    }
+    Ok(())
+}
+
+/// Writes `data` across the pieces (which cover at least its length).
+fn write_pieces(mem: &mut dyn GuestMemory, pieces: &[Piece], data: &[u8]) -> Result<(), ()> {
+    let mut done = 0usize;
+    for p in pieces {
+        if done >= data.len() {
+            break;
+        }
+        let n = usize::try_from(p.len)
+            .unwrap_or(usize::MAX)
+            .min(data.len() - done);
+        mem.write(p.gpa, &data[done..done + n]).map_err(|_| ())?;
+        done += n;
+    }
+    if done < data.len() {
+        return Err(());
+    }
+    Ok(())
+}
+
+/// What a WQE turned into.
+enum Action {
+    /// A request to send; the pending entry waits for its response.
+    Request(Request, Pending),
+    /// Completed locally with a status.
+    Done(Pending),
+}
+
+impl Device {
+    // --------------------------------------------------------------------------------------------
+    // Doorbells
+    // --------------------------------------------------------------------------------------------
+
+    /// A 64-bit value written into a doorbell space at BAR0 `offset`.
+    pub(super) fn data_doorbell(
+        &mut self,
+        area: Bar0Area,
+        offset: u64,
+        value: u64,
+        io: &mut Io<'_>,
+    ) {
+        let slot = offset & (regs::DB_PAGE_SIZE - 1);
+        match area {
+            Bar0Area::SqDoorbells => self.sq_doorbell(value, io),
+            Bar0Area::RqDoorbells => self.rq_or_cq_doorbell(value, slot, true, io),
+            Bar0Area::CqDoorbells => self.rq_or_cq_doorbell(value, slot, false, io),
+            Bar0Area::ExtDoorbells => {
+                let shift = self.func.dbs.page_shift();
+                let page = u16::try_from(offset >> shift).ok();
+                let slot = (offset & ((1u64 << shift) - 1)) & (regs::DB_PAGE_SIZE - 1);
+                match page.and_then(|p| self.func.dbs.role_of(p)) {
+                    Some(0) => self.sq_doorbell(value, io),
+                    // The drivers swap CDB and RDB: no preference.
+                    Some(role) => self.rq_or_cq_doorbell(value, slot, role == 2, io),
+                    None => {
+                        if self.warned.first(Oddity::DataDoorbell, offset >> 12) {
+                            log::warn!(
+                                "doorbell {value:#x} on extended page at {offset:#x} that is not \
+                                 allocated, ignored"
+                            );
+                        }
+                    }
+                }
+            }
+            Bar0Area::Registers | Bar0Area::TestPage => {}
+        }
+    }
+
+    fn rq_or_cq_doorbell(&mut self, value: u64, slot: u64, prefer_rq: bool, io: &mut Io<'_>) {
+        let qpn = (value >> 32) as u32;
+        let cqn = ((value >> 32) & 0xff_ffff) as u32;
+        let rq = qpn < (1 << 20) && self.func.rdma.qps.contains_key(&qpn);
+        let cq = self.func.rdma.cqs.contains_key(&cqn);
+        let is_rq = match (rq, cq) {
+            (true, false) => true,
+            (false, true) => false,
+            (false, false) => {
+                if self.warned.first(Oddity::DataDoorbell, value >> 32) {
+                    log::warn!("doorbell {value:#x} names neither a QP nor a CQ, ignored");
+                }
+                return;
+            }
+            (true, true) => {
+                let rq_slot = slot == u64::from(qpn & 127) * 32;
+                let cq_slot = slot == u64::from(cqn & 511) * 8;
+                match (rq_slot, cq_slot) {
+                    (true, false) => true,
+                    (false, true) => false,
+                    _ => prefer_rq,
+                }
+            }
+        };
+        if is_rq {
+            self.rq_doorbell(qpn, value as u16, io);
+        } else {
+            self.cq_doorbell(CqDoorbell::decode(value), io);
+        }
+    }
+
+    /// SQ doorbell: 51:32 QPN, 15:0 new PI.
+    fn sq_doorbell(&mut self, value: u64, io: &mut Io<'_>) {
+        let qpn = ((value >> 32) & 0xf_ffff) as u32;
+        let pi = value as u16;
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            if self.warned.first(Oddity::DataDoorbell, u64::from(qpn)) {
+                log::warn!("SQ doorbell {value:#x} for QP {qpn} that does not exist, ignored");
+            }
+            return;
+        };
+        let ahead = pi.wrapping_sub(qp.sq.ci);
+        if u32::from(ahead) > qp.sq.depth {
+            if self.warned.dp_error() {
+                log::warn!(
+                    "QP {qpn}: SQ doorbell PI {pi:#x} is {ahead} WQEBBs ahead of the device's CI \
+                     {:#x} (depth {}), ignored",
+                    qp.sq.ci,
+                    qp.sq.depth
+                );
+            }
+            return;
+        }
+        qp.sq.pi = pi;
+        match qp.state {
+            QpState::Rts => self.process_sq(qpn, io),
+            QpState::Error => self.flush_queues(qpn, io),
+            _ => {}
+        }
+    }
+
+    /// RQ doorbell: the RQE's first 8 bytes.
+    fn rq_doorbell(&mut self, qpn: u32, pi: u16, io: &mut Io<'_>) {
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        let ahead = pi.wrapping_sub(qp.rq.ci);
+        if u32::from(ahead) > qp.rq.depth {
+            if self.warned.dp_error() {
+                log::warn!(
+                    "QP {qpn}: RQ doorbell PI {pi:#x} is {ahead} RQEs ahead of the device's CI \
+                     {:#x} (depth {}), ignored",
+                    qp.rq.ci,
+                    qp.rq.depth
+                );
+            }
+            return;
+        }
+        qp.rq.pi = pi;
+        match qp.state {
+            QpState::Error => self.flush_queues(qpn, io),
+            _ => self.drain_held(qpn, io),
+        }
+    }
+
+    /// CQ doorbell (§4.4): record the CI; with ARM, arm for the next (solicited) completion.
+    fn cq_doorbell(&mut self, db: CqDoorbell, io: &mut Io<'_>) {
+        let Some(cq) = self.func.rdma.cqs.get_mut(&db.cqn) else {
+            return;
+        };
+        cq.ci = db.ci;
+        if !db.arm {
+            return;
+        }
+        cq.ci_fresh = true;
+        let pending = cq.pi.wrapping_sub(db.ci) & 0xff_ffff;
+        if !db.solicited && pending != 0 && pending <= cq.depth {
+            // Completions the consumer has not seen: the event is due now.
+            cq.armed = None;
+            cq.ci_fresh = false;
+            let (eqn, cqn) = (cq.eqn, cq.cqn);
+            self.cq_event(eqn, cqn, io);
+        } else {
+            cq.armed = Some(db.solicited);
+        }
+    }
+
+    fn cq_event(&mut self, eqn: u8, cqn: u32, io: &mut Io<'_>) {
+        if let Err(e) = self.post_ceqe(eqn, cqn, io) {
+            if self.warned.dp_error() {
+                log::warn!("CQ {cqn}: CEQE to CEQ {eqn} dropped: {e}");
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // CQEs
+    // --------------------------------------------------------------------------------------------
+
+    /// Writes a CQE into CQ `cqn` and raises its event if armed for it.
+    fn post_cqe(&mut self, cqn: u32, mut cqe: DataCqe, solicited: bool, io: &mut Io<'_>) {
+        let Some(cq) = self.func.rdma.cqs.get_mut(&cqn) else {
+            if self.warned.first(Oddity::MissingCq, u64::from(cqn)) {
+                log::warn!(
+                    "completion for QP {} dropped: CQ {cqn} does not exist",
+                    cqe.qpn
+                );
+            }
+            return;
+        };
+        if cq.error {
+            return;
+        }
+        if cq.ci_fresh && cq.pi.wrapping_sub(cq.ci) & 0xff_ffff >= cq.depth {
+            cq.error = true;
+            log::warn!(
+                "CQ {cqn} overflow: {} CQEs beyond the consumer index {:#x}; CQ error",
+                cq.depth,
+                cq.ci
+            );
+            let ev = AeqEvent {
+                ty: AE_CQ,
+                subtype: 0,
+                data0: cqn,
+                data1: 0,
+            };
+            if let Err(e) = self.post_aeqe(ev, io) {
+                log::warn!("CQ {cqn}: AEQE dropped: {e}");
+            }
+            return;
+        }
+        let slot = cq.pi & (cq.depth - 1);
+        cqe.owner = cq.pi & cq.depth == 0;
+        let bytes = cqe.encode();
+        let off = u64::from(slot) * wire::CQE_SIZE as u64;
+        let written = cq
+            .buf
+            .write(off + 4, &bytes[4..], io.mem)
+            .and_then(|()| cq.buf.write(off, &bytes[..4], io.mem));
+        if let Err(e) = written {
+            if self
+                .warned
+                .first(Oddity::CqeWrite, u64::from(cqn) | 1 << 32)
+            {
+                log::warn!("CQ {cqn}: CQE not writable ({e:?}), dropped");
+            }
+            return;
+        }
+        cq.pi = cq.pi.wrapping_add(1);
+        let fire = match cq.armed {
+            Some(sol_only) => !sol_only || solicited || cqe.status != wc::SUCCESS,
+            None => false,
+        };
+        if fire {
+            cq.armed = None;
+            cq.ci_fresh = false;
+            let eqn = cq.eqn;
+            self.cq_event(eqn, cqn, io);
+        }
+    }
+
+    fn sq_cqe(&mut self, qpn: u32, p: &Pending, status: u8, io: &mut Io<'_>) {
+        let Some(qp) = self.func.rdma.qps.get(&qpn) else {
+            return;
+        };
+        let cqn = qp.send_cqn;
+        let cqe = DataCqe {
+            owner: false,
+            opcode: p.opcode,
+            qtype: CQE_QTYPE_SQ,
+            status,
+            wqe_index: u32::from(p.wqe_index),
+            qpn,
+            extra: CqeExtra::None,
+            byte_len: if status == wc::SUCCESS { p.byte_len } else { 0 },
+        };
+        self.post_cqe(cqn, cqe, false, io);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rq_cqe(
+        &mut self,
+        qpn: u32,
+        index: u16,
+        opcode: u8,
+        status: u8,
+        extra: CqeExtra,
+        byte_len: u32,
+        solicited: bool,
+        io: &mut Io<'_>,
+    ) {
+        let Some(qp) = self.func.rdma.qps.get(&qpn) else {
+            return;
+        };
+        let cqn = qp.recv_cqn;
+        let cqe = DataCqe {
+            owner: false,
+            opcode,
+            qtype: CQE_QTYPE_RQ,
+            status,
+            wqe_index: u32::from(index),
+            qpn,
+            extra,
+            byte_len,
+        };
+        self.post_cqe(cqn, cqe, solicited, io);
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // MR checks
+    // --------------------------------------------------------------------------------------------
+
+    /// Checks `[addr, addr + len)` under `key` for PD `pdn` with `need` access bits, and
+    /// translates it.
+    fn mr_access(
+        &self,
+        key: u32,
+        pdn: u32,
+        addr: u64,
+        len: u64,
+        need: u8,
+        mem: &dyn GuestMemory,
+    ) -> Result<Vec<Piece>, AccessErr> {
+        let end = addr.checked_add(len).ok_or(AccessErr::Bounds)?;
+        if key == self.config.caps.local_dma_lkey {
+            return Ok(if len == 0 {
+                Vec::new()
+            } else {
+                vec![Piece { gpa: addr, len }]
+            });
+        }
+        let mr = self.func.rdma.mrs.get(&(key >> 8)).ok_or(AccessErr::Stag)?;
+        if mr.key != key as u8 || !mr.valid {
+            return Err(AccessErr::Stag);
+        }
+        if mr.pdn != pdn {
+            return Err(AccessErr::Pd);
+        }
+        if need & !mr.access & !access::LOCAL_READ != 0 {
+            return Err(AccessErr::Rights);
+        }
+        if mr.mr_type == MrType::Dma {
+            return Ok(if len == 0 {
+                Vec::new()
+            } else {
+                vec![Piece { gpa: addr, len }]
+            });
+        }
+        let mr_end = mr.va.checked_add(mr.len).ok_or(AccessErr::Bounds)?;
+        if addr < mr.va || end > mr_end {
+            return Err(AccessErr::Bounds);
+        }
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        mtt::mr_pieces(&mr.mtt, mr.va, mr.page_shift, addr, len, mem).map_err(|e| match e {
+            Xlate::Bounds | Xlate::Dma(_) => AccessErr::Bounds,
+        })
+    }
+
+    /// Gathers the payload of local SGEs (status on failure).
+    fn gather(&self, pdn: u32, sges: &[Sge], mem: &dyn GuestMemory) -> Result<Vec<u8>, u8> {
+        let total: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
+        if total > MAX_MESSAGE {
+            return Err(wc::GENERAL);
+        }
+        let mut data = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(1 << 20));
+        for s in sges.iter().filter(|s| s.len > 0) {
+            let pieces = self
+                .mr_access(s.key, pdn, s.addr, u64::from(s.len), 0, mem)
+                .map_err(AccessErr::local)?;
+            read_pieces(mem, &pieces, &mut data).map_err(|()| wc::SEND_BOUNDS)?;
+        }
+        Ok(data)
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Requester
+    // --------------------------------------------------------------------------------------------
+
+    /// Processes the SQ of an RTS QP up to its PI.
+    pub(super) fn process_sq(&mut self, qpn: u32, io: &mut Io<'_>) {
+        loop {
+            let Some(qp) = self.func.rdma.qps.get(&qpn) else {
+                return;
+            };
+            if qp.state != QpState::Rts || qp.sq.pi == qp.sq.ci {
+                break;
+            }
+            let ci = qp.sq.ci;
+            let avail = qp.sq.pi.wrapping_sub(ci);
+            let mut wqe = [0u8; MAX_WQE_SIZE];
+            let off = u64::from(u32::from(ci) & (qp.sq.depth - 1)) * SQ_WQEBB_SIZE as u64;
+            if qp.sq.buf.read(off, &mut wqe[..8], io.mem).is_err() {
+                if self.warned.first(Oddity::DataPath, u64::from(qpn)) {
+                    log::warn!("QP {qpn}: SQ not readable at {ci:#x}; QP to ERROR");
+                }
+                self.enter_error(qpn, io);
+                return;
+            }
+            let hdr = SqeHeader::decode(le64(&wqe, 0));
+            let count = hdr.wqebbs;
+            let stalled = qp.outstanding.iter().any(|p| p.status.is_none())
+                && (hdr.fence || matches!(hdr.opcode, op::REG_MR | op::LOCAL_INV));
+            if stalled {
+                break;
+            }
+            let mut pending = Pending {
+                seq: None,
+                wqe_index: ci,
+                opcode: hdr.opcode,
+                signaled: hdr.ce,
+                status: None,
+                byte_len: 0,
+                sink: None,
+                inv_after: None,
+            };
+            let bad = if count > 4 || count > avail {
+                Some(format!("{count} WQEBBs, {avail} posted"))
+            } else if hdr.index != ci.wrapping_add(count) {
+                Some(format!(
+                    "header index {:#x}, expected {:#x}",
+                    hdr.index,
+                    ci.wrapping_add(count)
+                ))
+            } else if hdr.qpn != qpn {
+                Some(format!("header QPN {}", hdr.qpn))
+            } else {
+                None
+            };
+            let extent = count.min(avail);
+            let action = match bad {
+                Some(why) => {
+                    if self.warned.dp_error() {
+                        log::warn!("QP {qpn}: WQE at {ci:#x} malformed: {why}");
+                    }
+                    pending.status = Some(wc::SEND_FORMAT);
+                    Action::Done(pending)
+                }
+                None => {
+                    let len = usize::from(count) * SQ_WQEBB_SIZE;
+                    if qp.sq.buf.read(off, &mut wqe[..len], io.mem).is_err() {
+                        pending.status = Some(wc::SEND_FORMAT);
+                        Action::Done(pending)
+                    } else {
+                        self.build(qpn, &hdr, &wqe[..len], pending, io)
+                    }
+                }
+            };
+            self.harness.stats[0] = self.harness.stats[0].wrapping_add(1);
+            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                return;
+            };
+            qp.sq.ci = ci.wrapping_add(extent);
+            match action {
+                Action::Done(p) => qp.outstanding.push_back(p),
+                Action::Request(req, mut p) => {
+                    let seq = qp.next_seq;
+                    qp.next_seq = qp.next_seq.wrapping_add(1);
+                    qp.sq_psn = (qp.sq_psn + 1) & 0xff_ffff;
+                    p.seq = Some(seq);
+                    let (dst_qpn, dgid) = (qp.dst_qpn, qp.av.map(|a| a.dgid));
+                    let status = self.transmit(qpn, dst_qpn, dgid, seq, req);
+                    let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                        return;
+                    };
+                    if let Err(s) = status {
+                        p.status = Some(s);
+                    }
+                    qp.outstanding.push_back(p);
+                }
+            }
+            self.drain_completions(qpn, io);
+        }
+    }
+
+    /// Sends a request; `Err(status)` if it cannot be delivered.
+    fn transmit(
+        &mut self,
+        qpn: u32,
+        dst_qpn: u32,
+        dgid: Option<crate::cmdq::Gid>,
+        seq: u64,
+        req: Request,
+    ) -> Result<(), u8> {
+        let (Some(port), Some(dgid)) = (self.port.clone(), dgid) else {
+            return Err(wc::RETRY_EXCEEDED);
+        };
+        let Some(to) = port.resolve(&dgid) else {
+            if self.warned.dp_error() {
+                log::warn!(
+                    "QP {qpn}: destination GID {} unknown on the fabric: retry exceeded",
+                    std::net::Ipv6Addr::from(dgid)
+                );
+            }
+            return Err(wc::RETRY_EXCEEDED);
+        };
+        let bytes = req.payload_len() as u64;
+        let pkt = Packet {
+            src_port: 0,
+            src_qpn: qpn,
+            dst_qpn,
+            body: Body::Request { seq, req },
+        };
+        match port.send_request(to, pkt) {
+            Ok(()) => {
+                self.count_tx(bytes);
+                Ok(())
+            }
+            Err(SendError::Unreachable) | Err(SendError::Congested) => Err(wc::RETRY_EXCEEDED),
+        }
+    }
+
+    fn count_tx(&mut self, bytes: u64) {
+        let s = &mut self.harness.stats;
+        s[1] = s[1].wrapping_add(1);
+        s[2] = s[2].wrapping_add(bytes);
+    }
+
+    fn count_rx(&mut self, bytes: u64) {
+        let s = &mut self.harness.stats;
+        s[6] = s[6].wrapping_add(1);
+        s[7] = s[7].wrapping_add(bytes);
+    }
+
+    /// The payload of a SEND/WRITE WQE: inline bytes or gathered SGEs.
+    fn payload(
+        &self,
+        pdn: u32,
+        hdr: &SqeHeader,
+        wqe: &[u8],
+        sgl_off: usize,
+        mem: &dyn GuestMemory,
+    ) -> Result<Vec<u8>, u8> {
+        let n = usize::from(hdr.sgl_len);
+        if hdr.inline {
+            if n > MAX_INLINE {
+                return Err(wc::SEND_FORMAT);
+            }
+            return wqe
+                .get(sgl_off..sgl_off + n)
+                .map(<[u8]>::to_vec)
+                .ok_or(wc::SEND_FORMAT);
+        }
+        if n > MAX_SGES {
+            return Err(wc::SEND_FORMAT);
+        }
+        let mut sges = Vec::with_capacity(n);
+        for i in 0..n {
+            let at = sgl_off + i * SGE_SIZE;
+            let b = wqe.get(at..at + SGE_SIZE).ok_or(wc::SEND_FORMAT)?;
+            sges.push(Sge::decode(b));
+        }
+        self.gather(pdn, &sges, mem)
+    }
+
+    /// Turns one well-formed WQE into an action.
+    fn build(
+        &mut self,
+        qpn: u32,
+        hdr: &SqeHeader,
+        wqe: &[u8],
+        mut p: Pending,
+        io: &mut Io<'_>,
+    ) -> Action {
+        let Some(qp) = self.func.rdma.qps.get(&qpn) else {
+            p.status = Some(wc::GENERAL);
+            return Action::Done(p);
+        };
+        let pdn = qp.pdn;
+        let ud = qp.qp_type == QP_TYPE_UD;
+        let imm = [wqe[8], wqe[9], wqe[10], wqe[11]];
+        let result: Result<Option<Request>, u8> = match hdr.opcode {
+            op::SEND | op::SEND_WITH_IMM | op::SEND_WITH_INV if ud => {
+                if hdr.opcode == op::SEND_WITH_INV {
+                    Err(wc::SEND_FORMAT)
+                } else {
+                    // UD is not modelled on the fabric: the datagram is dropped (legal for UD).
+                    self.payload(pdn, hdr, wqe, 32, io.mem).map(|d| {
+                        p.byte_len = d.len() as u32;
+                        None
+                    })
+                }
+            }
+            _ if ud => Err(wc::SEND_FORMAT),
+            op::SEND | op::SEND_WITH_IMM | op::SEND_WITH_INV => {
+                self.payload(pdn, hdr, wqe, 16, io.mem).map(|data| {
+                    p.byte_len = data.len() as u32;
+                    Some(Request::Send {
+                        data,
+                        imm: (hdr.opcode == op::SEND_WITH_IMM).then_some(imm),
+                        inv: (hdr.opcode == op::SEND_WITH_INV).then_some(le32(wqe, 8)),
+                        solicited: hdr.se,
+                    })
+                })
+            }
+            op::WRITE | op::WRITE_WITH_IMM => self.payload(pdn, hdr, wqe, 32, io.mem).map(|data| {
+                p.byte_len = data.len() as u32;
+                Some(Request::Write {
+                    addr: u64::from(le32(wqe, 20)) | u64::from(le32(wqe, 24)) << 32,
+                    rkey: le32(wqe, 16),
+                    data,
+                    imm: (hdr.opcode == op::WRITE_WITH_IMM).then_some(imm),
+                    solicited: hdr.se,
+                })
+            }),
+            op::READ | op::READ_WITH_INV => {
+                let len = le32(wqe, 12);
+                let lkey = le32(wqe, 16);
+                let laddr = u64::from(le32(wqe, 20)) | u64::from(le32(wqe, 24)) << 32;
+                let remote = Sge::decode(&wqe[32..48]);
+                if u64::from(len) > MAX_MESSAGE {
+                    Err(wc::GENERAL)
+                } else {
+                    self.mr_access(
+                        lkey,
+                        pdn,
+                        laddr,
+                        u64::from(len),
+                        access::LOCAL_WRITE,
+                        io.mem,
+                    )
+                    .map_err(AccessErr::local)
+                    .map(|_| {
+                        p.byte_len = len;
+                        p.sink = Some((laddr, len, lkey));
+                        if hdr.opcode == op::READ_WITH_INV {
+                            p.inv_after = Some(le32(wqe, 8));
+                        }
+                        Some(Request::Read {
+                            addr: remote.addr,
+                            rkey: remote.key,
+                            len,
+                        })
+                    })
+                }
+            }
+            op::ATOMIC_CAS | op::ATOMIC_FAA => {
+                if !self.config.caps.atomic || wqe.len() < 64 {
+                    Err(wc::SEND_FORMAT)
+                } else {
+                    let remote = Sge::decode(&wqe[32..48]);
+                    let local = Sge::decode(&wqe[48..64]);
+                    self.mr_access(local.key, pdn, local.addr, 8, access::LOCAL_WRITE, io.mem)
+                        .map_err(AccessErr::local)
+                        .map(|_| {
+                            p.byte_len = 8;
+                            p.sink = Some((local.addr, 8, local.key));
+                            let op = if hdr.opcode == op::ATOMIC_CAS {
+                                AtomicOp::Cas {
+                                    compare: le64(wqe, 24),
+                                    swap: le64(wqe, 16),
+                                }
+                            } else {
+                                AtomicOp::Faa { add: le64(wqe, 16) }
+                            };
+                            Some(Request::Atomic {
+                                addr: remote.addr,
+                                rkey: remote.key,
+                                op,
+                            })
+                        })
+                }
+            }
+            op::REG_MR => self.fast_register(pdn, wqe).map(|()| None),
+            op::LOCAL_INV => self.invalidate(le32(wqe, 20), pdn).map(|()| None),
+            other => {
+                if self.warned.dp_error() {
+                    log::warn!("QP {qpn}: WQE opcode {other} unknown");
+                }
+                Err(wc::SEND_FORMAT)
+            }
+        };
+        match result {
+            Ok(Some(req)) => Action::Request(req, p),
+            Ok(None) => {
+                p.status = Some(wc::SUCCESS);
+                Action::Done(p)
+            }
+            Err(s) => {
+                p.status = Some(s);
+                Action::Done(p)
+            }
+        }
+    }
+
+    /// A fast-register WQE (§5.4): makes an FRMR valid with a new key, IOVA, length, rights.
+    fn fast_register(&mut self, pdn: u32, wqe: &[u8]) -> Result<(), u8> {
+        let iova = le64(wqe, 8);
+        let len = u64::from(le32(wqe, 16));
+        let stag = le32(wqe, 20);
+        let attrs = le32(wqe, 24);
+        let acc = ((attrs >> 1) & 0x1f) as u8 | access::LOCAL_READ;
+        let mtt_type = (attrs >> 6) & 3;
+        let npages = u64::from(attrs >> 12);
+        let mr = self
+            .func
+            .rdma
+            .mrs
+            .get_mut(&(stag >> 8))
+            .ok_or(wc::SEND_STAG)?;
+        let Some((buf, capacity)) = mr.frmr else {
+            return Err(wc::SEND_STAG);
+        };
+        if mr.valid {
+            return Err(wc::SEND_STAG);
+        }
+        if mr.pdn != pdn {
+            return Err(wc::SEND_PD);
+        }
+        if npages > capacity || iova.checked_add(len).is_none() {
+            return Err(wc::SEND_FORMAT);
+        }
+        let s = mr.page_shift;
+        let need = if len == 0 {
+            0
+        } else {
+            ((iova + len - 1) >> s) - (iova >> s) + 1
+        };
+        if need > npages {
+            return Err(wc::SEND_FORMAT);
+        }
+        mr.mtt = match mtt_type {
+            0 => {
+                if npages > 4 || wqe.len() < 32 + 8 * npages as usize {
+                    return Err(wc::SEND_FORMAT);
+                }
+                Mtt::Direct(
+                    (0..npages as usize)
+                        .map(|i| le64(wqe, 32 + 8 * i))
+                        .collect(),
+                )
+            }
+            1 => Mtt::Indirect {
+                levels: 1,
+                root: buf,
+                count: npages,
+                page_shift: 12,
+            },
+            _ => return Err(wc::SEND_FORMAT),
+        };
+        mr.key = stag as u8;
+        mr.va = iova;
+        mr.len = len;
+        mr.access = acc;
+        mr.valid = true;
+        Ok(())
+    }
+
+    /// Invalidates MR `stag` (LOCAL_INV, READ_WITH_INV, SEND_WITH_INV at the responder).
+    fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), u8> {
+        let mr = self
+            .func
+            .rdma
+            .mrs
+            .get_mut(&(stag >> 8))
+            .ok_or(wc::SEND_STAG)?;
+        if mr.key != stag as u8 || mr.mr_type == MrType::Dma {
+            return Err(wc::SEND_STAG);
+        }
+        if mr.pdn != pdn {
+            return Err(wc::SEND_PD);
+        }
+        mr.valid = false;
+        Ok(())
+    }
+
+    /// Completes finished requests from the front of the SQ, in order. An error moves the QP to
+    /// ERROR.
+    fn drain_completions(&mut self, qpn: u32, io: &mut Io<'_>) {
+        loop {
+            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                return;
+            };
+            let Some(status) = qp.outstanding.front().and_then(|p| p.status) else {
+                return;
+            };
+            let Some(p) = qp.outstanding.pop_front() else {
+                return;
+            };
+            let in_error = qp.state == QpState::Error;
+            if p.signaled || status != wc::SUCCESS {
+                self.sq_cqe(qpn, &p, status, io);
+            }
+            if status != wc::SUCCESS && !in_error {
+                log::debug!(
+                    "QP {qpn}: WQE at {:#x} (opcode {}) completed with status {status}; QP to ERROR",
+                    p.wqe_index,
+                    p.opcode
+                );
+                self.enter_error(qpn, io);
+            }
+        }
+    }
+
+    /// Moves a QP to ERROR and flushes everything.
+    pub(super) fn enter_error(&mut self, qpn: u32, io: &mut Io<'_>) {
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        qp.state = QpState::Error;
+        for p in qp.outstanding.iter_mut().filter(|p| p.status.is_none()) {
+            p.status = Some(wc::FLUSHED);
+        }
+        let held = std::mem::take(&mut qp.held);
+        self.nak_held(held);
+        self.drain_completions(qpn, io);
+        self.flush_queues(qpn, io);
+    }
+
+    /// Flushes every posted SQ WQE and RQE of a QP in ERROR (status 15).
+    pub(super) fn flush_queues(&mut self, qpn: u32, io: &mut Io<'_>) {
+        // SQ: one CQE per WQE, in order, after any outstanding completions.
+        for p in self
+            .func
+            .rdma
+            .qps
+            .get_mut(&qpn)
+            .map(|q| std::mem::take(&mut q.outstanding))
+            .unwrap_or_default()
+        {
+            let status = p.status.unwrap_or(wc::FLUSHED);
+            if p.signaled || status != wc::SUCCESS {
+                self.sq_cqe(qpn, &p, status, io);
+            }
+        }
+        loop {
+            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                return;
+            };
+            let ci = qp.sq.ci;
+            let avail = qp.sq.pi.wrapping_sub(ci);
+            if avail == 0 {
+                break;
+            }
+            let off = u64::from(u32::from(ci) & (qp.sq.depth - 1)) * SQ_WQEBB_SIZE as u64;
+            let mut h = [0u8; 8];
+            let hdr = qp
+                .sq
+                .buf
+                .read(off, &mut h, io.mem)
+                .ok()
+                .map(|()| SqeHeader::decode(u64::from_le_bytes(h)));
+            let (opcode, count) = hdr.map_or((op::SEND, avail), |h| (h.opcode, h.wqebbs));
+            qp.sq.ci = ci.wrapping_add(count.clamp(1, avail));
+            let p = Pending {
+                seq: None,
+                wqe_index: ci,
+                opcode,
+                signaled: true,
+                status: None,
+                byte_len: 0,
+                sink: None,
+                inv_after: None,
+            };
+            self.sq_cqe(qpn, &p, wc::FLUSHED, io);
+        }
+        loop {
+            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                return;
+            };
+            if qp.rq.pi == qp.rq.ci {
+                break;
+            }
+            let index = qp.rq.ci;
+            qp.rq.ci = index.wrapping_add(1);
+            self.rq_cqe(
+                qpn,
+                index,
+                op::RECEIVE,
+                wc::FLUSHED,
+                CqeExtra::None,
+                0,
+                false,
+                io,
+            );
+        }
+    }
+
+    /// Answers held requests with "no QP" (their QP is going away or failed).
+    pub(super) fn nak_held(&mut self, held: VecDeque<Packet>) {
+        for pkt in held {
+            if let Body::Request { seq, .. } = pkt.body {
+                self.respond(&pkt, seq, Err(Nak::NoQp));
+            }
+        }
+    }
+
+    fn respond(&mut self, to: &Packet, seq: u64, result: Result<Reply, Nak>) {
+        let Some(port) = self.port.clone() else {
+            return;
+        };
+        let pkt = Packet {
+            src_port: 0,
+            src_qpn: to.dst_qpn,
+            dst_qpn: to.src_qpn,
+            body: Body::Response { seq, result },
+        };
+        self.count_tx(pkt.payload_len() as u64);
+        port.send_response(to.src_port, pkt);
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Fabric
+    // --------------------------------------------------------------------------------------------
+
+    /// Handles every packet the fabric has queued for this device, in order. Returns how many.
+    pub fn run_fabric(&mut self, io: &mut Io<'_>) -> usize {
+        let Some(port) = self.port.clone() else {
+            return 0;
+        };
+        let inbox = port.take_inbox();
+        let n = inbox.len();
+        for pkt in inbox {
+            self.count_rx(pkt.payload_len() as u64);
+            match pkt.body {
+                Body::Request { seq, .. } => self.incoming(pkt, seq, io),
+                Body::Response { .. } => self.response(pkt, io),
+            }
+        }
+        n
+    }
+
+    /// An incoming request.
+    fn incoming(&mut self, pkt: Packet, seq: u64, io: &mut Io<'_>) {
+        let qpn = pkt.dst_qpn;
+        let ok = self.func.rdma.qps.get(&qpn).is_some_and(|q| {
+            q.qp_type != QP_TYPE_UD && matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        });
+        if !ok {
+            self.respond(&pkt, seq, Err(Nak::NoQp));
+            return;
+        }
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        if !qp.held.is_empty() {
+            if qp.held.len() >= MAX_HELD {
+                self.respond(&pkt, seq, Err(Nak::RnrExceeded));
+            } else {
+                qp.held.push_back(pkt);
+            }
+            return;
+        }
+        if let Some(pkt) = self.execute_request(pkt, io) {
+            if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+                qp.held.push_back(pkt);
+            }
+        }
+    }
+
+    /// Retries held requests after receive WQEs were posted.
+    fn drain_held(&mut self, qpn: u32, io: &mut Io<'_>) {
+        loop {
+            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                return;
+            };
+            if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+                return;
+            }
+            let Some(pkt) = qp.held.pop_front() else {
+                return;
+            };
+            if let Some(pkt) = self.execute_request(pkt, io) {
+                if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+                    qp.held.push_front(pkt);
+                }
+                return;
+            }
+        }
+    }
+
+    /// Executes a request on an able QP. Returns the packet back if it needs a receive WQE that
+    /// is not there yet.
+    fn execute_request(&mut self, pkt: Packet, io: &mut Io<'_>) -> Option<Packet> {
+        let qpn = pkt.dst_qpn;
+        let Body::Request { seq, req } = &pkt.body else {
+            return None;
+        };
+        let seq = *seq;
+        let qp = self.func.rdma.qps.get(&qpn)?;
+        let pdn = qp.pdn;
+        let needs_rqe = matches!(
+            req,
+            Request::Send { .. } | Request::Write { imm: Some(_), .. }
+        );
+        if needs_rqe && qp.rq.pi == qp.rq.ci {
+            return Some(pkt);
+        }
+        let result = match req {
+            Request::Write {
+                addr,
+                rkey,
+                data,
+                imm,
+                solicited,
+            } => match self.remote_write(qpn, pdn, *addr, *rkey, data, io) {
+                Ok(()) => match imm {
+                    Some(imm) => self.consume_rqe(
+                        qpn,
+                        op::RECV_IMM,
+                        &[],
+                        CqeExtra::Imm(*imm),
+                        data.len() as u32,
+                        *solicited,
+                        io,
+                    ),
+                    None => Ok(Reply::Ack),
+                },
+                Err(e) => Err(e),
+            },
+            Request::Send {
+                data,
+                imm,
+                inv,
+                solicited,
+            } => {
+                let (opcode, extra) = match (imm, inv) {
+                    (Some(i), _) => (op::RSP_SEND_IMM, CqeExtra::Imm(*i)),
+                    (None, Some(k)) => (op::RECV_INV, CqeExtra::InvRkey(*k)),
+                    (None, None) => (op::RECEIVE, CqeExtra::None),
+                };
+                let inv_ok = match inv {
+                    Some(k) => self.invalidate(*k, pdn).map_err(|_| wc::RECV_STAG),
+                    None => Ok(()),
+                };
+                match inv_ok {
+                    Ok(()) => self.consume_rqe(
+                        qpn,
+                        opcode,
+                        data,
+                        extra,
+                        data.len() as u32,
+                        *solicited,
+                        io,
+                    ),
+                    Err(code) => {
+                        // The RQE is consumed with the error.
+                        self.consume_rqe_error(qpn, code, io);
+                        Err(Nak::Remote(code))
+                    }
+                }
+            }
+            Request::Read { addr, rkey, len } => self.remote_read(qpn, pdn, *addr, *rkey, *len, io),
+            Request::Atomic { addr, rkey, op } => {
+                self.remote_atomic(qpn, pdn, *addr, *rkey, *op, io)
+            }
+        };
+        if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+            qp.rq_psn = (qp.rq_psn + 1) & 0xff_ffff;
+        }
+        self.respond(&pkt, seq, result);
+        None
+    }
+
+    /// A remote access error detected by the responder: AEQE type 2 and QP to ERROR.
+    fn remote_access_error(&mut self, qpn: u32, e: AccessErr, io: &mut Io<'_>) -> Nak {
+        if self.warned.dp_error() {
+            log::warn!("QP {qpn}: remote access refused ({e:?}); QP to ERROR");
+        }
+        let ev = AeqEvent {
+            ty: AE_ACCESS,
+            subtype: 0,
+            data0: qpn,
+            data1: 0,
+        };
+        if let Err(err) = self.post_aeqe(ev, io) {
+            log::warn!("QP {qpn}: AEQE dropped: {err}");
+        }
+        self.enter_error(qpn, io);
+        Nak::Remote(e.remote())
+    }
+
+    fn remote_write(
+        &mut self,
+        qpn: u32,
+        pdn: u32,
+        addr: u64,
+        rkey: u32,
+        data: &[u8],
+        io: &mut Io<'_>,
+    ) -> Result<(), Nak> {
+        let pieces = self.mr_access(
+            rkey,
+            pdn,
+            addr,
+            data.len() as u64,
+            access::REMOTE_WRITE,
+            io.mem,
+        );
+        match pieces {
+            Ok(p) => write_pieces(io.mem, &p, data)
+                .map_err(|()| self.remote_access_error(qpn, AccessErr::Bounds, io)),
+            Err(e) => Err(self.remote_access_error(qpn, e, io)),
+        }
+    }
+
+    fn remote_read(
+        &mut self,
+        qpn: u32,
+        pdn: u32,
+        addr: u64,
+        rkey: u32,
+        len: u32,
+        io: &mut Io<'_>,
+    ) -> Result<Reply, Nak> {
+        let pieces = self.mr_access(rkey, pdn, addr, u64::from(len), access::REMOTE_READ, io.mem);
+        match pieces {
+            Ok(p) => {
+                let mut data = Vec::new();
+                read_pieces(io.mem, &p, &mut data)
+                    .map(|()| Reply::Read(data))
+                    .map_err(|()| self.remote_access_error(qpn, AccessErr::Bounds, io))
+            }
+            Err(e) => Err(self.remote_access_error(qpn, e, io)),
+        }
+    }
+
+    fn remote_atomic(
+        &mut self,
+        qpn: u32,
+        pdn: u32,
+        addr: u64,
+        rkey: u32,
+        aop: AtomicOp,
+        io: &mut Io<'_>,
+    ) -> Result<Reply, Nak> {
+        if addr % 8 != 0 {
+            return Err(self.remote_access_error(qpn, AccessErr::Bounds, io));
+        }
+        let pieces = match self.mr_access(rkey, pdn, addr, 8, access::REMOTE_ATOMIC, io.mem) {
+            Ok(p) => p,
+            Err(e) => return Err(self.remote_access_error(qpn, e, io)),
+        };
+        let mut old = Vec::new();
+        if read_pieces(io.mem, &pieces, &mut old).is_err() || old.len() != 8 {
+            return Err(self.remote_access_error(qpn, AccessErr::Bounds, io));
+        }
+        let old = u64::from_le_bytes([
+            old[0], old[1], old[2], old[3], old[4], old[5], old[6], old[7],
+        ]);
+        let new = match aop {
+            AtomicOp::Cas { compare, swap } => (old == compare).then_some(swap),
+            AtomicOp::Faa { add } => Some(old.wrapping_add(add)),
+        };
+        if let Some(new) = new {
+            if write_pieces(io.mem, &pieces, &new.to_le_bytes()).is_err() {
+                return Err(self.remote_access_error(qpn, AccessErr::Bounds, io));
+            }
+        }
+        Ok(Reply::Atomic(old))
+    }
+
+    /// Reads and checks the RQE at the RQ's CI. `Err(code)` for a format error.
+    fn fetch_rqe(&self, qpn: u32, io: &Io<'_>) -> Option<Result<Rqe, u8>> {
+        let qp = self.func.rdma.qps.get(&qpn)?;
+        let ci = qp.rq.ci;
+        let off = u64::from(u32::from(ci) & (qp.rq.depth - 1)) * RQE_SIZE as u64;
+        let mut b = [0u8; RQE_SIZE];
+        if qp.rq.buf.read(off, &mut b, io.mem).is_err() {
+            return Some(Err(wc::RECV_FORMAT));
+        }
+        let rqe = Rqe::decode(&b);
+        if rqe.index != ci.wrapping_add(1) || rqe.qpn != qpn {
+            return Some(Err(wc::RECV_FORMAT));
+        }
+        Some(Ok(rqe))
+    }
+
+    /// Consumes the RQE at the CI with an error status and moves the QP to ERROR.
+    fn consume_rqe_error(&mut self, qpn: u32, code: u8, io: &mut Io<'_>) {
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        let index = qp.rq.ci;
+        qp.rq.ci = index.wrapping_add(1);
+        if self.warned.dp_error() {
+            log::warn!(
+                "QP {qpn}: receive WQE at {index:#x} failed with status {code}; QP to ERROR"
+            );
+        }
+        self.rq_cqe(qpn, index, op::RECEIVE, code, CqeExtra::None, 0, false, io);
+        self.enter_error(qpn, io);
+    }
+
+    /// Consumes the RQE at the CI for an incoming message: scatters `data` into its buffer and
+    /// completes it.
+    #[allow(clippy::too_many_arguments)]
+    fn consume_rqe(
+        &mut self,
+        qpn: u32,
+        opcode: u8,
+        data: &[u8],
+        extra: CqeExtra,
+        byte_len: u32,
+        solicited: bool,
+        io: &mut Io<'_>,
+    ) -> Result<Reply, Nak> {
+        let rqe = match self.fetch_rqe(qpn, io) {
+            Some(Ok(r)) => r,
+            Some(Err(code)) => {
+                self.consume_rqe_error(qpn, code, io);
+                return Err(Nak::Remote(code));
+            }
+            None => return Err(Nak::NoQp),
+        };
+        let pdn = self.func.rdma.qps.get(&qpn).map_or(0, |q| q.pdn);
+        if !data.is_empty() {
+            if data.len() as u64 > u64::from(rqe.sge.len) {
+                self.consume_rqe_error(qpn, wc::RECV_BOUNDS, io);
+                return Err(Nak::Remote(wc::RECV_BOUNDS));
+            }
+            let pieces = self.mr_access(
+                rqe.sge.key,
+                pdn,
+                rqe.sge.addr,
+                data.len() as u64,
+                access::LOCAL_WRITE,
+                io.mem,
+            );
+            let written = match pieces {
+                Ok(p) => write_pieces(io.mem, &p, data).map_err(|()| wc::RECV_BOUNDS),
+                Err(e) => Err(e.remote()),
+            };
+            if let Err(code) = written {
+                self.consume_rqe_error(qpn, code, io);
+                return Err(Nak::Remote(code));
+            }
+        }
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return Err(Nak::NoQp);
+        };
+        let index = qp.rq.ci;
+        qp.rq.ci = index.wrapping_add(1);
+        self.rq_cqe(
+            qpn,
+            index,
+            opcode,
+            wc::SUCCESS,
+            extra,
+            byte_len,
+            solicited,
+            io,
+        );
+        Ok(Reply::Ack)
+    }
+
+    /// A response to one of our requests.
+    fn response(&mut self, pkt: Packet, io: &mut Io<'_>) {
+        let Body::Response { seq, result } = pkt.body else {
+            return;
+        };
+        let qpn = pkt.dst_qpn;
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        let Some(idx) = qp.outstanding.iter().position(|p| p.seq == Some(seq)) else {
+            // Flushed already, or the QP was reset.
+            return;
+        };
+        if qp.outstanding[idx].status.is_some() {
+            return;
+        }
+        let p = qp.outstanding[idx].clone();
+        let pdn = qp.pdn;
+        let status = match result {
+            Ok(Reply::Ack) => wc::SUCCESS,
+            Ok(Reply::Read(data)) => self.deliver_sink(pdn, &p, &data, io),
+            Ok(Reply::Atomic(v)) => self.deliver_sink(pdn, &p, &v.to_le_bytes(), io),
+            Err(Nak::NoQp) | Err(Nak::RnrExceeded) => {
+                if self.warned.dp_error() {
+                    log::warn!(
+                        "QP {qpn}: request {seq} refused by the destination (no QP able to \
+                         receive, or RNR queue full): retry exceeded"
+                    );
+                }
+                wc::RETRY_EXCEEDED
+            }
+            Err(Nak::Remote(code)) => code,
+        };
+        let status = match (status, p.inv_after) {
+            (wc::SUCCESS, Some(stag)) => match self.invalidate(stag, pdn) {
+                Ok(()) => wc::SUCCESS,
+                Err(s) => s,
+            },
+            (s, _) => s,
+        };
+        if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+            if let Some(e) = qp.outstanding.get_mut(idx) {
+                e.status = Some(status);
+            }
+        }
+        self.drain_completions(qpn, io);
+        self.process_sq(qpn, io);
+    }
+
+    /// Writes READ data or an atomic's original value into the local sink.
+    fn deliver_sink(&mut self, pdn: u32, p: &Pending, data: &[u8], io: &mut Io<'_>) -> u8 {
+        let Some((addr, len, lkey)) = p.sink else {
+            return wc::GENERAL;
+        };
+        if data.len() as u64 > u64::from(len) {
+            return wc::SEND_BOUNDS;
+        }
+        match self.mr_access(
+            lkey,
+            pdn,
+            addr,
+            data.len() as u64,
+            access::LOCAL_WRITE,
+            io.mem,
+        ) {
+            Ok(pieces) => match write_pieces(io.mem, &pieces, data) {
+                Ok(()) => wc::SUCCESS,
+                Err(()) => wc::SEND_BOUNDS,
+            },
+            Err(e) => e.local(),
+        }
+    }
+}

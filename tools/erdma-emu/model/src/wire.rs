@@ -1,0 +1,978 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Data-path wire formats (erdma-hw.md §3.5, §5, §6): the RDMA object commands (CREATE_QP,
+//! DESTROY_QP, MODIFY_QP in the RoCEv2 layout, CREATE_CQ, DESTROY_CQ, REFLUSH, REG_MR, DEREG_MR,
+//! QUERY_QP), SQ WQEs, RQEs, data CQEs and the SQ/RQ doorbell values.
+//!
+//! Decoders read only the fields that are meaningful for the command; the caller decides which of
+//! the decoded optional fields (inline MTT entries, doorbell pages, ...) matter, so stale slot bytes
+//! never do (§3.2, §10.4). Every encoder (`write_fields`) is what a driver writes and exists for
+//! tests.
+
+use crate::cmdq::{AddressVector, Request, Status};
+
+/// Size of an SQ WQEBB.
+pub const SQ_WQEBB_SIZE: usize = 32;
+/// Largest WQE: 4 WQEBBs.
+pub const MAX_WQE_SIZE: usize = 128;
+/// Size of an RQE.
+pub const RQE_SIZE: usize = 32;
+/// Size of a data CQE.
+pub const CQE_SIZE: usize = 32;
+/// Size of an SGE: u64 address, u32 length, u32 key.
+pub const SGE_SIZE: usize = 16;
+/// Most SGEs in a send WQE.
+pub const MAX_SGES: usize = 6;
+/// Most inline bytes in a send WQE.
+pub const MAX_INLINE: usize = 96;
+
+/// Copies `bytes` to `slot[off..]`, cut at the end of the slot.
+fn put(slot: &mut [u8], off: usize, bytes: &[u8]) {
+    if let Some(dst) = slot.get_mut(off..) {
+        let n = dst.len().min(bytes.len());
+        dst[..n].copy_from_slice(&bytes[..n]);
+    }
+}
+
+/// Bits `hi:lo` of `v`.
+fn bits(v: u32, hi: u32, lo: u32) -> u32 {
+    (v >> lo) & (u32::MAX >> (31 - (hi - lo)))
+}
+
+// ------------------------------------------------------------------------------------------------
+// MTT configuration of queues (CREATE_QP / CREATE_CQ)
+// ------------------------------------------------------------------------------------------------
+
+/// The MTT description of one queue buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueMttCfg {
+    /// log2 of the page size (12 + the 4-bit page-size code).
+    pub page_shift: u8,
+    /// 0: `addr` (and inline entries) are page addresses; 1: `addr` is an array of page addresses.
+    pub level: u8,
+    /// Number of pages (MTT entries).
+    pub count: u32,
+    /// Byte offset of the queue inside its first page.
+    pub offset: u64,
+    /// Entry 0 (level 0) or the MTT array (level 1).
+    pub addr: u64,
+    /// Inline entries 1..3 (level 0 only; garbage otherwise).
+    pub more: [u64; 3],
+}
+
+// ------------------------------------------------------------------------------------------------
+// CREATE_QP / DESTROY_QP (§3.5)
+// ------------------------------------------------------------------------------------------------
+
+/// QP type RC (CREATE_QP cfg2 3:0).
+pub const QP_TYPE_RC: u8 = 0;
+/// QP type UD (also GSI, QPN 1).
+pub const QP_TYPE_UD: u8 = 1;
+
+/// CREATE_QP (RDMA/1): 120-byte request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CreateQp {
+    /// QPN (cfg0 19:0).
+    pub qpn: u32,
+    /// log2 SQ depth in WQEBBs (cfg0 31:20).
+    pub sq_depth_log2: u32,
+    /// log2 RQ depth in RQEs (cfg1 31:20).
+    pub rq_depth_log2: u32,
+    /// PDN (cfg1 19:0).
+    pub pdn: u32,
+    /// Send CQN (SQ cfg 23:0).
+    pub send_cqn: u32,
+    /// Receive CQN (RQ cfg 23:0).
+    pub recv_cqn: u32,
+    /// SQ cfg bit 25: user QP on an extended doorbell page.
+    pub ext_db: bool,
+    /// SQ buffer.
+    pub sq: QueueMttCfg,
+    /// RQ buffer.
+    pub rq: QueueMttCfg,
+    /// SQ doorbell record address.
+    pub sq_dbrec: u64,
+    /// RQ doorbell record address.
+    pub rq_dbrec: u64,
+    /// Doorbell pages `(SQ, RQ)` (meaningful only with `ext_db`).
+    pub db_pages: (u16, u16),
+    /// QP type (cfg2 3:0).
+    pub qp_type: u8,
+}
+
+impl CreateQp {
+    /// Bytes covered by the request.
+    pub const LEN: usize = 120;
+
+    /// Decodes the request.
+    pub fn decode(r: &Request<'_>) -> Result<Self, Status> {
+        let cfg0 = r.u32(8)?;
+        let cfg1 = r.u32(12)?;
+        let sqc = r.u32(16)?;
+        let rqc = r.u32(20)?;
+        let mtt = |cfg: u32, code: u32, addr: u64, more_at: usize| -> Result<QueueMttCfg, Status> {
+            Ok(QueueMttCfg {
+                page_shift: (12 + code) as u8,
+                level: (cfg & 1) as u8,
+                count: bits(cfg, 11, 1),
+                offset: u64::from(cfg & 0xffff_f000),
+                addr,
+                more: [r.u64(more_at)?, r.u64(more_at + 8)?, r.u64(more_at + 16)?],
+            })
+        };
+        let db = r.u32(112)?;
+        Ok(CreateQp {
+            qpn: bits(cfg0, 19, 0),
+            sq_depth_log2: bits(cfg0, 31, 20),
+            rq_depth_log2: bits(cfg1, 31, 20),
+            pdn: bits(cfg1, 19, 0),
+            send_cqn: bits(sqc, 23, 0),
+            recv_cqn: bits(rqc, 23, 0),
+            ext_db: sqc & (1 << 25) != 0,
+            sq: mtt(r.u32(40)?, bits(sqc, 31, 28), r.u64(24)?, 64)?,
+            rq: mtt(r.u32(44)?, bits(rqc, 31, 28), r.u64(32)?, 88)?,
+            sq_dbrec: r.u64(48)?,
+            rq_dbrec: r.u64(56)?,
+            db_pages: ((db >> 16) as u16, db as u16),
+            qp_type: (r.u32(116)? & 0xf) as u8,
+        })
+    }
+
+    /// Writes the request into a command slot.
+    pub fn write_fields(&self, slot: &mut [u8]) {
+        let mttcfg = |m: &QueueMttCfg| {
+            (m.offset as u32 & 0xffff_f000) | (m.count & 0x7ff) << 1 | u32::from(m.level & 1)
+        };
+        let code = |m: &QueueMttCfg| u32::from(m.page_shift.saturating_sub(12) & 0xf) << 28;
+        put(
+            slot,
+            8,
+            &(self.sq_depth_log2 << 20 | self.qpn & 0xf_ffff).to_le_bytes(),
+        );
+        put(
+            slot,
+            12,
+            &(self.rq_depth_log2 << 20 | self.pdn & 0xf_ffff).to_le_bytes(),
+        );
+        let sqc = code(&self.sq) | u32::from(self.ext_db) << 25 | self.send_cqn & 0xff_ffff;
+        put(slot, 16, &sqc.to_le_bytes());
+        put(
+            slot,
+            20,
+            &(code(&self.rq) | self.recv_cqn & 0xff_ffff).to_le_bytes(),
+        );
+        put(slot, 24, &self.sq.addr.to_le_bytes());
+        put(slot, 32, &self.rq.addr.to_le_bytes());
+        put(slot, 40, &mttcfg(&self.sq).to_le_bytes());
+        put(slot, 44, &mttcfg(&self.rq).to_le_bytes());
+        put(slot, 48, &self.sq_dbrec.to_le_bytes());
+        put(slot, 56, &self.rq_dbrec.to_le_bytes());
+        for i in 0..3 {
+            put(slot, 64 + 8 * i, &self.sq.more[i].to_le_bytes());
+            put(slot, 88 + 8 * i, &self.rq.more[i].to_le_bytes());
+        }
+        let db = u32::from(self.db_pages.0) << 16 | u32::from(self.db_pages.1);
+        put(slot, 112, &db.to_le_bytes());
+        put(slot, 116, &u32::from(self.qp_type).to_le_bytes());
+    }
+}
+
+/// A request whose only field is a u32 at @8 (DESTROY_QP, DESTROY_CQ, QUERY_QP, DEREG_MR).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct U32Arg(pub u32);
+
+impl U32Arg {
+    /// Decodes the u32 at @8.
+    pub fn decode(r: &Request<'_>) -> Result<Self, Status> {
+        Ok(U32Arg(r.u32(8)?))
+    }
+
+    /// Writes it.
+    pub fn write_fields(&self, slot: &mut [u8]) {
+        put(slot, 8, &self.0.to_le_bytes());
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// MODIFY_QP, RoCEv2 layout (§3.5)
+// ------------------------------------------------------------------------------------------------
+
+/// MODIFY_QP attribute mask bits.
+pub mod qp_mask {
+    /// Target state.
+    pub const STATE: u32 = 1 << 0;
+    /// Q_Key.
+    pub const QKEY: u32 = 1 << 1;
+    /// Address vector.
+    pub const AV: u32 = 1 << 2;
+    /// SQ PSN.
+    pub const SQ_PSN: u32 = 1 << 3;
+    /// RQ PSN.
+    pub const RQ_PSN: u32 = 1 << 4;
+    /// Destination QPN.
+    pub const DST_QPN: u32 = 1 << 5;
+}
+
+/// RoCE QP states (§3.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum QpState {
+    /// 0.
+    Reset = 0,
+    /// 1.
+    Init = 1,
+    /// 2.
+    Rtr = 2,
+    /// 3.
+    Rts = 3,
+    /// 4.
+    Sqd = 4,
+    /// 5.
+    Sqe = 5,
+    /// 6.
+    Error = 6,
+}
+
+impl QpState {
+    /// The state with number `v`.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            4 => QpState::Sqd,
+            5 => QpState::Sqe,
+            6 => QpState::Error,
+            _ => return None,
+        })
+    }
+
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            QpState::Reset => "RESET",
+            QpState::Init => "INIT",
+            QpState::Rtr => "RTR",
+            QpState::Rts => "RTS",
+            QpState::Sqd => "SQD",
+            QpState::Sqe => "SQE",
+            QpState::Error => "ERROR",
+        }
+    }
+}
+
+/// MODIFY_QP (RDMA/3), RoCEv2 layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModifyQpRoce {
+    /// QPN (@8 19:0).
+    pub qpn: u32,
+    /// Raw target state (@8 31:24).
+    pub state: u8,
+    /// Destination QPN (@12 19:0).
+    pub dst_qpn: u32,
+    /// Attribute mask (@16).
+    pub mask: u32,
+    /// Q_Key (@20).
+    pub qkey: u32,
+    /// RQ PSN (@24).
+    pub rq_psn: u32,
+    /// SQ PSN (@28).
+    pub sq_psn: u32,
+    /// The address vector (@32).
+    pub av: AddressVector,
+}
+
+impl ModifyQpRoce {
+    /// Bytes covered by the request.
+    pub const LEN: usize = 32 + AddressVector::SIZE;
+
+    /// Decodes the request.
+    pub fn decode(r: &Request<'_>) -> Result<Self, Status> {
+        let cfg = r.u32(8)?;
+        Ok(ModifyQpRoce {
+            qpn: bits(cfg, 19, 0),
+            state: (cfg >> 24) as u8,
+            dst_qpn: bits(r.u32(12)?, 19, 0),
+            mask: r.u32(16)?,
+            qkey: r.u32(20)?,
+            rq_psn: r.u32(24)?,
+            sq_psn: r.u32(28)?,
+            av: AddressVector::decode_at(r, 32)?,
+        })
+    }
+
+    /// Writes the request into a command slot.
+    pub fn write_fields(&self, slot: &mut [u8]) {
+        let cfg = u32::from(self.state) << 24 | self.qpn & 0xf_ffff;
+        put(slot, 8, &cfg.to_le_bytes());
+        put(slot, 12, &(self.dst_qpn & 0xf_ffff).to_le_bytes());
+        put(slot, 16, &self.mask.to_le_bytes());
+        put(slot, 20, &self.qkey.to_le_bytes());
+        put(slot, 24, &self.rq_psn.to_le_bytes());
+        put(slot, 28, &self.sq_psn.to_le_bytes());
+        put(slot, 32, &self.av.encode());
+    }
+}
+
+/// QUERY_QP resp0: 23:0 SQ PSN, 47:24 RQ PSN, 55:48 state, bit 56 SQ draining.
+pub fn query_qp_resp0(sq_psn: u32, rq_psn: u32, state: QpState, draining: bool) -> u64 {
+    u64::from(sq_psn & 0xff_ffff)
+        | u64::from(rq_psn & 0xff_ffff) << 24
+        | u64::from(state as u8) << 48
+        | u64::from(draining) << 56
+}
+
+// ------------------------------------------------------------------------------------------------
+// CREATE_CQ (§3.5)
+// ------------------------------------------------------------------------------------------------
+
+/// CREATE_CQ (RDMA/4): 40-byte request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CreateCq {
+    /// CQN (cfg0 19:0).
+    pub cqn: u32,
+    /// log2 depth (cfg0 31:24).
+    pub depth_log2: u32,
+    /// The buffer: `offset` is the first-CQE offset @32, `more` is unused.
+    pub buf: QueueMttCfg,
+    /// EQN of the CEQ (cfg1 9:0).
+    pub eqn: u32,
+    /// cfg1 bit 11: extended doorbell page.
+    pub ext_db: bool,
+    /// Doorbell record address.
+    pub dbrec: u64,
+    /// Doorbell page (cfg2 15:0, meaningful with `ext_db`).
+    pub db_page: u16,
+}
+
+impl CreateCq {
+    /// Bytes covered by the request.
+    pub const LEN: usize = 40;
+
+    /// Decodes the request.
+    pub fn decode(r: &Request<'_>) -> Result<Self, Status> {
+        let cfg0 = r.u32(8)?;
+        let cfg1 = r.u32(20)?;
+        let addr = u64::from(r.u32(12)?) | u64::from(r.u32(16)?) << 32;
+        Ok(CreateCq {
+            cqn: bits(cfg0, 19, 0),
+            depth_log2: cfg0 >> 24,
+            buf: QueueMttCfg {
+                page_shift: (12 + bits(cfg0, 23, 20)) as u8,
+                level: bits(cfg1, 15, 15) as u8,
+                count: cfg1 >> 16,
+                offset: u64::from(r.u32(32)?),
+                addr,
+                more: [0; 3],
+            },
+            eqn: bits(cfg1, 9, 0),
+            ext_db: cfg1 & (1 << 11) != 0,
+            dbrec: r.u64(24)?,
+            db_page: r.u16(36)?,
+        })
+    }
+
+    /// Writes the request into a command slot.
+    pub fn write_fields(&self, slot: &mut [u8]) {
+        let code = u32::from(self.buf.page_shift.saturating_sub(12) & 0xf);
+        let cfg0 = self.depth_log2 << 24 | code << 20 | self.cqn & 0xf_ffff;
+        put(slot, 8, &cfg0.to_le_bytes());
+        put(slot, 12, &(self.buf.addr as u32).to_le_bytes());
+        put(slot, 16, &((self.buf.addr >> 32) as u32).to_le_bytes());
+        let cfg1 = self.buf.count << 16
+            | u32::from(self.buf.level & 1) << 15
+            | u32::from(self.ext_db) << 11
+            | self.eqn & 0x3ff;
+        put(slot, 20, &cfg1.to_le_bytes());
+        put(slot, 24, &self.dbrec.to_le_bytes());
+        put(slot, 32, &(self.buf.offset as u32).to_le_bytes());
+        put(slot, 36, &u32::from(self.db_page).to_le_bytes());
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// REFLUSH (§3.5)
+// ------------------------------------------------------------------------------------------------
+
+/// REFLUSH (RDMA/6): @8 QPN, @12 SQ producer index, @16 RQ producer index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reflush {
+    /// QPN.
+    pub qpn: u32,
+    /// SQ producer index (WQEBBs; 16 bits are used).
+    pub sq_pi: u32,
+    /// RQ producer index (16 bits are used).
+    pub rq_pi: u32,
+}
+
+impl Reflush {
+    /// Decodes the request.
+    pub fn decode(r: &Request<'_>) -> Result<Self, Status> {
+        Ok(Reflush {
+            qpn: r.u32(8)?,
+            sq_pi: r.u32(12)?,
+            rq_pi: r.u32(16)?,
+        })
+    }
+
+    /// Writes the request into a command slot.
+    pub fn write_fields(&self, slot: &mut [u8]) {
+        put(slot, 8, &self.qpn.to_le_bytes());
+        put(slot, 12, &self.sq_pi.to_le_bytes());
+        put(slot, 16, &self.rq_pi.to_le_bytes());
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// REG_MR / DEREG_MR (§3.5, §6)
+// ------------------------------------------------------------------------------------------------
+
+/// MR access bits (REG_MR cfg1 5:1 and the fast-register WQE, shifted down by one).
+pub mod access {
+    /// Remote atomic.
+    pub const REMOTE_ATOMIC: u8 = 1 << 0;
+    /// Local read (always set by the drivers).
+    pub const LOCAL_READ: u8 = 1 << 1;
+    /// Local write.
+    pub const LOCAL_WRITE: u8 = 1 << 2;
+    /// Remote read.
+    pub const REMOTE_READ: u8 = 1 << 3;
+    /// Remote write.
+    pub const REMOTE_WRITE: u8 = 1 << 4;
+}
+
+/// MR types (REG_MR cfg1 7:6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MrType {
+    /// 0: normal (user) MR.
+    Normal,
+    /// 1: fast-register MR (valid only after a REG_MR WQE).
+    Frmr,
+    /// 2: DMA MR: all guest memory.
+    Dma,
+}
+
+/// REG_MR (RDMA/8): 64-byte request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegMr {
+    /// cfg0 bit 31.
+    pub valid: bool,
+    /// cfg0 30:28: 0, or 1 for multi-level MTTs.
+    pub version: u8,
+    /// cfg0 27:20: key (STag bits 7:0).
+    pub key: u8,
+    /// cfg0 19:0: MPT index (STag bits 27:8).
+    pub index: u32,
+    /// cfg1 31:12.
+    pub pdn: u32,
+    /// cfg1 7:6 (3 is invalid).
+    pub mr_type: u8,
+    /// cfg1 5:1 ([`access`]).
+    pub access: u8,
+    /// @16: IOVA.
+    pub va: u64,
+    /// Length: @24 low 32 bits, and in version 1 @40 the high 32 bits.
+    pub len: u64,
+    /// cfg2 31:27: log2 of the page size.
+    pub page_shift: u8,
+    /// cfg2 26:24: MTT page-size code (version 1).
+    pub mtt_page_code: u8,
+    /// cfg2 21:20: MTT level 0..3.
+    pub level: u8,
+    /// cfg2 19:0, and in version 1 @44 bits 39:20.
+    pub count: u64,
+    /// @32: inline entries (level 0) or entry 0 = MTT address. In version 1 entries 1 is the
+    /// length/count high words.
+    pub entries: [u64; 4],
+}
+
+impl RegMr {
+    /// Bytes covered by the request.
+    pub const LEN: usize = 64;
+
+    /// Decodes the request.
+    pub fn decode(r: &Request<'_>) -> Result<Self, Status> {
+        let cfg0 = r.u32(8)?;
+        let cfg1 = r.u32(12)?;
+        let cfg2 = r.u32(28)?;
+        let version = bits(cfg0, 30, 28) as u8;
+        let mut len = u64::from(r.u32(24)?);
+        let mut count = u64::from(bits(cfg2, 19, 0));
+        if version == 1 {
+            len |= u64::from(r.u32(40)?) << 32;
+            count |= u64::from(r.u32(44)?) << 20;
+        }
+        Ok(RegMr {
+            valid: cfg0 >> 31 != 0,
+            version,
+            key: bits(cfg0, 27, 20) as u8,
+            index: bits(cfg0, 19, 0),
+            pdn: cfg1 >> 12,
+            mr_type: bits(cfg1, 7, 6) as u8,
+            access: bits(cfg1, 5, 1) as u8,
+            va: r.u64(16)?,
+            len,
+            page_shift: (cfg2 >> 27) as u8,
+            mtt_page_code: bits(cfg2, 26, 24) as u8,
+            level: bits(cfg2, 21, 20) as u8,
+            count,
+            entries: [r.u64(32)?, r.u64(40)?, r.u64(48)?, r.u64(56)?],
+        })
+    }
+
+    /// Writes the request into a command slot (in version 1 the high words overwrite entry 1).
+    pub fn write_fields(&self, slot: &mut [u8]) {
+        let cfg0 = u32::from(self.valid) << 31
+            | u32::from(self.version & 7) << 28
+            | u32::from(self.key) << 20
+            | self.index & 0xf_ffff;
+        let cfg1 =
+            self.pdn << 12 | u32::from(self.mr_type & 3) << 6 | u32::from(self.access & 0x1f) << 1;
+        let cfg2 = u32::from(self.page_shift & 0x1f) << 27
+            | u32::from(self.mtt_page_code & 7) << 24
+            | u32::from(self.level & 3) << 20
+            | (self.count as u32) & 0xf_ffff;
+        put(slot, 8, &cfg0.to_le_bytes());
+        put(slot, 12, &cfg1.to_le_bytes());
+        put(slot, 16, &self.va.to_le_bytes());
+        put(slot, 24, &(self.len as u32).to_le_bytes());
+        put(slot, 28, &cfg2.to_le_bytes());
+        for (i, e) in self.entries.iter().enumerate() {
+            put(slot, 32 + 8 * i, &e.to_le_bytes());
+        }
+        if self.version == 1 {
+            put(slot, 40, &((self.len >> 32) as u32).to_le_bytes());
+            put(slot, 44, &((self.count >> 20) as u32).to_le_bytes());
+        }
+    }
+}
+
+/// The STag of MPT `index` with `key`.
+pub fn stag(index: u32, key: u8) -> u32 {
+    (index & 0xf_ffff) << 8 | u32::from(key)
+}
+
+// ------------------------------------------------------------------------------------------------
+// WQEs (§5.2-§5.4)
+// ------------------------------------------------------------------------------------------------
+
+/// Opcodes shared by SQEs and CQEs (§5.3).
+pub mod op {
+    /// RDMA WRITE.
+    pub const WRITE: u8 = 0;
+    /// RDMA READ.
+    pub const READ: u8 = 1;
+    /// SEND.
+    pub const SEND: u8 = 2;
+    /// SEND with immediate.
+    pub const SEND_WITH_IMM: u8 = 3;
+    /// RQ CQE: receive.
+    pub const RECEIVE: u8 = 4;
+    /// RQ CQE: incoming WRITE_WITH_IMM.
+    pub const RECV_IMM: u8 = 5;
+    /// RQ CQE: incoming SEND_WITH_INV.
+    pub const RECV_INV: u8 = 6;
+    /// RDMA WRITE with immediate.
+    pub const WRITE_WITH_IMM: u8 = 9;
+    /// RQ CQE: incoming SEND_WITH_IMM.
+    pub const RSP_SEND_IMM: u8 = 12;
+    /// SEND with invalidate.
+    pub const SEND_WITH_INV: u8 = 13;
+    /// Fast-register MR.
+    pub const REG_MR: u8 = 14;
+    /// Local invalidate.
+    pub const LOCAL_INV: u8 = 15;
+    /// RDMA READ with invalidate.
+    pub const READ_WITH_INV: u8 = 16;
+    /// Atomic compare and swap.
+    pub const ATOMIC_CAS: u8 = 17;
+    /// Atomic fetch and add.
+    pub const ATOMIC_FAA: u8 = 18;
+}
+
+/// The SQE header (u64 LE at WQE offset 0, §5.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SqeHeader {
+    /// 15:0: producer index after this WQE.
+    pub index: u16,
+    /// Bit 22: generate a completion.
+    pub ce: bool,
+    /// Bit 23: solicited event.
+    pub se: bool,
+    /// Bit 24: fence.
+    pub fence: bool,
+    /// Bit 25: inline payload.
+    pub inline: bool,
+    /// 31:27: opcode.
+    pub opcode: u8,
+    /// 51:32: QPN.
+    pub qpn: u32,
+    /// 54:52 + 1: WQEBBs (1..=8).
+    pub wqebbs: u16,
+    /// 63:56: SGE count or inline byte count.
+    pub sgl_len: u8,
+}
+
+impl SqeHeader {
+    /// Decodes a header.
+    pub fn decode(v: u64) -> Self {
+        SqeHeader {
+            index: v as u16,
+            ce: v & (1 << 22) != 0,
+            se: v & (1 << 23) != 0,
+            fence: v & (1 << 24) != 0,
+            inline: v & (1 << 25) != 0,
+            opcode: ((v >> 27) & 0x1f) as u8,
+            qpn: ((v >> 32) & 0xf_ffff) as u32,
+            wqebbs: ((v >> 52) & 7) as u16 + 1,
+            sgl_len: (v >> 56) as u8,
+        }
+    }
+
+    /// Encodes the header.
+    pub fn encode(&self) -> u64 {
+        u64::from(self.index)
+            | u64::from(self.ce) << 22
+            | u64::from(self.se) << 23
+            | u64::from(self.fence) << 24
+            | u64::from(self.inline) << 25
+            | u64::from(self.opcode & 0x1f) << 27
+            | u64::from(self.qpn & 0xf_ffff) << 32
+            | u64::from(self.wqebbs.wrapping_sub(1) & 7) << 52
+            | u64::from(self.sgl_len) << 56
+    }
+}
+
+/// A scatter/gather element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// Address (IOVA in the MR, or bus address with the local DMA lkey).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// lkey / rkey.
+    pub key: u32,
+}
+
+impl Sge {
+    /// Decodes 16 bytes.
+    pub fn decode(b: &[u8]) -> Self {
+        let mut a = [0u8; 8];
+        let mut l = [0u8; 4];
+        let mut k = [0u8; 4];
+        if b.len() >= SGE_SIZE {
+            a.copy_from_slice(&b[..8]);
+            l.copy_from_slice(&b[8..12]);
+            k.copy_from_slice(&b[12..16]);
+        }
+        Sge {
+            addr: u64::from_le_bytes(a),
+            len: u32::from_le_bytes(l),
+            key: u32::from_le_bytes(k),
+        }
+    }
+
+    /// Encodes 16 bytes.
+    pub fn encode(&self) -> [u8; SGE_SIZE] {
+        let mut b = [0u8; SGE_SIZE];
+        b[..8].copy_from_slice(&self.addr.to_le_bytes());
+        b[8..12].copy_from_slice(&self.len.to_le_bytes());
+        b[12..].copy_from_slice(&self.key.to_le_bytes());
+        b
+    }
+}
+
+/// Little-endian field accessors on a WQE buffer (out of range reads 0: the buffer is always
+/// [`MAX_WQE_SIZE`] bytes, so this never happens for fixed offsets).
+pub fn le32(b: &[u8], off: usize) -> u32 {
+    let mut x = [0u8; 4];
+    if let Some(s) = b.get(off..off.saturating_add(4)) {
+        x.copy_from_slice(s);
+    }
+    u32::from_le_bytes(x)
+}
+
+/// See [`le32`].
+pub fn le64(b: &[u8], off: usize) -> u64 {
+    let mut x = [0u8; 8];
+    if let Some(s) = b.get(off..off.saturating_add(8)) {
+        x.copy_from_slice(s);
+    }
+    u64::from_le_bytes(x)
+}
+
+// ------------------------------------------------------------------------------------------------
+// RQE (§5.5)
+// ------------------------------------------------------------------------------------------------
+
+/// An RQE (32 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rqe {
+    /// @0: RQ producer counter after this RQE.
+    pub index: u16,
+    /// @4: QPN.
+    pub qpn: u32,
+    /// @16..: the SGE (length 0: no buffer).
+    pub sge: Sge,
+}
+
+impl Rqe {
+    /// Decodes 32 bytes.
+    pub fn decode(b: &[u8; RQE_SIZE]) -> Self {
+        Rqe {
+            index: u16::from_le_bytes([b[0], b[1]]),
+            qpn: le32(b, 4),
+            sge: Sge::decode(&b[16..]),
+        }
+    }
+
+    /// Encodes 32 bytes (reserved bytes zero).
+    pub fn encode(&self) -> [u8; RQE_SIZE] {
+        let mut b = [0u8; RQE_SIZE];
+        b[..2].copy_from_slice(&self.index.to_le_bytes());
+        b[4..8].copy_from_slice(&self.qpn.to_le_bytes());
+        b[16..].copy_from_slice(&self.sge.encode());
+        b
+    }
+}
+
+/// An SQ doorbell value: 51:32 QPN, 15:0 new producer index.
+pub fn sq_db(qpn: u32, pi: u16) -> u64 {
+    u64::from(qpn & 0xf_ffff) << 32 | u64::from(pi)
+}
+
+/// An RQ doorbell value (the first 8 bytes of the RQE): 63:32 QPN, 15:0 new producer index.
+pub fn rq_db(qpn: u32, pi: u16) -> u64 {
+    u64::from(qpn) << 32 | u64::from(pi)
+}
+
+// ------------------------------------------------------------------------------------------------
+// CQE (§5.6) and completion status (§5.7)
+// ------------------------------------------------------------------------------------------------
+
+/// Completion status codes (§5.7).
+pub mod wc {
+    /// Success.
+    pub const SUCCESS: u8 = 0;
+    /// General error.
+    pub const GENERAL: u8 = 1;
+    /// Receive WQE format error.
+    pub const RECV_FORMAT: u8 = 2;
+    /// Receive: invalid STag.
+    pub const RECV_STAG: u8 = 3;
+    /// Receive: address/bounds violation.
+    pub const RECV_BOUNDS: u8 = 4;
+    /// Receive: access-rights violation.
+    pub const RECV_ACCESS: u8 = 5;
+    /// Receive: PD mismatch.
+    pub const RECV_PD: u8 = 6;
+    /// Receive: wrap error.
+    pub const RECV_WRAP: u8 = 7;
+    /// Send WQE format error.
+    pub const SEND_FORMAT: u8 = 8;
+    /// ORD exceeded.
+    pub const ORD_EXCEEDED: u8 = 9;
+    /// Send: invalid STag.
+    pub const SEND_STAG: u8 = 10;
+    /// Send: address violation.
+    pub const SEND_BOUNDS: u8 = 11;
+    /// Send: access-rights violation.
+    pub const SEND_ACCESS: u8 = 12;
+    /// Send: PD mismatch.
+    pub const SEND_PD: u8 = 13;
+    /// Send: wrap error.
+    pub const SEND_WRAP: u8 = 14;
+    /// Flushed.
+    pub const FLUSHED: u8 = 15;
+    /// Retry exceeded.
+    pub const RETRY_EXCEEDED: u8 = 16;
+}
+
+/// CQE queue type SQ.
+pub const CQE_QTYPE_SQ: u8 = 0;
+/// CQE queue type RQ.
+pub const CQE_QTYPE_RQ: u8 = 1;
+
+/// What goes into @12 of a CQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CqeExtra {
+    /// Nothing (zero).
+    None,
+    /// An immediate: the 4 bytes as the sender put them in its WQE (network order).
+    Imm([u8; 4]),
+    /// The invalidated rkey (BE u32).
+    InvRkey(u32),
+}
+
+/// A data CQE (32 bytes, big-endian but the immediate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataCqe {
+    /// Owner bit (set by the CQ when written).
+    pub owner: bool,
+    /// Opcode (§5.3).
+    pub opcode: u8,
+    /// [`CQE_QTYPE_SQ`] or [`CQE_QTYPE_RQ`].
+    pub qtype: u8,
+    /// Status (§5.7).
+    pub status: u8,
+    /// SQ: counter of the first WQEBB; RQ: the RQE's position counter.
+    pub wqe_index: u32,
+    /// QPN.
+    pub qpn: u32,
+    /// @12.
+    pub extra: CqeExtra,
+    /// Byte count.
+    pub byte_len: u32,
+}
+
+impl DataCqe {
+    /// The 32 bytes.
+    pub fn encode(&self) -> [u8; CQE_SIZE] {
+        let dw0 = u32::from(self.owner) << 31
+            | u32::from(self.opcode) << 16
+            | u32::from(self.qtype) << 8
+            | u32::from(self.status);
+        let mut b = [0u8; CQE_SIZE];
+        b[..4].copy_from_slice(&dw0.to_be_bytes());
+        b[4..8].copy_from_slice(&self.wqe_index.to_be_bytes());
+        b[8..12].copy_from_slice(&self.qpn.to_be_bytes());
+        match self.extra {
+            CqeExtra::None => {}
+            // The driver reads a LE u32 and converts it to BE: store the wire bytes reversed.
+            CqeExtra::Imm(w) => b[12..16].copy_from_slice(&[w[3], w[2], w[1], w[0]]),
+            CqeExtra::InvRkey(k) => b[12..16].copy_from_slice(&k.to_be_bytes()),
+        }
+        b[16..20].copy_from_slice(&self.byte_len.to_be_bytes());
+        b
+    }
+
+    /// Decodes 32 bytes (what a driver reads); @12 comes back as [`CqeExtra::Imm`] with the
+    /// immediate in network order, whatever the opcode.
+    pub fn decode(b: &[u8; CQE_SIZE]) -> Self {
+        let be = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let dw0 = be(0);
+        DataCqe {
+            owner: dw0 >> 31 != 0,
+            opcode: (dw0 >> 16) as u8,
+            qtype: (dw0 >> 8) as u8,
+            status: dw0 as u8,
+            wqe_index: be(4),
+            qpn: be(8),
+            extra: CqeExtra::Imm([b[15], b[14], b[13], b[12]]),
+            byte_len: be(16),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqe_header_round_trip() {
+        let h = SqeHeader {
+            index: 0xfffe,
+            ce: true,
+            se: false,
+            fence: true,
+            inline: true,
+            opcode: op::ATOMIC_FAA,
+            qpn: 0xabcde,
+            wqebbs: 4,
+            sgl_len: 96,
+        };
+        assert_eq!(SqeHeader::decode(h.encode()), h);
+    }
+
+    #[test]
+    fn cqe_immediate_is_reversed() {
+        let c = DataCqe {
+            owner: true,
+            opcode: op::RECV_IMM,
+            qtype: CQE_QTYPE_RQ,
+            status: 0,
+            wqe_index: 7,
+            qpn: 9,
+            extra: CqeExtra::Imm([1, 2, 3, 4]),
+            byte_len: 100,
+        };
+        let b = c.encode();
+        assert_eq!(&b[12..16], &[4, 3, 2, 1]);
+        assert_eq!(b[0], 0x80);
+        assert_eq!(DataCqe::decode(&b), c);
+    }
+
+    #[test]
+    fn commands_round_trip() {
+        let mut slot = [0xa5u8; 128];
+        let q = CreateQp {
+            qpn: 5,
+            sq_depth_log2: 8,
+            rq_depth_log2: 6,
+            pdn: 3,
+            send_cqn: 1,
+            recv_cqn: 2,
+            ext_db: true,
+            sq: QueueMttCfg {
+                page_shift: 12,
+                level: 0,
+                count: 2,
+                offset: 0,
+                addr: 0x1000,
+                more: [0x2000, 0, 0],
+            },
+            rq: QueueMttCfg {
+                page_shift: 20,
+                level: 1,
+                count: 9,
+                offset: 0x3000,
+                addr: 0x5000,
+                more: [0; 3],
+            },
+            sq_dbrec: 0x100,
+            rq_dbrec: 0x108,
+            db_pages: (256, 258),
+            qp_type: QP_TYPE_RC,
+        };
+        q.write_fields(&mut slot);
+        assert_eq!(CreateQp::decode(&Request::new(&slot)), Ok(q));
+        let m = RegMr {
+            valid: true,
+            version: 1,
+            key: 0x42,
+            index: 77,
+            pdn: 9,
+            mr_type: 0,
+            access: access::LOCAL_READ | access::REMOTE_WRITE,
+            va: 0x7fff_0000_1234,
+            len: 0x1_2345_6789,
+            page_shift: 12,
+            mtt_page_code: 0,
+            level: 2,
+            count: 0x12_3456,
+            entries: [0x9000, 0, 0, 0],
+        };
+        m.write_fields(&mut slot);
+        let d = RegMr::decode(&Request::new(&slot)).unwrap();
+        assert_eq!((d.len, d.count, d.level, d.key), (m.len, m.count, 2, 0x42));
+        let c = CreateCq {
+            cqn: 4,
+            depth_log2: 6,
+            buf: QueueMttCfg {
+                page_shift: 25,
+                level: 0,
+                count: 1,
+                offset: 0x40,
+                addr: 0x1_0000_2000,
+                more: [0; 3],
+            },
+            eqn: 1,
+            ext_db: true,
+            dbrec: 0x3000,
+            db_page: 300,
+        };
+        c.write_fields(&mut slot);
+        assert_eq!(CreateCq::decode(&Request::new(&slot)), Ok(c));
+    }
+}

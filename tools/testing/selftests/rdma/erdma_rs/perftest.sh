@@ -1,0 +1,51 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# perftest between two RoCEv2 adapters of this guest with the default
+# (non -R) connection setup: ib_{write,read,send,atomic}_{bw,lat}, through the
+# driver under test and the stock erdma provider. Each run must complete on
+# both ends and print its result table. Iteration counts are small: the guest
+# runs under TCG, and bandwidth figures belong to `make bench`.
+# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
+
+. "$(dirname "$0")/lib.sh"
+
+DRV=$ERDMA_DRIVER
+NET=51
+functions=$(erdma_functions)
+[ -n "$functions" ] || ksft_skip_all "no eRDMA function (1ded:107f) present"
+command -v ib_write_bw >/dev/null || ksft_skip_all "perftest is missing"
+tmp=/tmp/perftest
+rm -rf "$tmp"
+mkdir -p "$tmp"
+
+# perf TOOL ARGS...: TOOL from $IB_A (server) to $IB_B (client).
+perf() {
+	tool=$1
+	shift
+	next_port
+	run_pair "$tool" "$PORT" '#bytes' \
+		"$tool" -d "$IB_A" -x "$GID_A" -p "$PORT" -F "$@" -- \
+		"$tool" -d "$IB_B" -x "$GID_B" -p "$PORT" -F "$@" "$IP_A" || return 1
+	tap_diag "$tool $*: $(grep -A1 '#bytes' "$tmp/$tool.cli" | tail -n 1 | tr -s ' ')"
+}
+
+tap_header
+nics_up $NET
+tap_check "modprobe $DRV" modprobe "$DRV"
+roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
+
+tap_check "ib_write_bw 64 KiB" perf ib_write_bw -s 65536 -n 50
+tap_check "ib_write_lat 8 B" perf ib_write_lat -s 8 -n 100
+tap_check "ib_read_bw 64 KiB" perf ib_read_bw -s 65536 -n 50
+tap_check "ib_read_lat 8 B" perf ib_read_lat -s 8 -n 100
+tap_check "ib_send_bw 64 KiB" perf ib_send_bw -s 65536 -n 50
+tap_check "ib_send_lat 8 B" perf ib_send_lat -s 8 -n 100
+tap_check "ib_atomic_bw (fetch and add)" perf ib_atomic_bw -n 50
+tap_check "ib_atomic_lat (compare and swap)" perf ib_atomic_lat -A CMP_AND_SWAP -n 50
+
+tap_check "rmmod $DRV" rmmod "$DRV"
+trouble=$(kernel_trouble)
+[ -z "$trouble" ] || tap_diag "$trouble"
+tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$trouble" ]
+tap_finish

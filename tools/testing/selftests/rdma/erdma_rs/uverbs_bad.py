@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Bad requests through the raw uverbs write() interface of an erdma device.
+
+Usage: uverbs_bad.py IBDEV [--strict]
+
+Opens the device's uverbs character device, gets a context and a PD, and sends
+CREATE_CQ, CREATE_QP and REG_MR commands whose erdma driver data (erdma-abi.h)
+or core attributes are wrong: short or oversized udata, non-zero reserved
+bytes, queue buffers too small for the depth, unaligned or overflowing
+ranges, unmapped memory, out-of-range depths. Each must fail with the errno
+ib_core users expect; a well-formed request must then still succeed, so the
+checks cannot pass by accident. --strict adds the checks the upstream C
+driver does not make (buffer too small for the depth). Prints TAP lines
+("ok N - ..." / "not ok N - ...") without a header; exits 1 on a failure.
+"""
+
+import ctypes
+import errno
+import glob
+import mmap
+import os
+import struct
+import sys
+
+CMD_GET_CONTEXT = 0
+CMD_ALLOC_PD = 3
+CMD_REG_MR = 9
+CMD_DEREG_MR = 13
+CMD_CREATE_CQ = 18
+CMD_DESTROY_CQ = 20
+CMD_CREATE_QP = 24
+CMD_DESTROY_QP = 27
+QPT_RC = 2
+PAGE = 4096
+
+ACCESS_LOCAL_WRITE = 1
+
+results = []
+
+
+def uverbs_path(ibdev):
+    for d in glob.glob("/sys/class/infiniband_verbs/uverbs*"):
+        with open(d + "/ibdev") as f:
+            if f.read().strip() == ibdev:
+                return "/dev/infiniband/" + os.path.basename(d)
+    raise SystemExit(f"no uverbs device for {ibdev}")
+
+
+class Uverbs:
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_RDWR)
+        self.resp = ctypes.create_string_buffer(256)
+
+    def cmd(self, op, body, driver=b"", resp_len=0, drv_out=0):
+        """One legacy write command: body starts with the response pointer
+        (filled in here), driver data follows. Returns (errno, response)."""
+        ctypes.memset(self.resp, 0, len(self.resp))
+        if resp_len or drv_out:
+            body = struct.pack("<Q", ctypes.addressof(self.resp)) + body[8:]
+        payload = body + driver
+        assert len(payload) % 4 == 0
+        out_words = (resp_len + drv_out + 3) // 4
+        hdr = struct.pack("<IHH", op, (8 + len(payload)) // 4, out_words)
+        try:
+            os.write(self.fd, hdr + payload)
+        except OSError as e:
+            return e.errno, b""
+        return 0, self.resp.raw[: resp_len + drv_out]
+
+
+def buffer(size):
+    """Page-aligned anonymous memory and its address."""
+    m = mmap.mmap(-1, size)
+    return m, ctypes.addressof(ctypes.c_char.from_buffer(m))
+
+
+def check(name, got, want):
+    ok = got == want
+    results.append(ok)
+    n = len(results)
+    status = "ok" if ok else "not ok"
+    print(f"{status} {n} - {name}: {errno.errorcode.get(got, got)}"
+          + ("" if ok else f" (expected {errno.errorcode.get(want, want)})"), flush=True)
+
+
+def cq_body(cqe, vector=0):
+    # response, user_handle, cqe, comp_vector, comp_channel (-1), reserved
+    return struct.pack("<QQIIiI", 0, 0, cqe, vector, -1, 0)
+
+
+def cq_udata(db, qbuf, qlen, reserved=0):
+    return struct.pack("<QQII", db, qbuf, qlen, reserved)
+
+
+def qp_body(pd, cq, sw=16, rw=16, ssge=1, rsge=1, inline=0):
+    return struct.pack("<QQIIIIIIIIIBBBB", 0, 0, pd, cq, cq, 0, sw, rw, ssge, rsge,
+                       inline, 0, QPT_RC, 0, 0)
+
+
+def main():
+    ibdev = sys.argv[1]
+    strict = "--strict" in sys.argv
+    uv = Uverbs(uverbs_path(ibdev))
+
+    # A context; too little room for the driver's response is refused.
+    err, _ = uv.cmd(CMD_GET_CONTEXT, struct.pack("<Q", 0), resp_len=8, drv_out=8)
+    check("GET_CONTEXT with a short response buffer", err, errno.EINVAL)
+    err, _ = uv.cmd(CMD_GET_CONTEXT, struct.pack("<Q", 0), resp_len=8, drv_out=40)
+    check("GET_CONTEXT", err, 0)
+    err, r = uv.cmd(CMD_ALLOC_PD, struct.pack("<Q", 0), resp_len=4)
+    check("ALLOC_PD", err, 0)
+    pd = struct.unpack_from("<I", r)[0]
+
+    qmem, qbuf = buffer(1 << 20)
+    dmem, db = buffer(PAGE)
+
+    def create_cq(cqe, udata, vector=0):
+        return uv.cmd(CMD_CREATE_CQ, cq_body(cqe, vector), udata, resp_len=8, drv_out=8)
+
+    err, _ = create_cq(64, cq_udata(db, qbuf, 4096)[:16])
+    check("CREATE_CQ with 16 of 24 bytes of driver data", err, errno.EINVAL)
+    err, _ = create_cq(64, cq_udata(db, qbuf, 4096) + struct.pack("<Q", 1))
+    check("CREATE_CQ with non-zero bytes beyond the driver data", err, errno.EOPNOTSUPP)
+    err, _ = create_cq(1 << 30, cq_udata(db, qbuf, 1 << 20))
+    check("CREATE_CQ deeper than max_cqe", err, errno.EINVAL)
+    err, _ = create_cq(64, cq_udata(db, 0x10000, 4096))
+    check("CREATE_CQ with an unmapped buffer", err, errno.EFAULT)
+    err, _ = create_cq(64, cq_udata(db + PAGE - 4, qbuf, 4096))
+    check("CREATE_CQ with a misaligned doorbell record", err, errno.EINVAL)
+    err, _ = create_cq(64, cq_udata(db, 0xffff_ffff_ffff_ffc0, 4096))
+    check("CREATE_CQ with a buffer wrapping the address space", err, errno.EINVAL)
+    if strict:
+        err, _ = create_cq(1024, cq_udata(db, qbuf, 4096))
+        check("CREATE_CQ with a buffer too small for the depth", err, errno.EINVAL)
+    err, r = create_cq(64, cq_udata(db, qbuf, 4096))
+    check("CREATE_CQ well-formed", err, 0)
+    cq = struct.unpack_from("<I", r)[0]
+
+    def create_qp(udata, **kw):
+        return uv.cmd(CMD_CREATE_QP, qp_body(pd, cq, **kw), udata, resp_len=32, drv_out=16)
+
+    good = cq_udata(db + 16, qbuf + (64 << 10), 1 << 16)
+    err, _ = create_qp(good[:8])
+    check("CREATE_QP with 8 of 24 bytes of driver data", err, errno.EINVAL)
+    err, _ = create_qp(cq_udata(db + 16, qbuf + (64 << 10), 1 << 16, reserved=0) + b"\x01" + b"\0" * 7)
+    check("CREATE_QP with non-zero bytes beyond the driver data", err, errno.EOPNOTSUPP)
+    err, _ = create_qp(good, sw=0)
+    check("CREATE_QP with no send work requests", err, errno.EINVAL)
+    err, _ = create_qp(good, sw=8193)
+    check("CREATE_QP with 8193 send work requests", err, errno.EINVAL)
+    err, _ = create_qp(good, ssge=7)
+    check("CREATE_QP with 7 send SGEs", err, errno.EINVAL)
+    err, _ = create_qp(good, rsge=2)
+    check("CREATE_QP with 2 receive SGEs", err, errno.EINVAL)
+    err, _ = create_qp(good, inline=97)
+    check("CREATE_QP with 97 inline bytes", err, errno.EINVAL)
+    err, _ = create_qp(cq_udata(db + PAGE - 8, qbuf + (64 << 10), 1 << 16))
+    check("CREATE_QP with doorbell records crossing a page", err, errno.EINVAL)
+    if strict:
+        # 16 WRs: a 2 KiB send queue rounded to 4 KiB, then a 512-byte receive queue.
+        err, _ = create_qp(cq_udata(db + 16, qbuf + (64 << 10), 4096))
+        check("CREATE_QP with a buffer too small for the receive queue", err, errno.EINVAL)
+        err, _ = create_qp(cq_udata(db + 16, qbuf + (64 << 10) + 64, 1 << 16))
+        check("CREATE_QP with a buffer not 4 KiB aligned", err, errno.EINVAL)
+    err, r = create_qp(good)
+    check("CREATE_QP well-formed", err, 0)
+    if err == 0:
+        qp = struct.unpack_from("<I", r)[0]
+        err, _ = uv.cmd(CMD_DESTROY_QP, struct.pack("<QII", 0, qp, 0), resp_len=4)
+        check("DESTROY_QP", err, 0)
+
+    def reg_mr(start, length, iova, access=ACCESS_LOCAL_WRITE):
+        return uv.cmd(CMD_REG_MR, struct.pack("<QQQQII", 0, start, length, iova, pd, access),
+                      resp_len=12)
+
+    err, _ = reg_mr(qbuf, 0, qbuf)
+    check("REG_MR of 0 bytes", err, errno.EINVAL)
+    if strict:
+        err, _ = reg_mr(qbuf, 1 << 20, 0xffff_ffff_ffff_0000)
+        check("REG_MR whose IOVA range wraps", err, errno.EINVAL)
+    err, _ = reg_mr(qbuf, 1 << 62, qbuf)
+    check("REG_MR longer than max_mr_size", err, errno.EINVAL)
+    err, _ = reg_mr(0x10000, PAGE, 0x10000)
+    check("REG_MR of unmapped memory", err, errno.EFAULT)
+    err, r = reg_mr(qbuf, 1 << 20, qbuf)
+    check("REG_MR well-formed", err, 0)
+    if err == 0:
+        mr = struct.unpack_from("<I", r)[0]
+        err, _ = uv.cmd(CMD_DEREG_MR, struct.pack("<I", mr))
+        check("DEREG_MR", err, 0)
+
+    err, _ = uv.cmd(CMD_DESTROY_CQ, struct.pack("<QII", 0, cq, 0), resp_len=8)
+    check("DESTROY_CQ", err, 0)
+    os.close(uv.fd)
+    del qmem, dmem
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
