@@ -147,6 +147,23 @@ guest upstream-c-driver --smp 4 \
 	--dev proto=roce,test_page=on \
 	--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,test_page=on \
 	--run 'ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh abdiff.sh'
+# The RC data path (RoCEv2) between two adapters of one guest, through the
+# stock provider: ibv_rc_pingpong (rc.sh), perftest (perftest.sh), and bad
+# requests through raw uverbs (badinput.sh); then the same with the upstream C
+# driver on the same model (A/B; badinput.sh leaves out the checks it lacks).
+guest data-path \
+	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
+	--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh'
+guest data-path-c-driver \
+	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
+	--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh'
+# RC traffic between two guests through one model process, both drivers.
+guest two-guests-data-path \
+	--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
+	--run 'erdma_rs/run_tests.sh xguest.sh'
+guest two-guests-data-path-c-driver \
+	--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
+	--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh xguest.sh'
 # Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
 # of the issue run in the scenario above.
 guest two-guests-one-model \

@@ -160,23 +160,24 @@ model_cmd() {
 	[ "$((status))" -eq 0 ]
 }
 
-# nics_up NET: brings every NIC up with a link-local IPv4 address 169.254.NET.<k>
-# (iWARP ports need one), and unloads both eRDMA drivers, so that a test
-# starts from no RDMA device. Two NICs of one guest are wired to each other:
-# each accepts packets from the other's (local) address, so that ARP, and with
-# it the RDMA core's address resolution, works between them.
+# nics_up NET: brings every NIC up with a link-local IPv4 address
+# 169.254.NET.<last byte of its MAC> (iWARP ports need one; the MACs of a run
+# differ, so addresses differ across guests too), and unloads both eRDMA
+# drivers, so that a test starts from no RDMA device. Two NICs of one guest are
+# wired to each other: each accepts packets from the other's (local) address,
+# so that ARP, and with it the RDMA core's address resolution, works between
+# them.
 nics_up() {
 	# Traffic between two local addresses goes through the loopback device.
 	ip link set lo up
-	_k=1
 	for _nic in /sys/class/net/*; do
 		_nic=${_nic##*/}
 		[ "$_nic" = lo ] && continue
+		_mac=$(cat "/sys/class/net/$_nic/address")
 		echo 1 >"/proc/sys/net/ipv4/conf/$_nic/accept_local"
 		echo 0 >"/proc/sys/net/ipv4/conf/$_nic/rp_filter"
 		ip link set "$_nic" up
-		ip addr add "169.254.$1.$_k/16" dev "$_nic" 2>/dev/null
-		_k=$((_k + 1))
+		ip addr add "169.254.$1.$((0x${_mac##*:}))/16" dev "$_nic" 2>/dev/null
 	done
 	rmmod erdma_rs erdma 2>/dev/null
 	return 0
@@ -266,7 +267,7 @@ listening() { ss -ltnH "sport = :$1" | grep -q .; }
 
 # run_pair NAME PORT DONE SERVER-CMD... -- CLIENT-CMD...: starts the server,
 # waits (20 s) until it listens on TCP port PORT, runs the client, and waits for
-# both (120 s each). Both must exit 0 and print DONE. Output goes to
+# both (120 s each). Both must exit 0, and the client must print DONE. Output goes to
 # $tmp/NAME.srv and $tmp/NAME.cli, and into the TAP diagnostics on failure.
 run_pair() {
 	_name=$1 _port=$2 _done=$3
@@ -289,8 +290,7 @@ run_pair() {
 	_crc=$?
 	wait $_spid
 	_src=$?
-	if [ $_crc != 0 ] || [ $_src != 0 ] ||
-		! grep -q -- "$_done" "$tmp/$_name.cli" || ! grep -q -- "$_done" "$tmp/$_name.srv"; then
+	if [ $_crc != 0 ] || [ $_src != 0 ] || ! grep -q -- "$_done" "$tmp/$_name.cli"; then
 		tap_diag "client (exit $_crc): $(tr '\n' ';' <"$tmp/$_name.cli" | tail -c 1500)"
 		tap_diag "server (exit $_src): $(tr '\n' ';' <"$tmp/$_name.srv" | tail -c 1500)"
 		return 1

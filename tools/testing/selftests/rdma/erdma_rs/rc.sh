@@ -28,6 +28,7 @@ pingpong() {
 	run_pair "$name" "$PORT" 'bytes in' \
 		ibv_rc_pingpong -d "$sib" -g "$sgid" -p "$PORT" "$@" -- \
 		ibv_rc_pingpong -d "$cib" -g "$cgid" -p "$PORT" "$@" "$sip" || return 1
+	grep -q 'bytes in' "$tmp/$name.srv" || { tap_diag "server: $(tr '\n' ';' <"$tmp/$name.srv")"; return 1; }
 	tap_diag "$name: $(grep 'bytes in' "$tmp/$name.cli")"
 }
 

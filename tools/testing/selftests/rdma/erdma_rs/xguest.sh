@@ -1,0 +1,83 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# RC traffic between two guests, each with one RoCEv2 adapter, through one
+# model process: ibv_rc_pingpong (polling and completion events) and
+# ib_write_bw. The guest whose adapter has the lower MAC serves, the other
+# connects to 169.254.NET.<server MAC byte>; both run this script.
+# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
+
+. "$(dirname "$0")/lib.sh"
+
+DRV=$ERDMA_DRIVER
+NET=53
+SERVER_BYTE=${XGUEST_SERVER_BYTE:-1}
+tmp=/tmp/xguest
+rm -rf "$tmp"
+mkdir -p "$tmp"
+command -v ibv_rc_pingpong >/dev/null || ksft_skip_all "ibv_rc_pingpong (ibverbs-utils) is missing"
+
+tap_header
+nics_up $NET
+tap_check "modprobe $DRV" modprobe "$DRV"
+
+ib="" gid="" role=""
+for bdf in $(erdma_functions); do
+	wait_for 10 is_bound "$bdf" || continue
+	mac=$(mac_of "$bdf")
+	nd=$(netdev_of "$mac") || continue
+	wait_for 10 sh -c "rdma link show | grep -q ' netdev $nd '"
+	ib=$(ibdev_of "$nd")
+	ip=$(ipv4_of "$nd")
+	wait_for 10 gid_index "$ib" "$ip" >/dev/null || continue
+	gid=$(gid_index "$ib" "$ip")
+	[ $((0x${mac##*:})) = "$SERVER_BYTE" ] && role=server || role=client
+	tap_diag "$bdf: $ib on $nd, $ip, GID index $gid: $role"
+	break
+done
+[ -n "$gid" ] || ksft_skip_all "no RoCEv2 adapter bound"
+server_ip=169.254.$NET.$SERVER_BYTE
+
+# xrun NAME PORT DONE CMD...: the server runs CMD; the client runs CMD with the
+# server's address, retrying while the server is not listening yet.
+xrun() {
+	name=$1 port=$2 done=$3
+	shift 3
+	if [ $role = server ]; then
+		timeout 240 "$@" >"$tmp/$name" 2>&1
+		rc=$?
+	else
+		tries=120
+		while :; do
+			timeout 240 "$@" "$server_ip" >"$tmp/$name" 2>&1
+			rc=$?
+			[ $rc != 0 ] && grep -qi "couldn't connect\|unable to connect\|connection refused" "$tmp/$name" &&
+				[ $tries -gt 0 ] || break
+			tries=$((tries - 1))
+			sleep 1
+		done
+	fi
+	if [ $rc != 0 ] || ! grep -q -- "$done" "$tmp/$name"; then
+		tap_diag "$role (exit $rc): $(tr '\n' ';' <"$tmp/$name" | tail -c 1500)"
+		return 1
+	fi
+	tap_diag "$name: $(grep -- "$done" "$tmp/$name" | head -n 1)"
+}
+
+tap_check "$role: rc_pingpong across guests, 4096 bytes x 50" \
+	xrun pingpong 18601 'bytes in' ibv_rc_pingpong -d "$ib" -g "$gid" -p 18601 -s 4096 -n 50
+tap_check "$role: rc_pingpong across guests, completion events (-e)" \
+	xrun events 18602 'bytes in' ibv_rc_pingpong -d "$ib" -g "$gid" -p 18602 -s 4096 -n 50 -e
+if [ $role = client ]; then
+	tap_check "$role: ib_write_bw across guests" \
+		xrun write_bw 18603 '#bytes' ib_write_bw -d "$ib" -x "$gid" -p 18603 -F -s 65536 -n 50
+else
+	tap_check "$role: ib_write_bw across guests" \
+		xrun write_bw 18603 'RDMA_Write' ib_write_bw -d "$ib" -x "$gid" -p 18603 -F -s 65536 -n 50
+fi
+
+tap_check "rmmod $DRV" rmmod "$DRV"
+trouble=$(kernel_trouble)
+[ -z "$trouble" ] || tap_diag "$trouble"
+tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$trouble" ]
+tap_finish
