@@ -152,8 +152,31 @@ step_rootfs() {
 	"$TOP/scripts/build-rootfs.sh"
 }
 
+# The pyverbs test suite of rdma-core (tests/ of the upstream source, the
+# release the guest's rdma-core comes from), run in the guest with the stock
+# provider.
+step_rdma_core_tests() {
+	local dir=$ERDMA_CACHE/rdma-core-$RDMA_CORE_SERIES
+	if stamp_ok "$dir.stamp" "$RDMA_CORE_SERIES" && [ -f "$dir/tests/run_tests.py" ]; then
+		say "rdma-core $RDMA_CORE_SERIES tests: ok ($dir/tests)"
+		return
+	fi
+	local url
+	url="$(debian_mirror)/pool/main/r/rdma-core/rdma-core_$RDMA_CORE_SERIES.orig.tar.gz"
+	say "rdma-core $RDMA_CORE_SERIES tests: fetching $url"
+	rm -rf "$dir" "$dir.tmp"
+	mkdir -p "$dir.tmp"
+	curl -sSfL --retry 3 "$url" | tar -C "$dir.tmp" -xz --strip-components=1 --wildcards '*/tests/*' ||
+		die "could not fetch $url"
+	mkdir -p "$dir"
+	mv "$dir.tmp/tests" "$dir/tests"
+	rm -rf "$dir.tmp"
+	echo "$RDMA_CORE_SERIES" >"$dir.stamp"
+	say "rdma-core $RDMA_CORE_SERIES tests: ok ($(ls "$dir/tests" | wc -l) files)"
+}
+
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(host rust-src bindgen qemu kernel-src rootfs)
+[ ${#steps[@]} -gt 0 ] || steps=(host rust-src bindgen qemu kernel-src rootfs rdma-core-tests)
 for s in "${steps[@]}"; do
 	case "$s" in
 	host) step_host ;;
@@ -162,6 +185,7 @@ for s in "${steps[@]}"; do
 	qemu) step_qemu ;;
 	kernel-src) step_kernel_src ;;
 	rootfs) step_rootfs ;;
-	*) die "unknown step '$s' (host rust-src bindgen qemu kernel-src rootfs)" ;;
+	rdma-core-tests) step_rdma_core_tests ;;
+	*) die "unknown step '$s' (host rust-src bindgen qemu kernel-src rootfs rdma-core-tests)" ;;
 	esac
 done

@@ -20,6 +20,8 @@ rm -rf "$LOGS"
 mkdir -p "$LOGS"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ERDMA_CACHE/cargo-target}
 EMU=$CARGO_TARGET_DIR/release/erdma-emu
+# rdma-core's pyverbs suite (scripts/setup.sh rdma-core-tests), for pyverbs.sh.
+PYVERBS_TESTS=$ERDMA_CACHE/rdma-core-$RDMA_CORE_SERIES/tests
 
 passed=0
 failed=0
@@ -148,15 +150,16 @@ guest upstream-c-driver --smp 4 \
 	--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,test_page=on \
 	--run 'ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh abdiff.sh'
 # The RC data path (RoCEv2) between two adapters of one guest, through the
-# stock provider: ibv_rc_pingpong (rc.sh), perftest (perftest.sh), and bad
-# requests through raw uverbs (badinput.sh); then the same with the upstream C
-# driver on the same model (A/B; badinput.sh leaves out the checks it lacks).
-guest data-path \
+# stock provider: ibv_rc_pingpong (rc.sh), perftest (perftest.sh), bad
+# requests through raw uverbs (badinput.sh) and rdma-core's pyverbs suite
+# (pyverbs.sh); then the same with the upstream C driver on the same model
+# (A/B; badinput.sh leaves out the checks it lacks).
+guest data-path --copy "$PYVERBS_TESTS" \
 	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-	--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh'
-guest data-path-c-driver \
+	--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh pyverbs.sh'
+guest data-path-c-driver --copy "$PYVERBS_TESTS" \
 	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-	--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh'
+	--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh pyverbs.sh'
 # RC traffic between two guests through one model process, both drivers.
 guest two-guests-data-path \
 	--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
