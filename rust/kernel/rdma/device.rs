@@ -317,7 +317,12 @@ pub trait Driver: Sized + Send + Sync + 'static {
     }
 
     /// Fills in up to `wc.len()` completions of a kernel CQ; returns how many. Any context.
-    fn poll_cq(_dev: &Device<Self>, _data: &Self::Data<'_>, _cq: &Cq<Self>, _wc: &mut [Wc]) -> usize {
+    fn poll_cq(
+        _dev: &Device<Self>,
+        _data: &Self::Data<'_>,
+        _cq: &Cq<Self>,
+        _wc: &mut [Wc],
+    ) -> usize {
         build_error!(VTABLE_DEFAULT_ERROR)
     }
 
@@ -553,6 +558,14 @@ impl<T: Driver> UniqueDevice<T> {
     pub fn set_phys_port_cnt(&mut self, ports: u32) -> &mut Self {
         // SAFETY: The device is exclusively owned and not registered.
         unsafe { (*self.raw()).phys_port_cnt = ports };
+        self
+    }
+
+    /// Sets the key kernel users put in work requests to address bus (DMA) addresses directly,
+    /// for devices that report the `LOCAL_DMA_LKEY` capability.
+    pub fn set_local_dma_lkey(&mut self, lkey: u32) -> &mut Self {
+        // SAFETY: The device is exclusively owned and not registered.
+        unsafe { (*self.raw()).local_dma_lkey = lkey };
         self
     }
 
@@ -1278,7 +1291,13 @@ impl<T: Driver> Adapter<T> {
     ) -> c_int {
         let n = usize::try_from(num).unwrap_or(0);
         // SAFETY: The core passes a live CQ of this device and room for `num` completions.
-        let (dev, c, wcs) = unsafe { (Self::dev((*cq).device), Cq::<T>::from_raw(cq), Wc::slice(wc, n)) };
+        let (dev, c, wcs) = unsafe {
+            (
+                Self::dev((*cq).device),
+                Cq::<T>::from_raw(cq),
+                Wc::slice(wc, n),
+            )
+        };
         let got = dev
             .with_data(|dev, data| T::poll_cq(dev, data, c, wcs))
             .unwrap_or(0);

@@ -212,7 +212,10 @@ crate::rdma::c_enum! {
 impl Events<bindings::ib_qp> {
     /// The core's queue pair, `NULL` once destroyed; what a work completion names.
     pub(crate) fn raw_ptr(&self) -> *mut bindings::ib_qp {
-        self.0.lock().0.map_or(core::ptr::null_mut(), |p| p.as_ptr())
+        self.0
+            .lock()
+            .0
+            .map_or(core::ptr::null_mut(), |p| p.as_ptr())
     }
 
     /// Tells the consumer of the queue pair about `event`.

@@ -138,6 +138,26 @@ impl<'a, T: Driver> SendWr<'a, T> {
         unsafe { sges(self.raw.sg_list, self.raw.num_sge) }
     }
 
+    /// Copies the payload of an inline request (flag [`send_flags::INLINE`]) into `buf` and
+    /// returns its length; `EINVAL` if it does not fit or the request is not inline.
+    pub fn copy_inline(&self, buf: &mut [u8]) -> crate::error::Result<usize> {
+        if self.flags() & send_flags::INLINE == 0 {
+            return Err(crate::error::code::EINVAL);
+        }
+        let mut len = 0usize;
+        for sge in self.sges() {
+            let n = usize::try_from(sge.length)?;
+            let end = len.checked_add(n).ok_or(crate::error::code::EINVAL)?;
+            let dst = buf.get_mut(len..end).ok_or(crate::error::code::EINVAL)?;
+            // SAFETY: With `IB_SEND_INLINE`, kernel consumers pass kernel virtual addresses of
+            // `length` readable bytes that stay valid for the duration of the post.
+            let src = unsafe { core::slice::from_raw_parts(sge.addr as usize as *const u8, n) };
+            dst.copy_from_slice(src);
+            len = end;
+        }
+        Ok(len)
+    }
+
     /// The immediate data, in network byte order as the consumer gave it.
     pub fn imm_data_be(&self) -> u32 {
         // SAFETY: Both union views are 32 bits of plain data.
@@ -154,11 +174,16 @@ impl<'a, T: Driver> SendWr<'a, T> {
     pub fn rdma(&self) -> Option<(u64, u32)> {
         matches!(
             self.opcode()?,
-            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteImm | WrOpcode::RdmaRead | WrOpcode::RdmaReadInv
+            WrOpcode::RdmaWrite
+                | WrOpcode::RdmaWriteImm
+                | WrOpcode::RdmaRead
+                | WrOpcode::RdmaReadInv
         )
         .then(|| {
             // SAFETY: Requests with these opcodes are the `wr` of an `ib_rdma_wr`.
-            let r = unsafe { &*(self.raw as *const bindings::ib_send_wr).cast::<bindings::ib_rdma_wr>() };
+            let r = unsafe {
+                &*(self.raw as *const bindings::ib_send_wr).cast::<bindings::ib_rdma_wr>()
+            };
             (r.remote_addr, r.rkey)
         })
     }
@@ -171,8 +196,9 @@ impl<'a, T: Driver> SendWr<'a, T> {
         )
         .then(|| {
             // SAFETY: Requests with these opcodes are the `wr` of an `ib_atomic_wr`.
-            let a =
-                unsafe { &*(self.raw as *const bindings::ib_send_wr).cast::<bindings::ib_atomic_wr>() };
+            let a = unsafe {
+                &*(self.raw as *const bindings::ib_send_wr).cast::<bindings::ib_atomic_wr>()
+            };
             (a.remote_addr, a.rkey, a.compare_add, a.swap)
         })
     }

@@ -46,6 +46,7 @@ mod cmdq;
 mod commands;
 mod eq;
 mod ids;
+mod kverbs;
 mod objects;
 mod regs;
 mod ring;
@@ -65,13 +66,10 @@ use commands::{
     EQ_TYPE_CEQ, //
 };
 use eq::EqRing;
-use kernel::{
-    rbtree::RBTree,
-    rdma::{
-        qp::QpEvent,
-        CqEvents,
-        QpEvents, //
-    },
+use kernel::{rbtree::RBTree, rdma::qp::QpEvent};
+use kverbs::{
+    CqEntry,
+    QpEntry, //
 };
 use regs::{
     MacAddr,
@@ -115,10 +113,10 @@ struct Hw<'bound> {
     aeq: SpinLockIrq<EqRing>,
     /// Event handles of the completion queues, by CQN, for the CEQ handlers.
     #[pin]
-    cqs: SpinLockIrq<RBTree<u32, CqEvents>>,
+    cqs: SpinLockIrq<RBTree<u32, Arc<CqEntry>>>,
     /// Event handles of the queue pairs, by QPN, for the AEQ handler.
     #[pin]
-    qps: SpinLockIrq<RBTree<u32, QpEvents>>,
+    qps: SpinLockIrq<RBTree<u32, Arc<QpEntry>>>,
 }
 
 impl<'bound> Hw<'bound> {
@@ -179,14 +177,14 @@ impl<'bound> Hw<'bound> {
                 // Every QP event is fatal to the QP (erdma-hw 4.2).
                 0 | 1 | 2 | 4 => {
                     let qps = self.qps.lock();
-                    let found = IbData::qp_event(&qps, object, QpEvent::Fatal);
-                    ("error on QP", found)
+                    let found = qps.get(&object).map(|q| q.events.event(QpEvent::Fatal));
+                    ("error on QP", found.is_some())
                 }
                 3 => {
                     let cqs = self.cqs.lock();
                     (
                         "error on CQ",
-                        cqs.get(&object).map(CqEvents::error).is_some(),
+                        cqs.get(&object).map(|c| c.events.error()).is_some(),
                     )
                 }
                 _ => ("unknown event for object", false),
@@ -230,7 +228,13 @@ impl irq::Handler for CeqIrq<'_> {
                 break;
             };
             let cqn = eqe.0[0] & 0xf_ffff;
-            if !IbData::cq_event(&self.hw.cqs.lock(), cqn) {
+            let found = self.hw.cqs.lock().get(&cqn).map(|c| {
+                if let Some(k) = &c.kernel {
+                    k.event();
+                }
+                c.events.completion();
+            });
+            if found.is_none() {
                 // A CQ destroyed after the adapter queued its event.
                 dev_dbg!(
                     self.hw.dev(),

@@ -22,10 +22,13 @@ use kernel::{
             udp_sport, //
         },
         umem::access,
-        CqEvents, NewMr, QpAttr, QpAttrMask, QpAttrOut, QpCap, QpEvents, QpInitAttr, QpState,
-        QpType, UData, Umem, UserMrReq,
+        NewMr, QpAttr, QpAttrMask, QpAttrOut, QpCap, QpInitAttr, QpState, QpType, RecvWrs, SendWrs,
+        UData, Umem, UserMrReq, Wc,
     },
-    sync::Mutex,
+    sync::{
+        Arc,
+        Mutex, //
+    },
 };
 
 use crate::{
@@ -40,6 +43,12 @@ use crate::{
         ModifyQpRoce,
         QueryQp,
         RegMr, //
+    },
+    kverbs::{
+        CqEntry,
+        KernelCq,
+        KernelQp,
+        QpEntry, //
     },
     ring::{
         lower,
@@ -73,10 +82,18 @@ const CQ_PAGE_SIZES: u64 = 0x03ff_f000;
 pub(crate) const MR_PAGE_SIZES: u64 = 0x7fff_f000;
 /// Entries an MTT carries inline in CREATE_QP / REG_MR.
 const INLINE_MTT: usize = 4;
+/// Kernel queues: one contiguous buffer described as one "page" of 1 MiB (QPs) or 32 MiB
+/// (CQs), page-size codes 8 and 13.
+const KERNEL_QP_PAGE_CODE: u32 = 8;
+const KERNEL_CQ_PAGE_CODE: u32 = 13;
+const KERNEL_CQ_BYTES: u64 = 32 << 20;
 /// QP number of the GSI QP on RoCE adapters, never handed to user QPs.
 const GSI_QPN: u32 = 1;
+/// QP types of CREATE_QP.
+const QP_TYPE_UD: u32 = 1;
 /// MR types of REG_MR.
 const MR_TYPE_NORMAL: u32 = 0;
+const MR_TYPE_DMA: u32 = 2;
 /// Access bits of REG_MR.
 const MR_ACC_RA: u32 = 1 << 0;
 const MR_ACC_LR: u32 = 1 << 1;
@@ -196,13 +213,18 @@ impl DbRecord {
     }
 }
 
-/// A completion queue.
-pub(crate) struct Cq {
-    pub(crate) cqn: u32,
-    depth: u32,
+/// The user memory of a user completion queue.
+struct UserQueue {
     _mtt: Mtt,
     _buf: Umem,
     _dbrec: DbRecord,
+}
+
+/// A completion queue: a user one (its ring in user memory) or a kernel one.
+pub(crate) struct Cq {
+    pub(crate) cqn: u32,
+    pub(crate) kernel: Option<Arc<KernelCq>>,
+    _user: Option<UserQueue>,
 }
 
 /// The state of a queue pair the driver keeps for modify and query.
@@ -212,12 +234,9 @@ struct QpShadow {
     qkey: u32,
 }
 
-/// What a queue pair holds in the adapter.
-pub(crate) struct QpHw {
-    qpn: u32,
-    sq_depth: u32,
-    rq_depth: u32,
-    sq_sig_all: bool,
+/// The user memory of a user queue pair.
+struct UserQp {
+    rq_offset: u64,
     _sq_mtt: Mtt,
     _rq_mtt: Mtt,
     _sq: Umem,
@@ -225,10 +244,21 @@ pub(crate) struct QpHw {
     _dbrec: DbRecord,
 }
 
+/// What a queue pair holds in the adapter.
+pub(crate) struct QpHw {
+    qpn: u32,
+    qp_type: QpType,
+    sq_depth: u32,
+    rq_depth: u32,
+    sq_sig_all: bool,
+    pub(crate) kernel: Option<Arc<KernelQp>>,
+    _user: Option<UserQp>,
+}
+
 /// A queue pair.
 #[pin_data]
 pub(crate) struct Qp {
-    hw: QpHw,
+    pub(crate) hw: QpHw,
     #[pin]
     shadow: Mutex<QpShadow>,
 }
@@ -299,23 +329,12 @@ impl IbData<'_> {
         self.ids.lock().pd.free(pd.pdn);
     }
 
-    /// The user context of a call, which user objects need.
-    fn user<'a>(ctx: Option<&'a UCtx>, udata: &UData<'_>) -> Result<&'a UCtx> {
-        // Kernel consumers need the kernel verbs (post/poll), which this driver does not offer
-        // yet; the core only lets them in through a device that offers those.
-        if !udata.is_user() {
-            return Err(EOPNOTSUPP);
-        }
-        ctx.ok_or(EINVAL)
-    }
-
     pub(crate) fn create_cq<T: rdma::Driver<UContext = UCtx>>(
         &self,
         dev: &rdma::Device<T>,
         setup: &rdma::CqSetup<'_, T>,
         udata: &mut UData<'_>,
     ) -> Result<Cq> {
-        let ctx = Self::user(setup.ucontext(), udata)?;
         let attr = setup.attr();
         if attr.cqe == 0 || attr.cqe > (1 << self.caps.max_cqe_log2) || attr.flags != 0 {
             return Err(EINVAL);
@@ -323,42 +342,84 @@ impl IbData<'_> {
         if attr.comp_vector >= self.ceqs {
             return Err(EINVAL);
         }
-        let req: CreateReq = udata.read_in(size_of::<CreateReq>())?;
         let depth = pow2(attr.cqe).ok_or(EINVAL)?;
-        // The buffer must hold every entry (the C driver does not check this).
-        let need = u64::from(depth) * CQE_SIZE;
-        if !req.qbuf_va.is_multiple_of(CQE_SIZE)
-            || u64::from(req.qbuf_len) < need
-            || req.qbuf_va.checked_add(need).is_none()
-        {
-            return Err(EINVAL);
+        let mut cmd = CreateCq {
+            cfg1: attr.comp_vector + 1,
+            ..Default::default()
+        };
+        let (kernel, user) = if udata.is_user() {
+            let ctx = setup.ucontext().ok_or(EINVAL)?;
+            let req: CreateReq = udata.read_in(size_of::<CreateReq>())?;
+            // The buffer must hold every entry (the C driver does not check this).
+            let need = u64::from(depth) * CQE_SIZE;
+            if !req.qbuf_va.is_multiple_of(CQE_SIZE)
+                || u64::from(req.qbuf_len) < need
+                || req.qbuf_va.checked_add(need).is_none()
+            {
+                return Err(EINVAL);
+            }
+            let buf = Umem::get(dev, req.qbuf_va, need as usize, access::LOCAL_WRITE)?;
+            let mtt = Mtt::new(self.bound(), &buf, req.qbuf_va, CQ_PAGE_SIZES, 1)?;
+            let dbrec = DbRecord::pin(dev, req.db_va, 8)?;
+            cmd.cfg0 = mtt.page_code() << 20;
+            cmd.addr_lo = lower(mtt.entries[0]);
+            cmd.addr_hi = upper(mtt.entries[0]);
+            cmd.cfg1 |= (mtt.count << 16) | (mtt.level << 15);
+            cmd.dbrec = dbrec.dma;
+            // CAST: an offset inside a page of at most 32 MiB.
+            cmd.first_offset = mtt.offset as u32;
+            if let Some(db) = ctx.db {
+                cmd.cfg1 |= 1 << 11;
+                cmd.cfg2 = db.cdb.into();
+            }
+            (
+                None,
+                Some(UserQueue {
+                    _mtt: mtt,
+                    _buf: buf,
+                    _dbrec: dbrec,
+                }),
+            )
+        } else {
+            // One contiguous ring, described as one "page" of 32 MiB.
+            if u64::from(depth) * CQE_SIZE > KERNEL_CQ_BYTES {
+                return Err(EINVAL);
+            }
+            (
+                Some(Arc::pin_init(
+                    KernelCq::new(self.bound(), depth)?,
+                    GFP_KERNEL,
+                )?),
+                None,
+            )
+        };
+        if let Some(k) = &kernel {
+            cmd.cfg0 = KERNEL_CQ_PAGE_CODE << 20;
+            cmd.addr_lo = lower(k.ring_addr());
+            cmd.addr_hi = upper(k.ring_addr());
+            cmd.cfg1 |= 1 << 16;
+            cmd.dbrec = k.dbrec_addr();
         }
-        let buf = Umem::get(dev, req.qbuf_va, need as usize, access::LOCAL_WRITE)?;
-        let mtt = Mtt::new(self.bound(), &buf, req.qbuf_va, CQ_PAGE_SIZES, 1)?;
-        let dbrec = DbRecord::pin(dev, req.db_va, 8)?;
 
+        let entry = Arc::new(
+            CqEntry {
+                events: setup.events(),
+                kernel: kernel.clone(),
+            },
+            GFP_KERNEL,
+        )?;
         let cqn = self.ids.lock().cq.alloc()?;
-        let node = match RBTreeNode::new(cqn, setup.events(), GFP_KERNEL) {
+        if let Some(k) = &kernel {
+            k.set_cqn(cqn);
+        }
+        let node = match RBTreeNode::new(cqn, entry, GFP_KERNEL) {
             Ok(node) => node,
             Err(e) => {
                 self.ids.lock().cq.free(cqn);
-                return Err(e);
+                return Err(e.into());
             }
         };
-        let mut cmd = CreateCq {
-            cfg0: (log2(depth) << 24) | (mtt.page_code() << 20) | cqn,
-            addr_lo: lower(mtt.entries[0]),
-            addr_hi: upper(mtt.entries[0]),
-            cfg1: (mtt.count << 16) | (mtt.level << 15) | (attr.comp_vector + 1),
-            dbrec: dbrec.dma,
-            // CAST: an offset inside a page of at most 32 MiB.
-            first_offset: mtt.offset as u32,
-            cfg2: 0,
-        };
-        if let Some(db) = ctx.db {
-            cmd.cfg1 |= 1 << 11;
-            cmd.cfg2 = db.cdb.into();
-        }
+        cmd.cfg0 |= (log2(depth) << 24) | cqn;
         if let Err(e) = self.hw.exec(&cmd, Wait::Sleep) {
             self.ids.lock().cq.free(cqn);
             return Err(e);
@@ -366,10 +427,8 @@ impl IbData<'_> {
         self.hw.cqs.lock().insert(node);
         let cq = Cq {
             cqn,
-            depth,
-            _mtt: mtt,
-            _buf: buf,
-            _dbrec: dbrec,
+            kernel,
+            _user: user,
         };
         setup.set_cqe(depth);
         if let Err(e) = udata.respond(&CreateCqResp { cqn, depth }) {
@@ -391,7 +450,6 @@ impl IbData<'_> {
         // After this, the CEQ handler no longer finds the queue.
         drop(self.hw.cqs.lock().remove(&cq.cqn));
         self.ids.lock().cq.free(cq.cqn);
-        let _ = cq.depth;
     }
 
     /// Checks the sizes a queue pair asks for against the adapter's limits (erdma-hw 9.1).
@@ -417,45 +475,111 @@ impl IbData<'_> {
         attr: &QpInitAttr<'_, T>,
         udata: &mut UData<'_>,
     ) -> Result<QpHw> {
-        match attr.qp_type() {
-            Some(QpType::Rc) => {}
-            // UD and GSI QPs serve kernel consumers through address handles: not yet.
-            Some(QpType::Ud | QpType::Gsi) => return Err(EOPNOTSUPP),
+        let qp_type = attr.qp_type().ok_or(EOPNOTSUPP)?;
+        match qp_type {
+            QpType::Rc => {}
+            // The RoCE GSI QP of the core's MAD layer: a kernel UD QP with number 1
+            // (erdma-hw 7.2). Other UD QPs need address handles from user space, which the
+            // provider does not offer.
+            QpType::Gsi if self.roce() && !udata.is_user() => {}
             _ => return Err(EOPNOTSUPP),
         }
         if attr.has_srq() || attr.create_flags() != 0 {
             return Err(EOPNOTSUPP);
         }
-        let ctx = Self::user(setup.ucontext(), udata)?;
         let cap = attr.cap();
         self.check_qp_cap(&cap)?;
         let (Some(scq), Some(rcq)) = (attr.send_cq(), attr.recv_cq()) else {
             return Err(EINVAL);
         };
-        let req: CreateReq = udata.read_in(size_of::<CreateReq>())?;
-
         let sq_depth = pow2(cap.max_send_wr * WQEBBS_PER_WR).ok_or(EINVAL)?;
         let rq_depth = pow2(cap.max_recv_wr).ok_or(EINVAL)?;
         let sq_bytes = u64::from(sq_depth) * WQEBB_SIZE;
-        let rq_offset = sq_bytes.next_multiple_of(4096);
         let rq_bytes = u64::from(rq_depth) * WQEBB_SIZE;
-        // The buffer must hold both queues (the C driver does not check the receive queue).
-        let need = rq_offset + rq_bytes;
-        // Queue offsets reach the adapter in 4 KiB units.
-        if !req.qbuf_va.is_multiple_of(4096)
-            || u64::from(req.qbuf_len) < need
-            || req.qbuf_va.checked_add(need).is_none()
-        {
-            return Err(EINVAL);
-        }
-        let rq_va = req.qbuf_va + rq_offset;
-        let sq = Umem::get(dev, req.qbuf_va, sq_bytes as usize, access::LOCAL_WRITE)?;
-        let rq = Umem::get(dev, rq_va, rq_bytes as usize, access::LOCAL_WRITE)?;
-        let sq_mtt = Mtt::new(self.bound(), &sq, req.qbuf_va, QP_PAGE_SIZES, INLINE_MTT)?;
-        let rq_mtt = Mtt::new(self.bound(), &rq, rq_va, QP_PAGE_SIZES, INLINE_MTT)?;
-        let dbrec = DbRecord::pin(dev, req.db_va, 16)?;
+        let mut cmd = CreateQp {
+            cfg1: (log2(rq_depth) << 20) | setup.pd().data().pdn,
+            sq_cfg: scq.data().cqn,
+            rq_cfg: rcq.data().cqn,
+            ..Default::default()
+        };
+        let mtt_cfg = |m: &Mtt| (m.offset as u32 & !0xfff) | (m.count << 1) | m.level;
 
-        let qpn = {
+        let (kernel, user) = if udata.is_user() {
+            let ctx = setup.ucontext().ok_or(EINVAL)?;
+            let req: CreateReq = udata.read_in(size_of::<CreateReq>())?;
+            let rq_offset = sq_bytes.next_multiple_of(4096);
+            // The buffer must hold both queues (the C driver does not check the receive
+            // queue), and queue offsets reach the adapter in 4 KiB units.
+            let need = rq_offset + rq_bytes;
+            if !req.qbuf_va.is_multiple_of(4096)
+                || u64::from(req.qbuf_len) < need
+                || req.qbuf_va.checked_add(need).is_none()
+            {
+                return Err(EINVAL);
+            }
+            let rq_va = req.qbuf_va + rq_offset;
+            let sq = Umem::get(dev, req.qbuf_va, sq_bytes as usize, access::LOCAL_WRITE)?;
+            let rq = Umem::get(dev, rq_va, rq_bytes as usize, access::LOCAL_WRITE)?;
+            let sq_mtt = Mtt::new(self.bound(), &sq, req.qbuf_va, QP_PAGE_SIZES, INLINE_MTT)?;
+            let rq_mtt = Mtt::new(self.bound(), &rq, rq_va, QP_PAGE_SIZES, INLINE_MTT)?;
+            let dbrec = DbRecord::pin(dev, req.db_va, 16)?;
+            cmd.sq_cfg |= sq_mtt.page_code() << 28;
+            cmd.rq_cfg |= rq_mtt.page_code() << 28;
+            cmd.sq_addr = sq_mtt.entries[0];
+            cmd.rq_addr = rq_mtt.entries[0];
+            cmd.sq_mtt_cfg = mtt_cfg(&sq_mtt);
+            cmd.rq_mtt_cfg = mtt_cfg(&rq_mtt);
+            cmd.sq_dbrec = dbrec.dma;
+            cmd.rq_dbrec = dbrec.dma + 8;
+            cmd.sq_mtt = [sq_mtt.entries[1], sq_mtt.entries[2], sq_mtt.entries[3]];
+            cmd.rq_mtt = [rq_mtt.entries[1], rq_mtt.entries[2], rq_mtt.entries[3]];
+            if let Some(db) = ctx.db {
+                // CREATE_QP names the "RDB" page for the receive queue (erdma-hw 3.6).
+                cmd.sq_cfg |= 1 << 25;
+                cmd.db_cfg = (u32::from(db.sq) << 16) | u32::from(db.rdb);
+            }
+            let user = UserQp {
+                rq_offset,
+                _sq_mtt: sq_mtt,
+                _rq_mtt: rq_mtt,
+                _sq: sq,
+                _rq: rq,
+                _dbrec: dbrec,
+            };
+            (None, Some(user))
+        } else {
+            // One contiguous buffer per queue, described as one "page" of 1 MiB.
+            // CAST: depths of at most 32768 and 8192 (checked above).
+            let k = KernelQp::new(
+                self.bound(),
+                sq_depth as u16,
+                rq_depth as u16,
+                attr.sq_sig_all(),
+                qp_type == QpType::Gsi,
+            )?;
+            let k = Arc::pin_init(k, GFP_KERNEL)?;
+            cmd.sq_cfg |= KERNEL_QP_PAGE_CODE << 28;
+            cmd.rq_cfg |= KERNEL_QP_PAGE_CODE << 28;
+            cmd.sq_addr = k.sq_addr();
+            cmd.rq_addr = k.rq_addr();
+            cmd.sq_mtt_cfg = 1 << 1;
+            cmd.rq_mtt_cfg = 1 << 1;
+            cmd.sq_dbrec = k.sq_dbrec();
+            cmd.rq_dbrec = k.rq_dbrec();
+            (Some(k), None)
+        };
+
+        let entry = Arc::new(
+            QpEntry {
+                events: setup.events(),
+                kernel: kernel.clone(),
+            },
+            GFP_KERNEL,
+        )?;
+        let qpn = if qp_type == QpType::Gsi {
+            cmd.cfg2 = QP_TYPE_UD;
+            GSI_QPN
+        } else {
             let mut ids = self.ids.lock();
             loop {
                 let qpn = ids.qp.alloc()?;
@@ -464,64 +588,51 @@ impl IbData<'_> {
                 }
             }
         };
-        let node = match RBTreeNode::new(qpn, setup.events(), GFP_KERNEL) {
-            Ok(node) => node,
-            Err(e) => {
-                self.ids.lock().qp.free(qpn);
-                return Err(e);
+        let free_qpn = |this: &Self| {
+            if qpn != GSI_QPN {
+                this.ids.lock().qp.free(qpn);
             }
         };
-        let mtt_cfg = |m: &Mtt| (m.offset as u32 & !0xfff) | (m.count << 1) | m.level;
-        let mut cmd = CreateQp {
-            cfg0: (log2(sq_depth) << 20) | qpn,
-            cfg1: (log2(rq_depth) << 20) | setup.pd().data().pdn,
-            sq_cfg: (sq_mtt.page_code() << 28) | scq.data().cqn,
-            rq_cfg: (rq_mtt.page_code() << 28) | rcq.data().cqn,
-            sq_addr: sq_mtt.entries[0],
-            rq_addr: rq_mtt.entries[0],
-            sq_mtt_cfg: mtt_cfg(&sq_mtt),
-            rq_mtt_cfg: mtt_cfg(&rq_mtt),
-            sq_dbrec: dbrec.dma,
-            rq_dbrec: dbrec.dma + 8,
-            sq_mtt: [sq_mtt.entries[1], sq_mtt.entries[2], sq_mtt.entries[3]],
-            rq_mtt: [rq_mtt.entries[1], rq_mtt.entries[2], rq_mtt.entries[3]],
-            db_cfg: 0,
-            cfg2: 0,
-        };
-        if let Some(db) = ctx.db {
-            // CREATE_QP names the "RDB" page for the receive queue (erdma-hw 3.6).
-            cmd.sq_cfg |= 1 << 25;
-            cmd.db_cfg = (u32::from(db.sq) << 16) | u32::from(db.rdb);
+        if let Some(k) = &kernel {
+            k.set_qpn(qpn);
         }
+        let node = match RBTreeNode::new(qpn, entry, GFP_KERNEL) {
+            Ok(node) => node,
+            Err(e) => {
+                free_qpn(self);
+                return Err(e.into());
+            }
+        };
+        cmd.cfg0 = (log2(sq_depth) << 20) | qpn;
         if let Err(e) = self.hw.exec(&cmd, Wait::Sleep) {
-            self.ids.lock().qp.free(qpn);
+            free_qpn(self);
             return Err(e);
         }
         self.hw.qps.lock().insert(node);
         setup.set_qp_num(qpn);
-        let resp = CreateQpResp {
-            qpn,
-            sq_depth,
-            rq_depth,
-            // CAST: at most 1 MiB.
-            rq_offset: rq_offset as u32,
-        };
-        if let Err(e) = udata.respond(&resp) {
-            let _ = self.hw.exec(&DestroyQp { qpn }, Wait::Sleep);
-            drop(self.hw.qps.lock().remove(&qpn));
-            self.ids.lock().qp.free(qpn);
-            return Err(e);
+        if let Some(u) = &user {
+            let resp = CreateQpResp {
+                qpn,
+                sq_depth,
+                rq_depth,
+                // CAST: at most 1 MiB.
+                rq_offset: u.rq_offset as u32,
+            };
+            if let Err(e) = udata.respond(&resp) {
+                let _ = self.hw.exec(&DestroyQp { qpn }, Wait::Sleep);
+                drop(self.hw.qps.lock().remove(&qpn));
+                free_qpn(self);
+                return Err(e);
+            }
         }
         Ok(QpHw {
             qpn,
+            qp_type,
             sq_depth,
             rq_depth,
             sq_sig_all: attr.sq_sig_all(),
-            _sq_mtt: sq_mtt,
-            _rq_mtt: rq_mtt,
-            _sq: sq,
-            _rq: rq,
-            _dbrec: dbrec,
+            kernel,
+            _user: user,
         })
     }
 
@@ -546,7 +657,9 @@ impl IbData<'_> {
             );
         }
         drop(self.hw.qps.lock().remove(&qp_hw.qpn));
-        self.ids.lock().qp.free(qp_hw.qpn);
+        if qp_hw.qpn != GSI_QPN {
+            self.ids.lock().qp.free(qp_hw.qpn);
+        }
     }
 
     /// Modifies a RoCEv2 queue pair (erdma-hw 7.2): checks the transition against the verbs
@@ -563,7 +676,7 @@ impl IbData<'_> {
         } else {
             cur
         };
-        if !ibqp::modify_is_ok(cur, next, QpType::Rc, mask) {
+        if !ibqp::modify_is_ok(cur, next, qp.hw.qp_type, mask) {
             return Err(EINVAL);
         }
         if mask.has(QpAttrMask::PKEY_INDEX) && attr.pkey_index() != 0 {
@@ -600,6 +713,9 @@ impl IbData<'_> {
             cmd.av = self.address_vector(attr, qp.hw.qpn, dest_qpn)?;
         }
         self.hw.exec(&cmd, Wait::Sleep)?;
+        if let Some(k) = &qp.hw.kernel {
+            k.set_state(next);
+        }
         shadow.state = next;
         shadow.dest_qpn = dest_qpn;
         if mask.has(QpAttrMask::QKEY) {
@@ -726,17 +842,72 @@ impl IbData<'_> {
         drop(mr);
     }
 
-    /// Reports a completion event of CQ `cqn` to its consumer (CEQ handler).
-    pub(crate) fn cq_event(cqs: &kernel::rbtree::RBTree<u32, CqEvents>, cqn: u32) -> bool {
-        cqs.get(&cqn).map(CqEvents::completion).is_some()
+    /// Registers the region through which kernel users address bus addresses (erdma-hw 6: no
+    /// MTT; the adapter ignores the extent fields).
+    pub(crate) fn get_dma_mr<T: rdma::Driver<Pd = Pd>>(
+        &self,
+        pd: &rdma::Pd<T>,
+        access: u32,
+    ) -> Result<NewMr<Mr>> {
+        let index = self.ids.lock().mr.alloc()?;
+        let stag = index << 8;
+        let cmd = RegMr {
+            cfg0: index,
+            cfg1: (pd.data().pdn << 12) | (MR_TYPE_DMA << 6) | (mr_access(access) << 1),
+            ..Default::default()
+        };
+        if let Err(e) = self.hw.exec(&cmd, Wait::Sleep) {
+            self.ids.lock().mr.free(index);
+            return Err(e);
+        }
+        Ok(NewMr {
+            lkey: stag,
+            rkey: stag,
+            iova: 0,
+            length: u64::MAX,
+            data: Mr {
+                stag,
+                _mtt: None,
+                _umem: None,
+            },
+        })
     }
 
-    /// Reports an asynchronous event of QP `qpn` (AEQ handler).
-    pub(crate) fn qp_event(
-        qps: &kernel::rbtree::RBTree<u32, QpEvents>,
-        qpn: u32,
-        event: ibqp::QpEvent,
-    ) -> bool {
-        qps.get(&qpn).map(|e| e.event(event)).is_some()
+    /// Posts a kernel consumer's send work requests.
+    pub(crate) fn post_send<T: rdma::Driver>(
+        &self,
+        qp: &Qp,
+        wrs: SendWrs<'_, T>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        let k = qp.hw.kernel.as_ref().ok_or((EINVAL, 0))?;
+        k.post_send(&self.hw.bar, wrs)
+    }
+
+    /// Posts a kernel consumer's receive work requests.
+    pub(crate) fn post_recv(
+        &self,
+        qp: &Qp,
+        wrs: RecvWrs<'_>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        let k = qp.hw.kernel.as_ref().ok_or((EINVAL, 0))?;
+        k.post_recv(&self.hw.bar, wrs)
+    }
+
+    /// Polls a kernel CQ.
+    pub(crate) fn poll_cq(&self, cq: &Cq, wcs: &mut [Wc]) -> usize {
+        cq.kernel.as_ref().map_or(0, |k| {
+            k.poll(wcs, |qpn| self.hw.qps.lock().get(&qpn).cloned())
+        })
+    }
+
+    /// Arms a kernel CQ.
+    pub(crate) fn req_notify_cq(
+        &self,
+        cq: &Cq,
+        solicited: bool,
+        report_missed: bool,
+    ) -> Result<bool> {
+        let k = cq.kernel.as_ref().ok_or(EINVAL)?;
+        Ok(k.arm(&self.hw.bar, solicited, report_missed))
     }
 }

@@ -59,10 +59,13 @@ use kernel::{
         QpAttrOut,
         QpInitAttr,
         QpSetup,
+        RecvWrs,
+        SendWrs,
         StatDesc,
         UContextSetup,
         UData,
-        UserMrReq, //
+        UserMrReq,
+        Wc, //
     },
     sync::{
         Arc,
@@ -650,6 +653,52 @@ impl rdma::Driver for Roce {
         data.destroy_qp(&qp);
     }
 
+    fn get_dma_mr(
+        _dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        pd: &rdma::Pd<Self>,
+        access: u32,
+    ) -> Result<NewMr<Mr>> {
+        data.get_dma_mr::<Self>(pd, access)
+    }
+
+    fn post_send(
+        _dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        qp: &rdma::Qp<Self>,
+        wrs: SendWrs<'_, Self>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        data.post_send(qp.data(), wrs)
+    }
+
+    fn post_recv(
+        _dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        qp: &rdma::Qp<Self>,
+        wrs: RecvWrs<'_>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        data.post_recv(qp.data(), wrs)
+    }
+
+    fn poll_cq(
+        _dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        cq: &rdma::Cq<Self>,
+        wc: &mut [Wc],
+    ) -> usize {
+        data.poll_cq(cq.data(), wc)
+    }
+
+    fn req_notify_cq(
+        _dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        cq: &rdma::Cq<Self>,
+        solicited: bool,
+        report_missed: bool,
+    ) -> Result<bool> {
+        data.req_notify_cq(cq.data(), solicited, report_missed)
+    }
+
     fn get_hw_stats(
         _dev: &rdma::Device<Self>,
         data: &IbData<'_>,
@@ -840,6 +889,7 @@ impl<'bound> IbDevice<'bound> {
             .set_node_guid(Guid::from_mac(data.mac.0))
             .set_node_desc(NODE_DESC)
             .set_num_comp_vectors(ceqs)
+            .set_local_dma_lkey(data.caps.local_dma_lkey)
             .set_netdev(PORT, ndev)?;
         // SAFETY: The registration is kept in the driver's bound data and dropped at unbind (or
         // on the probe error path), never leaked.

@@ -1,0 +1,594 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Kernel-consumer test of eRDMA devices (erdma_rs or the upstream erdma):
+ * RC queue pairs between the first two RoCEv2 eRDMA devices, every opcode a
+ * kernel user can post, with the bytes and the completions checked, and the
+ * remote access errors (wrong rkey, wrong PD, an address outside the region,
+ * missing rights, an invalidated key) seen on both sides: an error
+ * completion at the requester, an error state and a fatal event at the
+ * responder.
+ *
+ * Loading the module runs the test and prints one line per check,
+ * "erdma_kverbs_test: ok N - ..." or "not ok N - ...", then a summary line;
+ * the module stays loaded (and idle) until removed. This is a test module:
+ * nothing but the selftests loads it.
+ */
+
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/delay.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <net/ipv6.h>
+#include <rdma/ib_cache.h>
+#include <rdma/ib_verbs.h>
+
+#define BUF_SIZE 8192
+#define POLL_MS 5000
+
+static struct ib_device *devs[2];
+static int ndevs;
+static int checks, failures;
+
+static void check(bool ok, const char *what, ...)
+{
+	struct va_format vaf;
+	va_list args;
+
+	va_start(args, what);
+	vaf.fmt = what;
+	vaf.va = &args;
+	checks++;
+	if (!ok)
+		failures++;
+	pr_info("%s %d - %pV\n", ok ? "ok" : "not ok", checks, &vaf);
+	va_end(args);
+}
+
+struct side {
+	struct ib_device *dev;
+	struct ib_pd *pd;
+	struct ib_pd *pd2;	/* another PD, for PD mismatches */
+	struct ib_cq *cq;
+	struct ib_qp *qp;
+	u8 *buf;
+	u64 dma;
+	int gid_index;
+	union ib_gid gid;
+	atomic_t fatal;
+};
+
+static struct side sides[2];
+
+static void qp_event(struct ib_event *ev, void *ctx)
+{
+	struct side *s = ctx;
+
+	if (ev->event == IB_EVENT_QP_FATAL || ev->event == IB_EVENT_QP_ACCESS_ERR)
+		atomic_inc(&s->fatal);
+}
+
+/* The RoCEv2 GID of the device's IPv4 address. */
+static int find_gid(struct side *s)
+{
+	const struct ib_gid_attr *attr;
+	int i;
+
+	for (i = 0; i < s->dev->port_data[1].immutable.gid_tbl_len; i++) {
+		attr = rdma_get_gid_attr(s->dev, 1, i);
+		if (IS_ERR(attr))
+			continue;
+		if (attr->gid_type == IB_GID_TYPE_ROCE_UDP_ENCAP &&
+		    ipv6_addr_v4mapped((struct in6_addr *)attr->gid.raw)) {
+			s->gid_index = i;
+			s->gid = attr->gid;
+			rdma_put_gid_attr(attr);
+			return 0;
+		}
+		rdma_put_gid_attr(attr);
+	}
+	return -ENOENT;
+}
+
+static int side_init(struct side *s, struct ib_device *dev)
+{
+	struct ib_cq_init_attr cq_attr = { .cqe = 64 };
+
+	s->dev = dev;
+	if (find_gid(s))
+		return -ENOENT;
+	s->pd = ib_alloc_pd(dev, IB_PD_UNSAFE_GLOBAL_RKEY);
+	if (IS_ERR(s->pd))
+		return PTR_ERR(s->pd);
+	s->pd2 = ib_alloc_pd(dev, IB_PD_UNSAFE_GLOBAL_RKEY);
+	if (IS_ERR(s->pd2))
+		return PTR_ERR(s->pd2);
+	s->cq = ib_create_cq(dev, NULL, NULL, NULL, &cq_attr);
+	if (IS_ERR(s->cq))
+		return PTR_ERR(s->cq);
+	s->buf = kzalloc(BUF_SIZE, GFP_KERNEL);
+	if (!s->buf)
+		return -ENOMEM;
+	s->dma = ib_dma_map_single(dev, s->buf, BUF_SIZE, DMA_BIDIRECTIONAL);
+	return ib_dma_mapping_error(dev, s->dma) ? -ENOMEM : 0;
+}
+
+static void side_fini(struct side *s)
+{
+	if (s->qp && !IS_ERR(s->qp))
+		ib_destroy_qp(s->qp);
+	if (s->buf && s->dma)
+		ib_dma_unmap_single(s->dev, s->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+	kfree(s->buf);
+	if (s->cq && !IS_ERR(s->cq))
+		ib_destroy_cq(s->cq);
+	if (s->pd2 && !IS_ERR(s->pd2))
+		ib_dealloc_pd(s->pd2);
+	if (s->pd && !IS_ERR(s->pd))
+		ib_dealloc_pd(s->pd);
+}
+
+static int qp_create(struct side *s)
+{
+	struct ib_qp_init_attr attr = {
+		.event_handler = qp_event,
+		.qp_context = s,
+		.send_cq = s->cq,
+		.recv_cq = s->cq,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 6,
+			 .max_recv_sge = 1, .max_inline_data = 96 },
+		.sq_sig_type = IB_SIGNAL_ALL_WR,
+		.qp_type = IB_QPT_RC,
+		.port_num = 1,
+	};
+
+	if (s->qp)
+		ib_destroy_qp(s->qp);
+	atomic_set(&s->fatal, 0);
+	s->qp = ib_create_qp(s->pd, &attr);
+	if (IS_ERR(s->qp)) {
+		int err = PTR_ERR(s->qp);
+
+		s->qp = NULL;
+		return err;
+	}
+	return 0;
+}
+
+/* Takes QP a of side s to RTS towards the QP of side peer. */
+static int qp_connect(struct side *s, struct side *peer)
+{
+	struct ib_qp_attr attr = {};
+	int ret;
+
+	attr.qp_state = IB_QPS_INIT;
+	attr.pkey_index = 0;
+	attr.port_num = 1;
+	attr.qp_access_flags = IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_WRITE |
+			       IB_ACCESS_REMOTE_ATOMIC;
+	ret = ib_modify_qp(s->qp, &attr, IB_QP_STATE | IB_QP_PKEY_INDEX |
+			   IB_QP_PORT | IB_QP_ACCESS_FLAGS);
+	if (ret)
+		return ret;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IB_QPS_RTR;
+	attr.path_mtu = IB_MTU_1024;
+	attr.dest_qp_num = peer->qp->qp_num;
+	attr.rq_psn = 100;
+	attr.max_dest_rd_atomic = 16;
+	attr.min_rnr_timer = 12;
+	attr.ah_attr.type = rdma_ah_find_type(s->dev, 1);
+	rdma_ah_set_port_num(&attr.ah_attr, 1);
+	rdma_ah_set_grh(&attr.ah_attr, &peer->gid, 0, s->gid_index, 64, 0);
+	ret = ib_modify_qp(s->qp, &attr, IB_QP_STATE | IB_QP_AV | IB_QP_PATH_MTU |
+			   IB_QP_DEST_QPN | IB_QP_RQ_PSN |
+			   IB_QP_MAX_DEST_RD_ATOMIC | IB_QP_MIN_RNR_TIMER);
+	if (ret)
+		return ret;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IB_QPS_RTS;
+	attr.timeout = 14;
+	attr.retry_cnt = 7;
+	attr.rnr_retry = 7;
+	attr.sq_psn = 100;
+	attr.max_rd_atomic = 16;
+	return ib_modify_qp(s->qp, &attr, IB_QP_STATE | IB_QP_TIMEOUT |
+			    IB_QP_RETRY_CNT | IB_QP_RNR_RETRY | IB_QP_SQ_PSN |
+			    IB_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* A fresh connected pair. */
+static int pair(void)
+{
+	int ret;
+
+	ret = qp_create(&sides[0]) ?: qp_create(&sides[1]);
+	if (ret)
+		return ret;
+	return qp_connect(&sides[0], &sides[1]) ?: qp_connect(&sides[1], &sides[0]);
+}
+
+static bool poll_one(struct side *s, struct ib_wc *wc)
+{
+	int waited;
+
+	for (waited = 0; waited < POLL_MS; waited++) {
+		if (ib_poll_cq(s->cq, 1, wc) == 1)
+			return true;
+		msleep(1);
+	}
+	memset(wc, 0, sizeof(*wc));
+	wc->status = -1;
+	return false;
+}
+
+static int post_recv(struct side *s, u32 offset, u32 len, u64 wr_id)
+{
+	struct ib_sge sge = { .addr = s->dma + offset, .length = len,
+			      .lkey = s->pd->local_dma_lkey };
+	struct ib_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 };
+
+	return ib_post_recv(s->qp, &wr, NULL);
+}
+
+static void fill(struct side *s, u32 offset, u32 len, u8 seed)
+{
+	u32 i;
+
+	for (i = 0; i < len; i++)
+		s->buf[offset + i] = seed + i * 7;
+}
+
+static bool same(struct side *a, u32 aoff, struct side *b, u32 boff, u32 len)
+{
+	return !memcmp(a->buf + aoff, b->buf + boff, len);
+}
+
+static bool wc_is(struct ib_wc *wc, enum ib_wc_status status, enum ib_wc_opcode op)
+{
+	return wc->status == status && (status != IB_WC_SUCCESS || wc->opcode == op);
+}
+
+static void test_send(int nsge, bool inline_data, bool imm, const char *what)
+{
+	struct side *a = &sides[0], *b = &sides[1];
+	struct ib_sge sge[6];
+	struct ib_send_wr wr = {};
+	struct ib_wc wca, wcb;
+	u32 len = 0;
+	int i;
+
+	memset(b->buf, 0, BUF_SIZE);
+	for (i = 0; i < nsge; i++) {
+		fill(a, i * 256, 100 + i, 0x20 + i);
+		sge[i].addr = inline_data ? (u64)(uintptr_t)(a->buf + i * 256) : a->dma + i * 256;
+		sge[i].length = 100 + i;
+		sge[i].lkey = a->pd->local_dma_lkey;
+		len += sge[i].length;
+	}
+	if (inline_data)
+		len = sge[0].length = 90;
+	wr.wr_id = 7;
+	wr.sg_list = sge;
+	wr.num_sge = inline_data ? 1 : nsge;
+	wr.opcode = imm ? IB_WR_SEND_WITH_IMM : IB_WR_SEND;
+	wr.send_flags = IB_SEND_SIGNALED | (inline_data ? IB_SEND_INLINE : 0);
+	wr.ex.imm_data = cpu_to_be32(0x11223344);
+	ib_dma_sync_single_for_device(a->dev, a->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+	if (post_recv(b, 0, BUF_SIZE / 2, 9) || ib_post_send(a->qp, &wr, NULL)) {
+		check(false, "%s: posting failed", what);
+		return;
+	}
+	poll_one(a, &wca);
+	poll_one(b, &wcb);
+	ib_dma_sync_single_for_cpu(b->dev, b->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+	{
+		bool data = true;
+		u32 off = 0;
+
+		for (i = 0; i < (inline_data ? 1 : nsge); i++) {
+			data &= same(a, i * 256, b, off, sge[i].length);
+			off += sge[i].length;
+		}
+		check(wc_is(&wca, IB_WC_SUCCESS, IB_WC_SEND) && wca.wr_id == 7 &&
+		      wc_is(&wcb, IB_WC_SUCCESS, IB_WC_RECV) && wcb.wr_id == 9 &&
+		      wcb.byte_len == len && data &&
+		      (!imm || ((wcb.wc_flags & IB_WC_WITH_IMM) &&
+				wcb.ex.imm_data == cpu_to_be32(0x11223344))),
+		      "%s: %u bytes arrive, completions %d/%d", what, len,
+		      wca.status, wcb.status);
+	}
+}
+
+static void test_write(bool imm)
+{
+	struct side *a = &sides[0], *b = &sides[1];
+	struct ib_sge sge = { .addr = a->dma + 512, .length = 1000,
+			      .lkey = a->pd->local_dma_lkey };
+	struct ib_rdma_wr wr = {
+		.wr = { .wr_id = 11, .sg_list = &sge, .num_sge = 1,
+			.opcode = imm ? IB_WR_RDMA_WRITE_WITH_IMM : IB_WR_RDMA_WRITE,
+			.send_flags = IB_SEND_SIGNALED,
+			.ex.imm_data = cpu_to_be32(0xa5a5) },
+		.remote_addr = b->dma + 4096,
+		.rkey = b->pd->unsafe_global_rkey,
+	};
+	struct ib_wc wca, wcb = {};
+
+	memset(b->buf, 0, BUF_SIZE);
+	fill(a, 512, 1000, 0x55);
+	if ((imm && post_recv(b, 0, 64, 12)) || ib_post_send(a->qp, &wr.wr, NULL)) {
+		check(false, "RDMA Write%s: posting failed", imm ? " with immediate" : "");
+		return;
+	}
+	poll_one(a, &wca);
+	if (imm)
+		poll_one(b, &wcb);
+	ib_dma_sync_single_for_cpu(b->dev, b->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+	check(wc_is(&wca, IB_WC_SUCCESS, IB_WC_RDMA_WRITE) && same(a, 512, b, 4096, 1000) &&
+	      (!imm || (wc_is(&wcb, IB_WC_SUCCESS, IB_WC_RECV_RDMA_WITH_IMM) &&
+			(wcb.wc_flags & IB_WC_WITH_IMM) &&
+			wcb.ex.imm_data == cpu_to_be32(0xa5a5))),
+	      "RDMA Write%s: 1000 bytes land, completions %d/%d",
+	      imm ? " with immediate" : "", wca.status, wcb.status);
+}
+
+static void test_read(void)
+{
+	struct side *a = &sides[0], *b = &sides[1];
+	struct ib_sge sge = { .addr = a->dma + 2048, .length = 1500,
+			      .lkey = a->pd->local_dma_lkey };
+	struct ib_rdma_wr wr = {
+		.wr = { .wr_id = 13, .sg_list = &sge, .num_sge = 1,
+			.opcode = IB_WR_RDMA_READ, .send_flags = IB_SEND_SIGNALED },
+		.remote_addr = b->dma + 100,
+		.rkey = b->pd->unsafe_global_rkey,
+	};
+	struct ib_wc wca;
+
+	memset(a->buf, 0, BUF_SIZE);
+	fill(b, 100, 1500, 0x77);
+	ib_dma_sync_single_for_device(b->dev, b->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+	if (ib_post_send(a->qp, &wr.wr, NULL)) {
+		check(false, "RDMA Read: posting failed");
+		return;
+	}
+	poll_one(a, &wca);
+	ib_dma_sync_single_for_cpu(a->dev, a->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+	check(wc_is(&wca, IB_WC_SUCCESS, IB_WC_RDMA_READ) && wca.byte_len == 1500 &&
+	      same(a, 2048, b, 100, 1500),
+	      "RDMA Read: 1500 bytes come back, completion %d", wca.status);
+}
+
+static struct ib_mr *dma_mr(struct side *s, struct ib_pd *pd, int access);
+
+/* Atomics need a region with remote atomic rights (the PD's global rkey has none). */
+static void test_atomic(bool cas)
+{
+	struct side *a = &sides[0], *b = &sides[1];
+	u64 *target = (u64 *)(b->buf + 64), *result = (u64 *)(a->buf + 128);
+	struct ib_sge sge = { .addr = a->dma + 128, .length = 8,
+			      .lkey = a->pd->local_dma_lkey };
+	struct ib_atomic_wr wr = {
+		.wr = { .wr_id = 15, .sg_list = &sge, .num_sge = 1,
+			.opcode = cas ? IB_WR_ATOMIC_CMP_AND_SWP : IB_WR_ATOMIC_FETCH_AND_ADD,
+			.send_flags = IB_SEND_SIGNALED },
+		.remote_addr = b->dma + 64,
+		.compare_add = cas ? 1000 : 3,
+		.swap = 42,
+	};
+	struct ib_wc wca;
+	struct ib_mr *mr;
+
+	mr = dma_mr(b, b->pd, IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_ATOMIC);
+	if (IS_ERR(mr)) {
+		check(false, "atomic: no region (%ld)", PTR_ERR(mr));
+		return;
+	}
+	wr.rkey = mr->rkey;
+	*target = 1000;
+	*result = 0;
+	ib_dma_sync_single_for_device(b->dev, b->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+	if (ib_post_send(a->qp, &wr.wr, NULL)) {
+		check(false, "atomic: posting failed");
+		return;
+	}
+	poll_one(a, &wca);
+	ib_dma_sync_single_for_cpu(a->dev, a->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+	ib_dma_sync_single_for_cpu(b->dev, b->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+	check(wc_is(&wca, IB_WC_SUCCESS, cas ? IB_WC_COMP_SWAP : IB_WC_FETCH_ADD) &&
+	      *result == 1000 && *target == (cas ? 42 : 1003),
+	      "%s: returns %llu, leaves %llu, completion %d",
+	      cas ? "compare and swap 1000 -> 42" : "fetch and add 3 to 1000",
+	      *result, *target, wca.status);
+	ib_dereg_mr(mr);
+}
+
+/*
+ * A write with a bad key, address or rights: an error completion at the
+ * requester, and the responder's QP in the error state with a fatal event.
+ */
+static void test_remote_error(const char *what, u64 remote_addr, u32 rkey)
+{
+	struct side *a = &sides[0], *b = &sides[1];
+	struct ib_sge sge = { .addr = a->dma, .length = 64,
+			      .lkey = a->pd->local_dma_lkey };
+	struct ib_rdma_wr wr = {
+		.wr = { .wr_id = 21, .sg_list = &sge, .num_sge = 1,
+			.opcode = IB_WR_RDMA_WRITE, .send_flags = IB_SEND_SIGNALED },
+		.remote_addr = remote_addr,
+		.rkey = rkey,
+	};
+	struct ib_qp_init_attr init;
+	struct ib_qp_attr attr = {};
+	struct ib_wc wca;
+	int waited;
+
+	if (pair() || ib_post_send(a->qp, &wr.wr, NULL)) {
+		check(false, "%s: set-up failed", what);
+		return;
+	}
+	poll_one(a, &wca);
+	for (waited = 0; waited < POLL_MS && !atomic_read(&b->fatal); waited++)
+		msleep(1);
+	ib_query_qp(b->qp, &attr, IB_QP_STATE, &init);
+	check(wca.status == IB_WC_REM_ACCESS_ERR && attr.qp_state == IB_QPS_ERR &&
+	      atomic_read(&b->fatal) > 0,
+	      "%s: requester status %d, responder state %d, %d fatal event(s)",
+	      what, wca.status, attr.qp_state, atomic_read(&b->fatal));
+}
+
+/* A DMA region of the responder with only the rights given, through the driver. */
+static struct ib_mr *dma_mr(struct side *s, struct ib_pd *pd, int access)
+{
+	struct ib_mr *mr = s->dev->ops.get_dma_mr(pd, access);
+
+	if (IS_ERR(mr))
+		return mr;
+	mr->device = s->dev;
+	mr->pd = pd;
+	mr->type = IB_MR_TYPE_DMA;
+	mr->uobject = NULL;
+	atomic_inc(&pd->usecnt);
+	return mr;
+}
+
+static void test_invalidate(void)
+{
+	struct side *a = &sides[0], *b = &sides[1];
+	struct ib_sge sge = { .addr = a->dma, .length = 32, .lkey = a->pd->local_dma_lkey };
+	struct ib_send_wr wr = { .wr_id = 31, .sg_list = &sge, .num_sge = 1,
+				 .opcode = IB_WR_SEND_WITH_INV, .send_flags = IB_SEND_SIGNALED };
+	struct ib_send_wr inv = { .wr_id = 32, .opcode = IB_WR_LOCAL_INV,
+				  .send_flags = IB_SEND_SIGNALED };
+	struct ib_mr *mr_b, *mr_a;
+	struct ib_wc wca, wcb;
+
+	mr_b = dma_mr(b, b->pd, IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE);
+	mr_a = dma_mr(a, a->pd, IB_ACCESS_LOCAL_WRITE);
+	if (IS_ERR(mr_b) || IS_ERR(mr_a) || pair()) {
+		check(false, "invalidation: set-up failed");
+		goto out;
+	}
+	wr.ex.invalidate_rkey = mr_b->rkey;
+	if (post_recv(b, 0, 64, 33) || ib_post_send(a->qp, &wr, NULL)) {
+		check(false, "send with invalidate: posting failed");
+		goto out;
+	}
+	poll_one(a, &wca);
+	poll_one(b, &wcb);
+	check(wc_is(&wca, IB_WC_SUCCESS, IB_WC_SEND) && wc_is(&wcb, IB_WC_SUCCESS, IB_WC_RECV) &&
+	      (wcb.wc_flags & IB_WC_WITH_INVALIDATE) && wcb.ex.invalidate_rkey == mr_b->rkey,
+	      "send with invalidate: the receiver is told key %#x, completions %d/%d",
+	      mr_b->rkey, wca.status, wcb.status);
+
+	inv.ex.invalidate_rkey = mr_a->rkey;
+	if (ib_post_send(a->qp, &inv, NULL)) {
+		check(false, "local invalidate: posting failed");
+		goto out;
+	}
+	poll_one(a, &wca);
+	check(wc_is(&wca, IB_WC_SUCCESS, IB_WC_LOCAL_INV),
+	      "local invalidate: completion %d", wca.status);
+
+	test_remote_error("a write with the key the send invalidated", b->dma, mr_b->rkey);
+out:
+	if (!IS_ERR_OR_NULL(mr_b))
+		ib_dereg_mr(mr_b);
+	if (!IS_ERR_OR_NULL(mr_a))
+		ib_dereg_mr(mr_a);
+}
+
+static void run(void)
+{
+	struct side *b = &sides[1];
+	struct ib_mr *ro, *other_pd;
+	int ret;
+
+	ret = pair();
+	check(!ret, "connect RC QPs %u and %u (%d)", sides[0].qp ? sides[0].qp->qp_num : 0,
+	      sides[1].qp ? sides[1].qp->qp_num : 0, ret);
+	if (ret)
+		return;
+	test_send(1, false, false, "send");
+	test_send(6, false, false, "send with 6 SGEs");
+	test_send(1, true, false, "inline send");
+	test_send(1, false, true, "send with immediate");
+	test_write(false);
+	test_write(true);
+	test_read();
+	test_atomic(false);
+	test_atomic(true);
+
+	test_remote_error("a write with a wrong rkey", b->dma, 0x00ffff00);
+	other_pd = dma_mr(b, b->pd2, IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE);
+	if (!IS_ERR(other_pd)) {
+		test_remote_error("a write with the rkey of another PD", b->dma, other_pd->rkey);
+		ib_dereg_mr(other_pd);
+	}
+	ro = dma_mr(b, b->pd, IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_READ);
+	if (!IS_ERR(ro)) {
+		test_remote_error("a write to a region without remote write", b->dma, ro->rkey);
+		ib_dereg_mr(ro);
+	}
+	test_remote_error("a write outside the region's memory", 1ULL << 60,
+			  b->pd->unsafe_global_rkey);
+	test_invalidate();
+}
+
+static int add_one(struct ib_device *dev)
+{
+	if (dev->ops.driver_id == RDMA_DRIVER_ERDMA && ndevs < 2 &&
+	    rdma_protocol_roce(dev, 1))
+		devs[ndevs++] = dev;
+	return 0;
+}
+
+static void remove_one(struct ib_device *dev, void *data)
+{
+}
+
+static struct ib_client client = {
+	.name = "erdma_kverbs_test",
+	.add = add_one,
+	.remove = remove_one,
+};
+
+static int __init kverbs_test_init(void)
+{
+	int ret, i;
+
+	ret = ib_register_client(&client);
+	if (ret)
+		return ret;
+	if (ndevs < 2) {
+		pr_info("not ok 1 - two RoCEv2 eRDMA devices (found %d)\n", ndevs);
+		pr_info("summary: 1 checks, 1 failed\n");
+		return 0;
+	}
+	for (i = 0; i < 2; i++) {
+		ret = side_init(&sides[i], devs[i]);
+		if (ret)
+			break;
+	}
+	check(!ret, "PDs, CQs and buffers on %s and %s (%d)", dev_name(&devs[0]->dev),
+	      dev_name(&devs[1]->dev), ret);
+	if (!ret)
+		run();
+	for (i = 0; i < 2; i++)
+		side_fini(&sides[i]);
+	pr_info("summary: %d checks, %d failed\n", checks, failures);
+	return 0;
+}
+
+static void __exit kverbs_test_exit(void)
+{
+	ib_unregister_client(&client);
+}
+
+module_init(kverbs_test_init);
+module_exit(kverbs_test_exit);
+MODULE_DESCRIPTION("Kernel-consumer test of eRDMA devices");
+MODULE_LICENSE("GPL");

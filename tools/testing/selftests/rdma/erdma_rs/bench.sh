@@ -1,0 +1,213 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# The guest half of `make bench` (scripts/bench.sh): measures the control path
+# and the data path of erdma_rs (ours), of the upstream C erdma driver on the
+# same model adapters, and of rdma_rxe on the adapters' twin netdevs (an
+# outside reference), all in this one boot.
+#
+#   control path (bench_ctl.py, pyverbs): QP create + INIT/RTR/RTS + destroy,
+#     CQ create + destroy, MR register + deregister of 4 KiB, 2 MiB and 1 GiB,
+#     user context open + close;
+#   data path (perftest, server on adapter A, client on adapter B):
+#     ib_write_lat and ib_send_lat at 8 bytes (median and 99th percentile),
+#     ib_write_bw and ib_read_bw at 64 KiB with one and four QPs.
+#
+# Every measurement is repeated BENCH_ROUNDS times. A round loads each driver
+# in turn, measures everything once and unloads it, and each round starts
+# with a different driver, so that slow drift of the host (other work on its
+# cores) spreads over all drivers instead of favouring one, and the spread of
+# the rounds shows the run's noise.
+#
+# Writes "DRIVER ROUND METRIC VALUE UNIT" lines to $ERDMA_RESULTS/bench.raw
+# (VALUE "nan" when a measurement failed) and each tool's output under
+# $ERDMA_RESULTS/bench/. Exits 1 if any measurement failed. Needs a guest
+# with two RoCEv2 adapters whose NICs are wired to each other, and enough
+# memory for a 1 GiB MR (3 GiB).
+
+. "$(dirname "$0")/lib.sh"
+
+ROUNDS=${BENCH_ROUNDS:-5}
+DRIVERS=${BENCH_DRIVERS:-erdma_rs erdma rxe}
+CTL_SECONDS=${BENCH_CTL_SECONDS:-1.5}
+LAT_ITERS=${BENCH_LAT_ITERS:-1000}
+BW_ITERS=${BENCH_BW_ITERS:-200}
+NET=70
+HERE=$(cd "$(dirname "$0")" && pwd)
+RESULTS=${ERDMA_RESULTS:-/tmp/erdma-results}
+RAW=$RESULTS/bench.raw
+tmp=$RESULTS/bench # run_pair keeps each tool's output here
+mkdir -p "$tmp"
+: >"$RAW"
+failures=0
+
+say() { echo "bench: $*"; }
+
+# record DRIVER ROUND METRIC VALUE UNIT
+record() {
+	set -- $*
+	echo "$*" >>"$RAW"
+	[ "$4" != nan ] || failures=$((failures + 1))
+}
+
+# The netdevs twinned with the eRDMA functions, in PCI order: the same two
+# ports for every driver (rxe runs on them too).
+NETDEVS=""
+for bdf in $(erdma_functions); do
+	NETDEVS="$NETDEVS $(netdev_of "$(mac_of "$bdf")")"
+done
+set -- $NETDEVS
+[ $# -ge 2 ] || { say "FAILED: need two eRDMA adapters with twin NICs, found: $NETDEVS"; exit 1; }
+ND_A=$1 ND_B=$2
+
+# pair_ready: the RDMA devices on ND_A and ND_B exist and have the RoCEv2 GID
+# of their netdev's IPv4 address; sets IB_A/IB_B, GID_A/GID_B, IP_A.
+pair_ready() {
+	IB_A=$(ibdev_of "$ND_A") IB_B=$(ibdev_of "$ND_B")
+	[ -n "$IB_A" ] && [ -n "$IB_B" ] || return 1
+	IP_A=$(ipv4_of "$ND_A")
+	GID_A=$(gid_index "$IB_A" "$IP_A") && GID_B=$(gid_index "$IB_B" "$(ipv4_of "$ND_B")")
+}
+
+# load DRIVER: loads it on both ports and waits (20 s) for the pair.
+load() {
+	case $1 in
+	rxe)
+		modprobe rdma_rxe || return 1
+		rdma link add rxe_a type rxe netdev "$ND_A" && rdma link add rxe_b type rxe netdev "$ND_B" ||
+			return 1
+		;;
+	*) modprobe "$1" || return 1 ;;
+	esac
+	wait_for 20 pair_ready || { say "$1: no RDMA device with a RoCEv2 GID on $ND_A and $ND_B"; return 1; }
+}
+
+# unload DRIVER: removes it; nothing of it may stay (20 s).
+unload() {
+	case $1 in
+	rxe)
+		rdma link delete rxe_a 2>/dev/null
+		rdma link delete rxe_b 2>/dev/null
+		wait_for 20 rmmod rdma_rxe 2>/dev/null
+		;;
+	*) wait_for 20 rmmod "$1" 2>/dev/null ;;
+	esac
+}
+
+# control DRIVER ROUND: the control-path loops, on adapter A.
+control() {
+	log=$tmp/$1-r$2-ctl.log
+	timeout 600 python3 "$HERE/bench_ctl.py" --dev "$IB_A" --gid "$GID_A" --seconds "$CTL_SECONDS" \
+		qp cq mr4k mr2m mr1g ctx >"$log" 2>&1
+	rc=$?
+	for m in qp cq mr4k mr2m mr1g ctx; do
+		line=$(grep "^$m " "$log")
+		if [ -n "$line" ]; then
+			record "$1 $2 $line"
+		else
+			record "$1 $2 $m nan -"
+		fi
+	done
+	[ $rc -eq 0 ] || say "$1 round $2: bench_ctl.py exited $rc; read $log"
+	say "$1 round $2: $(awk 'NF == 3 && $2 ~ /^[0-9.e+]+$/ { printf "%s %s %s; ", $1, $2, $3 }' "$log")"
+}
+
+# perf DRIVER ROUND NAME TOOL ARGS...: one perftest run, server on A and client
+# on B; its output is in $tmp/DRIVER-rROUND-NAME.cli (and .srv).
+perf() {
+	_drv=$1 _round=$2 _name=$3 _tool=$4
+	shift 4
+	next_port
+	run_pair "$_drv-r$_round-$_name" "$PORT" '#bytes' \
+		"$_tool" -d "$IB_A" -x "$GID_A" -p "$PORT" -F "$@" -- \
+		"$_tool" -d "$IB_B" -x "$GID_B" -p "$PORT" -F "$@" "$IP_A"
+}
+
+# field NAME FILE: from perftest's result table in FILE, the value of the
+# column whose header starts with NAME (headers with spaces are joined first).
+field() {
+	grep -A1 '#bytes' "$2" | tail -n 2 |
+		sed -e 's/99\.9% percentile/p99.9/; s/99% percentile/p99/; s/BW peak/BW_peak/; s/BW average/BW_average/' |
+		awk -v want="$1" 'NR == 1 { for (i = 1; i <= NF; i++) if (index($i, want) == 1) col = i; next }
+			col && $col ~ /^[0-9.]+$/ { print $col; exit }'
+}
+
+# lat DRIVER ROUND TOOL: median (t_typical) and 99th percentile at 8 bytes.
+lat() {
+	name=${3#ib_}
+	p50="" p99=""
+	if perf "$1" "$2" "$name" "$3" -s 8 -n "$LAT_ITERS"; then
+		p50=$(field t_typical "$tmp/$1-r$2-$name.cli")
+		p99=$(field 'p99[' "$tmp/$1-r$2-$name.cli")
+	fi
+	record "$1 $2 ${name}_p50 ${p50:-nan} us"
+	record "$1 $2 ${name}_p99 ${p99:-nan} us"
+	[ -n "$p50" ] || say "$1 round $2: $3 failed; read $tmp/$1-r$2-$name.cli and .srv"
+	summary="$summary$name ${p50:-nan}/${p99:-nan} us; "
+}
+
+# bw DRIVER ROUND TOOL QPS: average bandwidth at 64 KiB with QPS QPs.
+bw() {
+	name=${3#ib_}_q$4
+	v="" unit=MiB/s
+	if perf "$1" "$2" "$name" "$3" -s 65536 -n "$BW_ITERS" -q "$4"; then
+		v=$(field BW_average "$tmp/$1-r$2-$name.cli")
+		# perftest states its unit in the header: MiB/sec (or MB/sec).
+		unit=$(sed -n 's/.*BW average\[\([^]]*\)\].*/\1/p' "$tmp/$1-r$2-$name.cli" | head -n 1 | sed 's/sec$/s/')
+	fi
+	record "$1 $2 $name ${v:-nan} ${unit:-MiB/s}"
+	[ -n "$v" ] || say "$1 round $2: $3 -q $4 failed; read $tmp/$1-r$2-$name.cli and .srv"
+	summary="$summary$name ${v:-nan} ${unit:-MiB/s}; "
+}
+
+# data DRIVER ROUND: the perftest rows.
+data() {
+	summary=""
+	lat "$1" "$2" ib_write_lat
+	lat "$1" "$2" ib_send_lat
+	bw "$1" "$2" ib_write_bw 1
+	bw "$1" "$2" ib_write_bw 4
+	bw "$1" "$2" ib_read_bw 1
+	bw "$1" "$2" ib_read_bw 4
+	say "$1 round $2: $summary"
+}
+
+nics_up $NET
+rmmod rdma_rxe 2>/dev/null
+ndrivers=$(echo $DRIVERS | wc -w)
+say "$ROUNDS rounds of: $DRIVERS; ports $ND_A and $ND_B; control loops ${CTL_SECONDS}s each," \
+	"latency $LAT_ITERS iterations, bandwidth $BW_ITERS per QP"
+round=1
+while [ $round -le "$ROUNDS" ]; do
+	# Rotate the order: round r starts with driver (r - 1) mod n.
+	skip=$(((round - 1) % ndrivers))
+	order=$(echo $DRIVERS $DRIVERS | tr ' ' '\n' | tail -n +$((skip + 1)) | head -n "$ndrivers")
+	for drv in $order; do
+		say "round $round/$ROUNDS: $drv"
+		if load "$drv"; then
+			say "$drv: $IB_A ($ND_A, GID $GID_A) and $IB_B ($ND_B, GID $GID_B)"
+			control "$drv" "$round"
+			data "$drv" "$round"
+		else
+			say "round $round: $drv did not load; read the console log"
+			for m in qp cq mr4k mr2m mr1g ctx write_lat_p50 write_lat_p99 send_lat_p50 send_lat_p99 \
+				write_bw_q1 write_bw_q4 read_bw_q1 read_bw_q4; do
+				record "$drv $round $m nan -"
+			done
+		fi
+		unload "$drv" || say "round $round: $drv did not unload"
+	done
+	round=$((round + 1))
+done
+
+trouble=$(kernel_trouble)
+if [ -n "$trouble" ]; then
+	say "FAILED: the kernel reported trouble:"
+	echo "$trouble" | head -n 20
+	exit 1
+fi
+if [ "$failures" -ne 0 ]; then
+	say "FAILED: $failures measurements failed (nan in $RAW)"
+	exit 1
+fi
+say "done: $(wc -l <"$RAW") measurements in $RAW"
