@@ -152,14 +152,14 @@ guest upstream-c-driver --smp 4 \
 # The RC data path (RoCEv2) between two adapters of one guest, through the
 # stock provider: ibv_rc_pingpong (rc.sh), perftest (perftest.sh), bad
 # requests through raw uverbs (badinput.sh) and rdma-core's pyverbs suite
-# (pyverbs.sh); then the same with the upstream C driver on the same model
+# (pyverbs.sh), and kernel consumers posting every opcode (kverbs.sh); then the same with the upstream C driver on the same model
 # (A/B; badinput.sh leaves out the checks it lacks).
 guest data-path --copy "$PYVERBS_TESTS" \
 	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-	--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh pyverbs.sh'
+	--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh pyverbs.sh'
 guest data-path-c-driver --copy "$PYVERBS_TESTS" \
 	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-	--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh pyverbs.sh'
+	--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh pyverbs.sh'
 # RC traffic between two guests through one model process, both drivers.
 guest two-guests-data-path \
 	--dev proto=roce --dev proto=roce --guest 0 --guest 1 \

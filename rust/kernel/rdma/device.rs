@@ -292,6 +292,29 @@ pub trait Driver: Sized + Send + Sync + 'static {
         build_error!(VTABLE_DEFAULT_ERROR)
     }
 
+    /// Allocates a fast-registration region for up to `max_num_sg` pages; its pages come from
+    /// [`Driver::mr_map_start`] and [`Driver::mr_set_page`], its use from a fast-registration
+    /// work request.
+    fn alloc_mr(
+        _dev: &Device<Self>,
+        _data: &Self::Data<'_>,
+        _pd: &Pd<Self>,
+        _max_num_sg: u32,
+    ) -> Result<NewMr<Self::Mr>> {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// A consumer maps a new page list into a fast-registration region: forget the old one.
+    fn mr_map_start(_mr: &Mr<Self>) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Appends the page at bus address `addr` (of the region's page size) to the region's list.
+    /// Any context.
+    fn mr_set_page(_mr: &Mr<Self>, _addr: u64) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
     /// Deregisters a memory region. Must not fail.
     fn dereg_mr(_dev: &Device<Self>, _data: &Self::Data<'_>, _mr: Self::Mr) {}
 
@@ -765,7 +788,11 @@ impl<T: Driver> Adapter<T> {
         if T::HAS_GET_DMA_MR {
             ops.get_dma_mr = Some(Self::get_dma_mr);
         }
-        if T::HAS_REG_USER_MR || T::HAS_GET_DMA_MR {
+        if T::HAS_ALLOC_MR && T::HAS_MR_MAP_START && T::HAS_MR_SET_PAGE {
+            ops.alloc_mr = Some(Self::alloc_mr);
+            ops.map_mr_sg = Some(Self::map_mr_sg);
+        }
+        if T::HAS_REG_USER_MR || T::HAS_GET_DMA_MR || T::HAS_ALLOC_MR {
             ops.dereg_mr = Some(Self::dereg_mr);
         }
         if T::HAS_POST_SEND {
@@ -1318,6 +1345,47 @@ impl<T: Driver> Adapter<T> {
             .unwrap_or(Err(ENODEV));
         match ret {
             Ok(pending) => pending.into(),
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    unsafe extern "C" fn alloc_mr(
+        pd: *mut bindings::ib_pd,
+        mr_type: bindings::ib_mr_type,
+        max_num_sg: u32,
+    ) -> *mut bindings::ib_mr {
+        // SAFETY: The core passes a live PD of this device.
+        let (dev, pd) = unsafe { (Self::dev((*pd).device), Pd::<T>::from_raw(pd)) };
+        let new = if mr_type == bindings::ib_mr_type_IB_MR_TYPE_MEM_REG {
+            dev.with_data(|dev, data| T::alloc_mr(dev, data, pd, max_num_sg))
+                .unwrap_or(Err(ENODEV))
+        } else {
+            Err(EINVAL)
+        };
+        Mr::<T>::into_raw(new).unwrap_or_else(|e| e.to_ptr())
+    }
+
+    unsafe extern "C" fn map_mr_sg(
+        mr: *mut bindings::ib_mr,
+        sg: *mut bindings::scatterlist,
+        sg_nents: c_int,
+        sg_offset: *mut crate::ffi::c_uint,
+    ) -> c_int {
+        // SAFETY: The core passes a region `alloc_mr` made, live for the call.
+        let m = unsafe { Mr::<T>::from_raw_ref(mr) };
+        if let Err(e) = T::mr_map_start(m) {
+            return e.to_errno();
+        }
+        // SAFETY: The core passes a DMA-mapped list of `sg_nents` entries; `set_page` only
+        // touches the region.
+        unsafe { bindings::ib_sg_to_pages(mr, sg, sg_nents, sg_offset, Some(Self::set_page)) }
+    }
+
+    unsafe extern "C" fn set_page(mr: *mut bindings::ib_mr, addr: u64) -> c_int {
+        // SAFETY: Called by `ib_sg_to_pages` for the region `map_mr_sg` passed it.
+        let m = unsafe { Mr::<T>::from_raw_ref(mr) };
+        match T::mr_set_page(m, addr) {
+            Ok(()) => 0,
             Err(e) => e.to_errno(),
         }
     }

@@ -53,6 +53,26 @@ impl<T: Driver> Mr<T> {
         &self.data
     }
 
+    /// The I/O virtual address of the region's first byte (set by the last mapping, for
+    /// fast-registration regions).
+    pub fn iova(&self) -> u64 {
+        // SAFETY: The region is live; the core writes these fields only while mapping it, which
+        // its user serialises with posting it.
+        unsafe { (*self.ib.get()).iova }
+    }
+
+    /// The region's length in bytes (set by the last mapping, for fast-registration regions).
+    pub fn length(&self) -> u64 {
+        // SAFETY: As in `iova`.
+        unsafe { (*self.ib.get()).length }
+    }
+
+    /// The page size of the region's page list.
+    pub fn page_size(&self) -> u32 {
+        // SAFETY: As in `iova`.
+        unsafe { (*self.ib.get()).page_size }
+    }
+
     /// Boxes a new region for the core; returns the pointer the core takes, or an error
     /// pointer.
     pub(crate) fn into_raw(new: Result<NewMr<T::Mr>>) -> Result<*mut bindings::ib_mr> {

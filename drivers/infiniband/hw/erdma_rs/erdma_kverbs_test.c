@@ -4,7 +4,7 @@
  * RC queue pairs between the first two RoCEv2 eRDMA devices, every opcode a
  * kernel user can post, with the bytes and the completions checked, and the
  * remote access errors (wrong rkey, wrong PD, an address outside the region,
- * missing rights, an invalidated key) seen on both sides: an error
+ * missing rights, invalidated keys) seen on both sides: an error
  * completion at the requester, an error state and a fatal event at the
  * responder.
  *
@@ -455,50 +455,146 @@ static struct ib_mr *dma_mr(struct side *s, struct ib_pd *pd, int access)
 	return mr;
 }
 
-static void test_invalidate(void)
+/*
+ * A fast-registration region over the page at @off of side s's buffer,
+ * registered with a fresh key and @access by a work request on s's own QP.
+ */
+static struct ib_mr *frmr(struct side *s, u32 off, int access)
+{
+	static u8 key;
+	struct ib_mr *mr = ib_alloc_mr(s->pd, IB_MR_TYPE_MEM_REG, 4);
+	struct scatterlist sg;
+	struct ib_reg_wr reg = {};
+	struct ib_wc wc;
+
+	if (IS_ERR(mr))
+		return mr;
+	sg_init_table(&sg, 1);
+	sg_dma_address(&sg) = s->dma + off;
+	sg_dma_len(&sg) = PAGE_SIZE;
+	if (ib_map_mr_sg(mr, &sg, 1, NULL, PAGE_SIZE) != 1)
+		goto err;
+	ib_update_fast_reg_key(mr, ++key);
+	reg.wr.wr_id = 41;
+	reg.wr.opcode = IB_WR_REG_MR;
+	reg.wr.send_flags = IB_SEND_SIGNALED;
+	reg.mr = mr;
+	reg.key = mr->rkey;
+	reg.access = access;
+	if (ib_post_send(s->qp, &reg.wr, NULL) || !poll_one(s, &wc) ||
+	    !wc_is(&wc, IB_WC_SUCCESS, IB_WC_REG_MR))
+		goto err;
+	return mr;
+err:
+	ib_dereg_mr(mr);
+	return ERR_PTR(-EIO);
+}
+
+/*
+ * Fast registration and the three ways to invalidate: send with invalidate,
+ * local invalidate, and RDMA Read with invalidate of the local sink.
+ */
+static void test_fast_reg(void)
 {
 	struct side *a = &sides[0], *b = &sides[1];
-	struct ib_sge sge = { .addr = a->dma, .length = 32, .lkey = a->pd->local_dma_lkey };
-	struct ib_send_wr wr = { .wr_id = 31, .sg_list = &sge, .num_sge = 1,
-				 .opcode = IB_WR_SEND_WITH_INV, .send_flags = IB_SEND_SIGNALED };
-	struct ib_send_wr inv = { .wr_id = 32, .opcode = IB_WR_LOCAL_INV,
+	struct ib_sge sge = { .addr = a->dma, .length = 256, .lkey = a->pd->local_dma_lkey };
+	struct ib_rdma_wr w = { .wr = { .wr_id = 42, .sg_list = &sge, .num_sge = 1,
+					.opcode = IB_WR_RDMA_WRITE,
+					.send_flags = IB_SEND_SIGNALED } };
+	struct ib_send_wr send = { .wr_id = 43, .sg_list = &sge, .num_sge = 1,
+				   .opcode = IB_WR_SEND_WITH_INV,
+				   .send_flags = IB_SEND_SIGNALED };
+	struct ib_send_wr inv = { .wr_id = 44, .opcode = IB_WR_LOCAL_INV,
 				  .send_flags = IB_SEND_SIGNALED };
-	struct ib_mr *mr_b, *mr_a;
+	struct ib_mr *mr = NULL, *mr2 = NULL, *sink = NULL;
 	struct ib_wc wca, wcb;
+	u32 rkey;
 
-	mr_b = dma_mr(b, b->pd, IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE);
-	mr_a = dma_mr(a, a->pd, IB_ACCESS_LOCAL_WRITE);
-	if (IS_ERR(mr_b) || IS_ERR(mr_a) || pair()) {
-		check(false, "invalidation: set-up failed");
-		goto out;
+	if (pair()) {
+		check(false, "fast registration: set-up failed");
+		return;
 	}
-	wr.ex.invalidate_rkey = mr_b->rkey;
-	if (post_recv(b, 0, 64, 33) || ib_post_send(a->qp, &wr, NULL)) {
-		check(false, "send with invalidate: posting failed");
-		goto out;
-	}
+	mr = frmr(b, 4096, IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE);
+	check(!IS_ERR(mr), "fast-register a page (%ld)", IS_ERR(mr) ? PTR_ERR(mr) : 0);
+	if (IS_ERR(mr))
+		return;
+
+	/* Write through the region's key and address. */
+	memset(b->buf, 0, BUF_SIZE);
+	fill(a, 0, 256, 0x3c);
+	w.remote_addr = mr->iova + 64;
+	w.rkey = mr->rkey;
+	ib_post_send(a->qp, &w.wr, NULL);
+	poll_one(a, &wca);
+	ib_dma_sync_single_for_cpu(b->dev, b->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+	check(wc_is(&wca, IB_WC_SUCCESS, IB_WC_RDMA_WRITE) && same(a, 0, b, 4096 + 64, 256),
+	      "RDMA Write through a fast-registered key lands in its page, completion %d",
+	      wca.status);
+
+	/* Send with invalidate: the receiver is told, and the key is dead. */
+	rkey = mr->rkey;
+	send.ex.invalidate_rkey = rkey;
+	post_recv(b, 0, 512, 45);
+	ib_post_send(a->qp, &send, NULL);
 	poll_one(a, &wca);
 	poll_one(b, &wcb);
 	check(wc_is(&wca, IB_WC_SUCCESS, IB_WC_SEND) && wc_is(&wcb, IB_WC_SUCCESS, IB_WC_RECV) &&
-	      (wcb.wc_flags & IB_WC_WITH_INVALIDATE) && wcb.ex.invalidate_rkey == mr_b->rkey,
+	      (wcb.wc_flags & IB_WC_WITH_INVALIDATE) && wcb.ex.invalidate_rkey == rkey,
 	      "send with invalidate: the receiver is told key %#x, completions %d/%d",
-	      mr_b->rkey, wca.status, wcb.status);
+	      rkey, wca.status, wcb.status);
+	test_remote_error("a write with the key a send invalidated", mr->iova, rkey);
 
-	inv.ex.invalidate_rkey = mr_a->rkey;
-	if (ib_post_send(a->qp, &inv, NULL)) {
-		check(false, "local invalidate: posting failed");
+	/* Local invalidate of another region. */
+	if (pair())
+		goto out;
+	mr2 = frmr(b, 0, IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE);
+	if (IS_ERR(mr2)) {
+		check(false, "local invalidate: no region (%ld)", PTR_ERR(mr2));
 		goto out;
 	}
-	poll_one(a, &wca);
-	check(wc_is(&wca, IB_WC_SUCCESS, IB_WC_LOCAL_INV),
-	      "local invalidate: completion %d", wca.status);
+	inv.ex.invalidate_rkey = mr2->rkey;
+	ib_post_send(b->qp, &inv, NULL);
+	poll_one(b, &wcb);
+	check(wc_is(&wcb, IB_WC_SUCCESS, IB_WC_LOCAL_INV), "local invalidate: completion %d",
+	      wcb.status);
+	test_remote_error("a write with a locally invalidated key", mr2->iova, mr2->rkey);
 
-	test_remote_error("a write with the key the send invalidated", b->dma, mr_b->rkey);
+	/* RDMA Read with invalidate: the sink region of the reader goes. */
+	if (pair())
+		goto out;
+	sink = frmr(a, 4096, IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE);
+	if (IS_ERR(sink)) {
+		check(false, "read with invalidate: no region (%ld)", PTR_ERR(sink));
+		goto out;
+	}
+	{
+		struct ib_sge s2 = { .addr = sink->iova, .length = 512, .lkey = sink->lkey };
+		struct ib_rdma_wr r = {
+			.wr = { .wr_id = 46, .sg_list = &s2, .num_sge = 1,
+				.opcode = IB_WR_RDMA_READ_WITH_INV,
+				.send_flags = IB_SEND_SIGNALED,
+				.ex.invalidate_rkey = sink->lkey },
+			.remote_addr = b->dma + 300,
+			.rkey = b->pd->unsafe_global_rkey,
+		};
+
+		memset(a->buf, 0, BUF_SIZE);
+		fill(b, 300, 512, 0x61);
+		ib_dma_sync_single_for_device(b->dev, b->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+		ib_post_send(a->qp, &r.wr, NULL);
+		poll_one(a, &wca);
+		ib_dma_sync_single_for_cpu(a->dev, a->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+		check(wc_is(&wca, IB_WC_SUCCESS, IB_WC_RDMA_READ) && same(a, 4096, b, 300, 512),
+		      "RDMA Read with invalidate fills the sink region, completion %d",
+		      wca.status);
+	}
 out:
-	if (!IS_ERR_OR_NULL(mr_b))
-		ib_dereg_mr(mr_b);
-	if (!IS_ERR_OR_NULL(mr_a))
-		ib_dereg_mr(mr_a);
+	if (!IS_ERR_OR_NULL(sink))
+		ib_dereg_mr(sink);
+	if (!IS_ERR_OR_NULL(mr2))
+		ib_dereg_mr(mr2);
+	if (!IS_ERR_OR_NULL(mr))
+		ib_dereg_mr(mr);
 }
 
 static void run(void)
@@ -535,7 +631,7 @@ static void run(void)
 	}
 	test_remote_error("a write outside the region's memory", 1ULL << 60,
 			  b->pd->unsafe_global_rkey);
-	test_invalidate();
+	test_fast_reg();
 }
 
 static int add_one(struct ib_device *dev)

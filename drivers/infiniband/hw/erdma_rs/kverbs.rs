@@ -39,6 +39,8 @@ use kernel::{
 
 use crate::{
     objects::{
+        mr_access,
+        Mr,
         MAX_INLINE,
         MAX_SEND_SGE, //
     },
@@ -61,6 +63,8 @@ const RQE_WORDS: usize = 4;
 const CQE_WORDS: usize = 8;
 /// Basic blocks of the largest work queue entry.
 const MAX_WQEBBS: usize = 4;
+/// Pages a fast-registration WQE carries inline.
+const INLINE_PAGES: usize = 4;
 
 /// Opcodes of SQEs and CQEs (erdma-hw 5.3).
 mod op {
@@ -74,6 +78,7 @@ mod op {
     pub(super) const INVALIDATE: u32 = 11;
     pub(super) const RSP_SEND_IMM: u32 = 12;
     pub(super) const SEND_WITH_INV: u32 = 13;
+    pub(super) const REG_MR: u32 = 14;
     pub(super) const LOCAL_INV: u32 = 15;
     pub(super) const READ_WITH_INV: u32 = 16;
     pub(super) const ATOMIC_CAS: u32 = 17;
@@ -358,7 +363,7 @@ impl KernelQp {
     }
 
     /// Posts send work requests; on failure, the error and the index of the first not posted.
-    pub(crate) fn post_send<T: kernel::rdma::Driver>(
+    pub(crate) fn post_send<T: kernel::rdma::Driver<Mr = Mr>>(
         &self,
         bar: &Bar0<'_>,
         wrs: SendWrs<'_, T>,
@@ -408,7 +413,7 @@ impl KernelQp {
 
     /// Writes the body of the WQE for `wr` into `wqe`; returns its opcode, its length in bytes
     /// and the header flags it needs.
-    fn build_sqe<T: kernel::rdma::Driver>(
+    fn build_sqe<T: kernel::rdma::Driver<Mr = Mr>>(
         &self,
         wr: &SendWr<'_, T>,
         wqe: &mut [u64; MAX_WQEBBS * WQEBB_WORDS],
@@ -493,8 +498,26 @@ impl KernelQp {
                 wqe[2] = word(0, wr.invalidate_rkey());
                 return Ok((op::LOCAL_INV, 32, flags));
             }
-            // Fast registration needs regions from `alloc_mr`, which the driver does not offer.
-            WrOpcode::RegMr => return Err(EOPNOTSUPP),
+            WrOpcode::RegMr => {
+                let (mr, key, access) = wr.reg().ok_or(EINVAL)?;
+                let frmr = mr.data().frmr.as_ref().ok_or(EINVAL)?;
+                let (npages, inline) = frmr.pages(INLINE_PAGES);
+                wqe[1] = mr.iova();
+                // CAST: the low half of the length (erdma-hw 5.4).
+                wqe[2] = word(mr.length() as u32, key);
+                let mut attrs = (mr_access(access) << 1) | (npages << 12);
+                let mut size = 32;
+                if npages as usize <= INLINE_PAGES {
+                    for (k, p) in inline.iter().enumerate() {
+                        wqe[4 + k] = *p;
+                    }
+                    size += 8 * inline.len();
+                } else {
+                    attrs |= 1 << 6;
+                }
+                wqe[3] = u64::from(attrs);
+                return Ok((op::REG_MR, size, flags));
+            }
         };
 
         // Sends and writes: the immediate or the key to invalidate, then the payload.
@@ -637,6 +660,7 @@ impl KernelQp {
                 op::ATOMIC_CAS => WcOpcode::CompSwap,
                 op::ATOMIC_FAA => WcOpcode::FetchAdd,
                 op::LOCAL_INV | op::INVALIDATE => WcOpcode::LocalInv,
+                op::REG_MR => WcOpcode::RegMr,
                 _ => WcOpcode::Send,
             };
             wc.set(events, wr_id, status, opcode, vendor, byte_len, 0, 0);

@@ -8,11 +8,18 @@
 //! they must hold, address ranges against overflow. A rejected request logs nothing (user space
 //! can repeat it at will) and leaves nothing behind.
 
+use core::sync::atomic::{
+    AtomicU32,
+    Ordering, //
+};
 use kernel::{
     device,
     dma::Coherent,
     new_mutex,
-    page::PAGE_SIZE,
+    page::{
+        PAGE_SHIFT,
+        PAGE_SIZE, //
+    },
     prelude::*,
     rbtree::RBTreeNode,
     rdma::{
@@ -93,7 +100,11 @@ const GSI_QPN: u32 = 1;
 const QP_TYPE_UD: u32 = 1;
 /// MR types of REG_MR.
 const MR_TYPE_NORMAL: u32 = 0;
+const MR_TYPE_FRMR: u32 = 1;
 const MR_TYPE_DMA: u32 = 2;
+/// Pages of a fast-registration region at most (the C driver allows 512 Ki; 512 is what
+/// both report as `max_fast_reg_page_list_len`).
+const MAX_FRMR_PAGES: u32 = 512 * 1024;
 /// Access bits of REG_MR.
 const MR_ACC_RA: u32 = 1 << 0;
 const MR_ACC_LR: u32 = 1 << 1;
@@ -282,6 +293,38 @@ pub(crate) struct Mr {
     stag: u32,
     _mtt: Option<Mtt>,
     _umem: Option<Umem>,
+    /// The page list of a fast-registration region.
+    pub(crate) frmr: Option<Frmr>,
+}
+
+/// The page list of a fast-registration region: an MTT the adapter reads when a
+/// fast-registration work request names the region (erdma-hw 6).
+pub(crate) struct Frmr {
+    pages: Coherent<[u64]>,
+    npages: AtomicU32,
+}
+
+impl Frmr {
+    /// The pages mapped last, at most `n` of them, and how many there are.
+    pub(crate) fn pages(&self, n: usize) -> (u32, KVec<u64>) {
+        let count = self.npages.load(Ordering::Relaxed);
+        let mut v = KVec::new();
+        for i in 0..(count as usize).min(n) {
+            if let Ok(p) = read_page(&self.pages, i) {
+                let _ = v.push(p, GFP_ATOMIC);
+            }
+        }
+        (count, v)
+    }
+}
+
+fn read_page(pages: &Coherent<[u64]>, i: usize) -> Result<u64> {
+    Ok(kernel::io::io_read!(pages, [try: i]))
+}
+
+fn write_page(pages: &Coherent<[u64]>, i: usize, v: u64) -> Result {
+    kernel::io::io_write!(pages, [try: i], v);
+    Ok(())
 }
 
 /// log2 of a power of two.
@@ -295,7 +338,7 @@ fn pow2(v: u32) -> Option<u32> {
 }
 
 /// The adapter's access bits for verbs access flags; local read is always granted.
-fn mr_access(flags: u32) -> u32 {
+pub(crate) fn mr_access(flags: u32) -> u32 {
     let mut bits = MR_ACC_LR;
     for (verb, hw) in [
         (access::LOCAL_WRITE, MR_ACC_LW),
@@ -821,6 +864,7 @@ impl IbData<'_> {
                 stag,
                 _mtt: Some(mtt),
                 _umem: Some(umem),
+                frmr: None,
             },
         })
     }
@@ -869,12 +913,56 @@ impl IbData<'_> {
                 stag,
                 _mtt: None,
                 _umem: None,
+                frmr: None,
+            },
+        })
+    }
+
+    /// Allocates a fast-registration region for up to `max_pages` pages of `PAGE_SIZE`
+    /// (erdma-hw 6): invalid until a fast-registration work request names it.
+    pub(crate) fn alloc_mr<T: rdma::Driver<Pd = Pd>>(
+        &self,
+        pd: &rdma::Pd<T>,
+        max_pages: u32,
+    ) -> Result<NewMr<Mr>> {
+        if max_pages == 0 || max_pages > MAX_FRMR_PAGES {
+            return Err(EINVAL);
+        }
+        let pages = Coherent::zeroed_slice(self.bound(), max_pages as usize, GFP_KERNEL)?;
+        let index = self.ids.lock().mr.alloc()?;
+        let stag = index << 8;
+        let all = access::LOCAL_WRITE | access::REMOTE_READ | access::REMOTE_WRITE;
+        let cmd = RegMr {
+            cfg0: index,
+            cfg1: (pd.data().pdn << 12) | (MR_TYPE_FRMR << 6) | (mr_access(all) << 1),
+            // CAST: PAGE_SHIFT is small.
+            cfg2: ((PAGE_SHIFT as u32) << 27) | (1 << 20) | max_pages,
+            mtt: [pages.dma_address(), 0, 0, 0],
+            ..Default::default()
+        };
+        if let Err(e) = self.hw.exec(&cmd, Wait::Sleep) {
+            self.ids.lock().mr.free(index);
+            return Err(e);
+        }
+        Ok(NewMr {
+            lkey: stag,
+            rkey: stag,
+            iova: 0,
+            length: 0,
+            data: Mr {
+                stag,
+                _mtt: None,
+                _umem: None,
+                frmr: Some(Frmr {
+                    pages,
+                    npages: AtomicU32::new(0),
+                }),
             },
         })
     }
 
     /// Posts a kernel consumer's send work requests.
-    pub(crate) fn post_send<T: rdma::Driver>(
+    pub(crate) fn post_send<T: rdma::Driver<Mr = Mr>>(
         &self,
         qp: &Qp,
         wrs: SendWrs<'_, T>,
@@ -909,5 +997,23 @@ impl IbData<'_> {
     ) -> Result<bool> {
         let k = cq.kernel.as_ref().ok_or(EINVAL)?;
         Ok(k.arm(&self.hw.bar, solicited, report_missed))
+    }
+}
+
+impl Mr {
+    /// Starts a new page list (fast-registration regions only).
+    pub(crate) fn map_start(&self) -> Result {
+        let f = self.frmr.as_ref().ok_or(EINVAL)?;
+        f.npages.store(0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Appends a page to the list.
+    pub(crate) fn set_page(&self, addr: u64) -> Result {
+        let f = self.frmr.as_ref().ok_or(EINVAL)?;
+        let n = f.npages.load(Ordering::Relaxed);
+        write_page(&f.pages, n as usize, addr).map_err(|_| ENOMEM)?;
+        f.npages.store(n + 1, Ordering::Relaxed);
+        Ok(())
     }
 }

@@ -662,6 +662,23 @@ impl rdma::Driver for Roce {
         data.get_dma_mr::<Self>(pd, access)
     }
 
+    fn alloc_mr(
+        _dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        pd: &rdma::Pd<Self>,
+        max_num_sg: u32,
+    ) -> Result<NewMr<Mr>> {
+        data.alloc_mr::<Self>(pd, max_num_sg)
+    }
+
+    fn mr_map_start(mr: &rdma::Mr<Self>) -> Result {
+        mr.data().map_start()
+    }
+
+    fn mr_set_page(mr: &rdma::Mr<Self>, addr: u64) -> Result {
+        mr.data().set_page(addr)
+    }
+
     fn post_send(
         _dev: &rdma::Device<Self>,
         data: &IbData<'_>,
