@@ -7,6 +7,8 @@
 #                 load the Rust driver and show what it found
 #   make check    every test: model unit tests and lints, kernel build, driver
 #                 lints, guest tests; ends with "N passed, N failed"
+#   make bench    control- and data-path figures of erdma_rs, the upstream C
+#                 erdma and rdma_rxe in one guest; table in out/bench/results.txt
 #
 # Pieces: setup, model, kernel, module (fast path: the erdma_rs module only),
 # rootfs, vm (boot a guest: make vm RUN='cmd'), rustfmt (format our kernel
@@ -27,12 +29,12 @@ CARGO_TARGET_DIR := $(ERDMA_CACHE)/cargo-target
 export CARGO_TARGET_DIR
 EMU := $(CARGO_TARGET_DIR)/release/erdma-emu
 
-.PHONY: all demo check setup model kernel module rootfs vm rustfmt clippy clean help
+.PHONY: all demo check bench setup model kernel module rootfs vm rustfmt clippy clean help
 
 all: setup model kernel
 
 help:
-	@sed -n '3,18p' Makefile
+	@sed -n '3,20p' Makefile
 
 setup:
 	@scripts/setup.sh
@@ -69,6 +71,10 @@ demo: all
 
 check:
 	@tests/check.sh
+
+# Not part of check: about 15 minutes of measurements (scripts/bench.sh).
+bench:
+	@scripts/bench.sh
 
 clean:
 	rm -rf out

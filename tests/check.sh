@@ -152,7 +152,8 @@ guest upstream-c-driver --smp 4 \
 # The RC data path (RoCEv2) between two adapters of one guest, through the
 # stock provider: ibv_rc_pingpong (rc.sh), perftest (perftest.sh), bad
 # requests through raw uverbs (badinput.sh) and rdma-core's pyverbs suite
-# (pyverbs.sh), and kernel consumers posting every opcode (kverbs.sh); then the same with the upstream C driver on the same model
+# (pyverbs.sh), and kernel consumers posting every opcode (kverbs.sh); then
+# the same with the upstream C driver on the same model
 # (A/B; badinput.sh leaves out the checks it lacks).
 guest data-path --copy "$PYVERBS_TESTS" \
 	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \

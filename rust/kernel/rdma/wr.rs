@@ -181,9 +181,7 @@ impl<'a, T: Driver> SendWr<'a, T> {
         )
         .then(|| {
             // SAFETY: Requests with these opcodes are the `wr` of an `ib_rdma_wr`.
-            let r = unsafe {
-                &*(self.raw as *const bindings::ib_send_wr).cast::<bindings::ib_rdma_wr>()
-            };
+            let r = unsafe { &*core::ptr::from_ref(self.raw).cast::<bindings::ib_rdma_wr>() };
             (r.remote_addr, r.rkey)
         })
     }
@@ -196,9 +194,7 @@ impl<'a, T: Driver> SendWr<'a, T> {
         )
         .then(|| {
             // SAFETY: Requests with these opcodes are the `wr` of an `ib_atomic_wr`.
-            let a = unsafe {
-                &*(self.raw as *const bindings::ib_send_wr).cast::<bindings::ib_atomic_wr>()
-            };
+            let a = unsafe { &*core::ptr::from_ref(self.raw).cast::<bindings::ib_atomic_wr>() };
             (a.remote_addr, a.rkey, a.compare_add, a.swap)
         })
     }
@@ -210,7 +206,7 @@ impl<'a, T: Driver> SendWr<'a, T> {
             // one of this device's (the core allocated it through `alloc_mr`) and live while
             // the consumer posts it.
             unsafe {
-                let r = &*(self.raw as *const bindings::ib_send_wr).cast::<bindings::ib_reg_wr>();
+                let r = &*core::ptr::from_ref(self.raw).cast::<bindings::ib_reg_wr>();
                 (Mr::<T>::from_raw_ref(r.mr), r.key, r.access as u32)
             }
         })

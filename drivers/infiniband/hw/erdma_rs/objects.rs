@@ -459,7 +459,7 @@ impl IbData<'_> {
             Ok(node) => node,
             Err(e) => {
                 self.ids.lock().cq.free(cqn);
-                return Err(e.into());
+                return Err(e);
             }
         };
         cmd.cfg0 |= (log2(depth) << 24) | cqn;
@@ -643,7 +643,7 @@ impl IbData<'_> {
             Ok(node) => node,
             Err(e) => {
                 free_qpn(self);
-                return Err(e.into());
+                return Err(e);
             }
         };
         cmd.cfg0 = (log2(sq_depth) << 20) | qpn;

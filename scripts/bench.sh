@@ -1,0 +1,145 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# bench.sh: `make bench`. Boots one guest with two RoCEv2 model adapters once,
+# and measures in it, in interleaved rounds, the control path and the data
+# path of erdma_rs (ours), of the upstream C erdma driver on the same model
+# adapters, and of rdma_rxe on the adapters' twin NICs (an outside reference):
+# tools/testing/selftests/rdma/erdma_rs/bench.sh (and bench_ctl.py) in the
+# guest. Prints one table (scripts/bench_report.py) with the medians, the
+# ratios ours/C and ours/rxe, the run's noise and a verdict per row, and
+# writes it to out/bench/results.txt.
+#
+#   1. set-up, the model and the kernel, built as `make check` builds them
+#      (skipped with BENCH_BUILD=0: then the current build is used as it is);
+#   2. a snapshot of the kernel and its modules into out/bench/kernel, so that
+#      a build running meanwhile cannot swap modules under the guest;
+#   3. the guest run (out/bench/vm/, console in guest0.console.log);
+#   4. the table.
+#
+# Knobs (environment): BENCH_ROUNDS (5), BENCH_CTL_SECONDS (1.5 s per control
+# loop), BENCH_LAT_ITERS (1000), BENCH_BW_ITERS (200 per QP), BENCH_TIMEOUT
+# (2400 s for the whole guest run), BENCH_BUILD (1).
+#
+# Exit status: 0 when every row has figures and ours is nowhere slower than
+# C beyond the noise; 1 otherwise (the table says which rows).
+
+_step_name=bench
+. "$(dirname "$0")/lib.sh"
+
+OUT=$TOP/out/bench
+ROUNDS=${BENCH_ROUNDS:-5}
+CTL_SECONDS=${BENCH_CTL_SECONDS:-1.5}
+LAT_ITERS=${BENCH_LAT_ITERS:-1000}
+BW_ITERS=${BENCH_BW_ITERS:-200}
+TIMEOUT=${BENCH_TIMEOUT:-2400}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ERDMA_CACHE/cargo-target}
+EMU=$CARGO_TARGET_DIR/release/erdma-emu
+SELFTESTS=$TOP/tools/testing/selftests/rdma/erdma_rs
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+t0=$(date +%s)
+
+# step NAME COMMAND...: runs COMMAND with its output in out/bench/NAME.log; on
+# failure prints the log's tail and stops.
+step() {
+	local name=$1 log=$OUT/$1.log start rc=0
+	shift
+	start=$(date +%s)
+	say "$name ..."
+	"$@" >"$log" 2>&1 || rc=$?
+	if [ $rc -ne 0 ]; then
+		tail -n 30 "$log" | sed 's/^/    /' >&2
+		die "$name failed (exit $rc, $(($(date +%s) - start))s); full log: $log"
+	fi
+	say "$name: ok ($(($(date +%s) - start))s)"
+}
+
+# ---- 1. what the run needs ------------------------------------------------------
+if [ "${BENCH_BUILD:-1}" != 0 ]; then
+	step setup "$TOP/scripts/setup.sh"
+	step model sh -c "cd '$TOP/tools/erdma-emu' && cargo build --locked --release"
+	step kernel "$TOP/scripts/build-kernel.sh"
+	KOUT=$(tail -n 1 "$OUT/kernel.log")
+else
+	say "BENCH_BUILD=0: using the current build as it is"
+	KOUT=$(readlink -f "$KERNEL_DIR/build-current")
+fi
+[ -x "$EMU" ] || die "no model at $EMU: run 'make model'"
+
+# ---- 2. a snapshot of the kernel ----------------------------------------------------
+# build-kernel.sh replaces BUILD/modroot on every run; the guest reads its
+# modules over 9p for the whole run, so it gets a copy of its own.
+snapshot() {
+	rm -rf "$OUT/kernel"
+	mkdir -p "$OUT/kernel"
+	cp "$KOUT/arch/x86/boot/bzImage" "$OUT/kernel/" &&
+		cp -a "$KOUT/modroot/lib/modules" "$OUT/kernel/" || return 1
+	local m
+	for m in erdma_rs erdma rdma_rxe; do
+		[ -n "$(find "$OUT/kernel/modules" -name "$m.ko")" ] || return 1
+	done
+	grep -q rdma_rxe "$OUT/kernel/modules"/*/modules.dep
+}
+snapshot || { sleep 5 && snapshot; } ||
+	die "could not copy the kernel and its modules (erdma_rs, erdma, rdma_rxe) from $KOUT: run 'make kernel'"
+say "kernel $(ls "$OUT/kernel/modules") from $KOUT, copied to $OUT/kernel"
+
+# ---- 3. the guest run -------------------------------------------------------------
+# One guest, two RoCEv2 adapters whose NICs are wired to each other; 3 GiB so
+# that a 1 GiB MR fits next to everything else.
+VM=$OUT/vm
+CONSOLE=$VM/guest0.console.log
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+say "booting one guest (2 vCPUs, 3 GiB, two RoCEv2 adapters) for $ROUNDS rounds of erdma_rs, erdma and rxe;" \
+	"progress every 30 s, console: $CONSOLE"
+"$TOP/scripts/vmrun.py" --quiet --out "$VM" --timeout "$TIMEOUT" --emu "$EMU" \
+	--kernel "$OUT/kernel/bzImage" --modules "$OUT/kernel/modules" \
+	--smp 2 --memory 3G --dev proto=roce --dev proto=roce \
+	--copy "$SELFTESTS" \
+	--run "BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_BW_ITERS=$BW_ITERS sh erdma_rs/bench.sh" \
+	>"$OUT/vm.log" 2>&1 &
+vm_pid=$!
+# vmrun stops everything it started on SIGTERM; so does this script.
+trap 'kill $vm_pid 2>/dev/null; wait $vm_pid 2>/dev/null; exit 130' INT TERM
+start=$(date +%s)
+next=$((start + 30))
+while kill -0 $vm_pid 2>/dev/null; do
+	sleep 1
+	if [ "$(date +%s)" -ge $next ]; then
+		next=$((next + 30))
+		last=$(grep -a '^bench: ' "$CONSOLE" 2>/dev/null | tail -n 1 | cut -c1-110)
+		say "guest: $(($(date +%s) - start))s; ${last:-booting}"
+	fi
+done
+vm_rc=0
+wait $vm_pid || vm_rc=$?
+trap - INT TERM
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+say "guest run: $(($(date +%s) - start))s, exit $vm_rc"
+
+RAW=$VM/guest0/results/bench.raw
+if [ ! -s "$RAW" ]; then
+	grep -E '^vmrun: FAIL' "$OUT/vm.log" | sed 's/^/    /' >&2
+	die "the guest produced no figures; read $OUT/vm.log and $CONSOLE"
+fi
+cp "$RAW" "$OUT/bench.raw"
+
+# ---- 4. the table -----------------------------------------------------------------
+rev=$(git -C "$TOP" describe --always --dirty 2>/dev/null || echo unknown)
+report_rc=0
+python3 "$TOP/scripts/bench_report.py" "$OUT/bench.raw" --out "$OUT/results.txt" \
+	--note "Run: $(date -u '+%Y-%m-%d %H:%M UTC'), tree $rev, $(uname -m) host with $(nproc) cores," \
+	--note "  guest under QEMU TCG, 2 vCPUs; host load average $load_start at the start, $load_end at the end." \
+	--note "Control loops ${CTL_SECONDS}s each (pyverbs, bench_ctl.py); perftest: latency $LAT_ITERS iterations," \
+	--note "  bandwidth $BW_ITERS iterations per QP; median = perftest's t_typical, p99 = its 99% percentile." ||
+	report_rc=$?
+say "done in $(($(date +%s) - t0))s; table in $OUT/results.txt, raw figures in $OUT/bench.raw," \
+	"every tool's output in $VM/guest0/results/bench/"
+if [ $vm_rc -ne 0 ]; then
+	grep -E '^vmrun: FAIL' "$OUT/vm.log" | sed 's/^/    /' >&2
+	grep -a '^bench: .*\(FAILED\|failed\|did not\)' "$CONSOLE" | head -n 20 | sed 's/^/    /' >&2
+	die "the guest run failed (exit $vm_rc); read $OUT/vm.log and $CONSOLE"
+fi
+[ $report_rc -eq 0 ] || die "ours is slower than C beyond the noise, or rows lack figures: see the table"
