@@ -155,10 +155,10 @@ guest upstream-c-driver --smp 4 \
 # (pyverbs.sh), and kernel consumers posting every opcode (kverbs.sh); then
 # the same with the upstream C driver on the same model
 # (A/B; badinput.sh leaves out the checks it lacks).
-guest data-path --copy "$PYVERBS_TESTS" \
+guest data-path --memory 2G --copy "$PYVERBS_TESTS" \
 	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
 	--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh pyverbs.sh'
-guest data-path-c-driver --copy "$PYVERBS_TESTS" \
+guest data-path-c-driver --memory 2G --copy "$PYVERBS_TESTS" \
 	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
 	--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh pyverbs.sh'
 # RC traffic between two guests through one model process, both drivers.

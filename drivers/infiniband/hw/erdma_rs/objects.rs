@@ -156,6 +156,39 @@ struct Mtt {
     /// Byte offset of the buffer's start in its first page.
     offset: u64,
     _array: Option<Coherent<[u64]>>,
+    /// Multi-level tables, bottom level first: pages of entries (erdma-hw 6).
+    _levels: KVec<KVec<Coherent<[u64]>>>,
+}
+
+/// Entries of one MTT page of a multi-level table.
+const MTT_PAGE_ENTRIES: usize = PAGE_SIZE / 8;
+/// Levels a multi-level table has at most.
+const MAX_MTT_LEVELS: u32 = 3;
+
+/// Stores `addrs` in as many pages of entries as they need; returns the pages.
+fn mtt_pages(
+    dev: &device::Device<device::Bound>,
+    addrs: impl Iterator<Item = u64>,
+) -> Result<KVec<Coherent<[u64]>>> {
+    let mut pages = KVec::new();
+    let mut buf = KVec::with_capacity(MTT_PAGE_ENTRIES, GFP_KERNEL)?;
+    let flush = |buf: &mut KVec<u64>, pages: &mut KVec<Coherent<[u64]>>| -> Result {
+        // Unused entries of the last page stay zero.
+        buf.resize(MTT_PAGE_ENTRIES, 0, GFP_KERNEL)?;
+        pages.push(Coherent::from_slice(dev, buf, GFP_KERNEL)?, GFP_KERNEL)?;
+        buf.clear();
+        Ok(())
+    };
+    for addr in addrs {
+        buf.push(addr, GFP_KERNEL)?;
+        if buf.len() == MTT_PAGE_ENTRIES {
+            flush(&mut buf, &mut pages)?;
+        }
+    }
+    if !buf.is_empty() {
+        flush(&mut buf, &mut pages)?;
+    }
+    Ok(pages)
 }
 
 impl Mtt {
@@ -177,6 +210,7 @@ impl Mtt {
             entries: [0; INLINE_MTT],
             offset: va & (pgsz - 1),
             _array: None,
+            _levels: KVec::new(),
         };
         if count <= inline_max {
             for (slot, addr) in mtt.entries.iter_mut().zip(umem.dma_blocks(pgsz)) {
@@ -193,6 +227,50 @@ impl Mtt {
             mtt._array = Some(array);
         }
         Ok(mtt)
+    }
+
+    /// Describes a memory region: inline up to four pages, otherwise in page-sized tables of
+    /// up to three levels, each level holding the addresses of the pages of the level below,
+    /// for adapters that walk them (capability MTT_VA).
+    /// With `inline_ok` false, a table is used even for a few pages (the version-1 format
+    /// of REG_MR overlays inline entries).
+    fn new_multilevel(
+        dev: &device::Device<device::Bound>,
+        umem: &Umem,
+        va: u64,
+        page_sizes: u64,
+        inline_ok: bool,
+    ) -> Result<Self> {
+        let pgsz = umem.find_best_pgsz(page_sizes, va).ok_or(EINVAL)?;
+        let count = umem.num_dma_blocks(pgsz);
+        if count == 1 || (inline_ok && count <= INLINE_MTT) {
+            return Self::new(dev, umem, va, page_sizes, INLINE_MTT);
+        }
+        let mut levels = KVec::new();
+        levels.push(mtt_pages(dev, umem.dma_blocks(pgsz))?, GFP_KERNEL)?;
+        while levels.last().map_or(0, |l| l.len()) > 1 {
+            if levels.len() as u32 >= MAX_MTT_LEVELS {
+                return Err(EINVAL);
+            }
+            let below = levels.last().ok_or(EINVAL)?;
+            let next = mtt_pages(dev, below.iter().map(|p| p.dma_address()))?;
+            levels.push(next, GFP_KERNEL)?;
+        }
+        let top = levels
+            .last()
+            .and_then(|l| l.first())
+            .map(|p| p.dma_address())
+            .ok_or(EINVAL)?;
+        Ok(Self {
+            page_shift: pgsz.trailing_zeros(),
+            count: count.try_into()?,
+            // CAST: at most 3.
+            level: levels.len() as u32,
+            entries: [top, 0, 0, 0],
+            offset: va & (pgsz - 1),
+            _array: None,
+            _levels: levels,
+        })
     }
 
     /// The page-size code of CREATE_CQ / CREATE_QP: log2(page size) - 12.
@@ -832,24 +910,35 @@ impl IbData<'_> {
             return Err(EINVAL);
         }
         let umem = Umem::get(dev, req.start, req.length.try_into()?, req.access)?;
-        let mtt = Mtt::new(self.bound(), &umem, req.iova, MR_PAGE_SIZES, INLINE_MTT)?;
-        if mtt.count >= 1 << 20 {
+        let long = req.length > u64::from(u32::MAX);
+        let mtt = if self.caps.mtt_va {
+            Mtt::new_multilevel(self.bound(), &umem, req.iova, MR_PAGE_SIZES, !long)?
+        } else {
+            Mtt::new(self.bound(), &umem, req.iova, MR_PAGE_SIZES, INLINE_MTT)?
+        };
+        // Format version 1 carries the high bits of the length and of the entry count, and
+        // the page size of the tables; multi-level tables need it (erdma-hw 3.5).
+        let v1 = mtt.level > 1 || long;
+        if (!v1 && mtt.count >= 1 << 20) || (long && !self.caps.mtt_va) {
+            // Without the version-1 format the entry count and the length are 20 and 32 bits.
             return Err(EINVAL);
         }
         let index = self.ids.lock().mr.alloc()?;
         let stag = index << 8;
-        let cmd = RegMr {
+        let mut cmd = RegMr {
             cfg0: (1 << 31) | index,
             cfg1: (pd.data().pdn << 12) | (MR_TYPE_NORMAL << 6) | (mr_access(req.access) << 1),
             start_va: req.iova,
-            // CAST: the low half; longer regions need the version-1 format.
+            // CAST: the low half; version 1 carries the rest.
             size: req.length as u32,
-            cfg2: (mtt.page_shift << 27) | (mtt.level << 20) | mtt.count,
+            cfg2: (mtt.page_shift << 27) | (mtt.level << 20) | (mtt.count & 0xf_ffff),
             mtt: mtt.entries,
         };
-        if req.length > u64::from(u32::MAX) {
-            self.ids.lock().mr.free(index);
-            return Err(EINVAL);
+        if v1 {
+            cmd.cfg0 |= 1 << 28;
+            // CAST: PAGE_SHIFT - 12 is small.
+            cmd.cfg2 |= ((PAGE_SHIFT - 12) as u32) << 24;
+            cmd.mtt[1] = (req.length >> 32) | (u64::from(mtt.count >> 20) << 32);
         }
         if let Err(e) = self.hw.exec(&cmd, Wait::Sleep) {
             self.ids.lock().mr.free(index);

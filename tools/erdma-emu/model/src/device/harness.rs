@@ -130,7 +130,11 @@ impl Device {
                 format!("cqs={}", cqs.join(","))
             }
             Query::Mrs => {
-                let mrs: Vec<String> = self.mrs().iter().map(|k| format!("{k:#x}")).collect();
+                let mrs: Vec<String> = self
+                    .mr_layouts()
+                    .iter()
+                    .map(|(k, level, n)| format!("{k:#x}:L{level}:{n}"))
+                    .collect();
                 format!("mrs={}", mrs.join(","))
             }
             Query::Objects => format!(

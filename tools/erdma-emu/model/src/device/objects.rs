@@ -600,6 +600,23 @@ impl Device {
         self.func.rdma.cqs.keys().copied().collect()
     }
 
+    /// `(STag, MTT levels, MTT entries)` of every MR: level 0 for page lists held by the
+    /// device (inline, DMA MRs).
+    pub fn mr_layouts(&self) -> Vec<(u32, u8, u64)> {
+        self.func
+            .rdma
+            .mrs
+            .iter()
+            .map(|(&i, m)| {
+                let level = match &m.mtt {
+                    crate::mtt::Mtt::Direct(_) => 0,
+                    crate::mtt::Mtt::Indirect { levels, .. } => *levels,
+                };
+                (wire::stag(i, m.key), level, m.mtt.len())
+            })
+            .collect()
+    }
+
     /// STags of the registered MRs (valid or not), in MPT-index order.
     pub fn mrs(&self) -> Vec<u32> {
         self.func

@@ -3,6 +3,7 @@
 """Bad requests through the raw uverbs write() interface of an erdma device.
 
 Usage: uverbs_bad.py IBDEV [--strict]
+       uverbs_bad.py IBDEV --mr-layouts SIZE...
 
 Opens the device's uverbs character device, gets a context and a PD, and sends
 CREATE_CQ, CREATE_QP and REG_MR commands whose erdma driver data (erdma-abi.h)
@@ -99,6 +100,27 @@ def qp_body(pd, cq, sw=16, rw=16, ssge=1, rsge=1, inline=0):
                        inline, 0, QPT_RC, 0, 0)
 
 
+def mr_layouts(uv, pd, sizes):
+    """Registers MRs of `sizes` bytes whose IOVA is one page off the 2 MiB alignment
+    of their memory, so that they are described in 4 KiB pages; prints "mr STAG PAGES"
+    for each, then "ready", and keeps them until a line arrives on stdin."""
+    keep = []
+    for size in sizes:
+        mem, addr = buffer(size + (2 << 20))
+        # Start one page into a 2 MiB-aligned stretch, and give the IOVA the other parity.
+        start = ((addr + (2 << 20) - 1) & ~((2 << 20) - 1)) + PAGE
+        err, r = uv.cmd(CMD_REG_MR, struct.pack("<QQQQII", 0, start, size, start + PAGE, pd,
+                                                 ACCESS_LOCAL_WRITE), resp_len=12)
+        if err:
+            print(f"mr error {errno.errorcode.get(err, err)} {size}", flush=True)
+            continue
+        _, lkey, _ = struct.unpack_from("<III", r)
+        print(f"mr {lkey:#x} {size // PAGE}", flush=True)
+        keep.append(mem)
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+
 def main():
     ibdev = sys.argv[1]
     strict = "--strict" in sys.argv
@@ -112,6 +134,9 @@ def main():
     err, r = uv.cmd(CMD_ALLOC_PD, struct.pack("<Q", 0), resp_len=4)
     check("ALLOC_PD", err, 0)
     pd = struct.unpack_from("<I", r)[0]
+    if "--mr-layouts" in sys.argv:
+        mr_layouts(uv, pd, [int(a) for a in sys.argv[2:] if a.isdigit()])
+        return 0
 
     qmem, qbuf = buffer(1 << 20)
     dmem, db = buffer(PAGE)
