@@ -164,6 +164,12 @@ macro_rules! c_enum {
             pub const fn to_raw(self) -> u32 {
                 self as u32
             }
+
+            /// The variant with the C value `raw`, if there is one.
+            #[allow(dead_code)]
+            pub fn from_raw(raw: u32) -> Option<Self> {
+                [$(Self::$variant),*].into_iter().find(|v| v.to_raw() == raw)
+            }
         }
     };
 }

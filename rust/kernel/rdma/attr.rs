@@ -327,11 +327,6 @@ impl GidAttr {
 
     /// How the GID is used, or `None` for a type this abstraction does not know.
     pub fn gid_type(&self) -> Option<GidType> {
-        match self.0.gid_type {
-            bindings::ib_gid_type_IB_GID_TYPE_IB => Some(GidType::Ib),
-            bindings::ib_gid_type_IB_GID_TYPE_ROCE => Some(GidType::RoceV1),
-            bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP => Some(GidType::RoceV2),
-            _ => None,
-        }
+        GidType::from_raw(self.0.gid_type)
     }
 }

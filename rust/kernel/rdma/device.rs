@@ -727,6 +727,35 @@ impl<T: Driver> Drop for Registration<'_, T> {
     }
 }
 
+/// Turns the result of posting a chain of work requests into the core's: 0, or the error with
+/// `*bad_wr` set to the first request not posted.
+///
+/// # Safety
+///
+/// `wr` must head a valid chain whose `index`-th element exists for an error at `index`, `next`
+/// must read a request's successor, and `bad_wr` must be `NULL` or writable.
+unsafe fn post_result<W>(
+    ret: core::result::Result<(), (Error, usize)>,
+    wr: *const W,
+    bad_wr: *mut *const W,
+    next: impl Fn(*const W) -> *const W,
+) -> c_int {
+    match ret {
+        Ok(()) => 0,
+        Err((e, index)) => {
+            let mut bad = wr;
+            for _ in 0..index {
+                bad = next(bad);
+            }
+            if !bad_wr.is_null() {
+                // SAFETY: Guaranteed by the caller.
+                unsafe { *bad_wr = bad };
+            }
+            e.to_errno()
+        }
+    }
+}
+
 /// Builds the core's operations table for `T` and bridges each operation to it.
 struct Adapter<T: Driver>(PhantomData<T>);
 
@@ -1261,21 +1290,8 @@ impl<T: Driver> Adapter<T> {
         let ret = dev
             .with_data(|dev, data| T::post_send(dev, data, q, wrs))
             .unwrap_or(Err((ENODEV, 0)));
-        match ret {
-            Ok(()) => 0,
-            Err((e, index)) => {
-                let mut bad = wr;
-                for _ in 0..index {
-                    // SAFETY: `index` is below the chain's length.
-                    bad = unsafe { (*bad).next };
-                }
-                if !bad_wr.is_null() {
-                    // SAFETY: The core passes a writable pointer.
-                    unsafe { *bad_wr = bad };
-                }
-                e.to_errno()
-            }
-        }
+        // SAFETY: The chain is valid; `bad_wr` is `NULL` or writable.
+        unsafe { post_result(ret, wr, bad_wr, |w| (*w).next) }
     }
 
     unsafe extern "C" fn post_recv(
@@ -1294,21 +1310,8 @@ impl<T: Driver> Adapter<T> {
         let ret = dev
             .with_data(|dev, data| T::post_recv(dev, data, q, wrs))
             .unwrap_or(Err((ENODEV, 0)));
-        match ret {
-            Ok(()) => 0,
-            Err((e, index)) => {
-                let mut bad = wr;
-                for _ in 0..index {
-                    // SAFETY: `index` is below the chain's length.
-                    bad = unsafe { (*bad).next };
-                }
-                if !bad_wr.is_null() {
-                    // SAFETY: The core passes a writable pointer.
-                    unsafe { *bad_wr = bad };
-                }
-                e.to_errno()
-            }
-        }
+        // SAFETY: The chain is valid; `bad_wr` is `NULL` or writable.
+        unsafe { post_result(ret, wr, bad_wr, |w| (*w).next) }
     }
 
     unsafe extern "C" fn poll_cq(

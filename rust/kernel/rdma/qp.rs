@@ -44,14 +44,6 @@ c_enum! {
     }
 }
 
-impl QpType {
-    fn from_raw(raw: u32) -> Option<Self> {
-        [Self::Smi, Self::Gsi, Self::Rc, Self::Uc, Self::Ud]
-            .into_iter()
-            .find(|t| t.to_raw() == raw)
-    }
-}
-
 c_enum! {
     /// The state of a queue pair.
     pub enum QpState {
@@ -69,23 +61,6 @@ c_enum! {
         Sqe = bindings::ib_qp_state_IB_QPS_SQE,
         /// Error.
         Err = bindings::ib_qp_state_IB_QPS_ERR,
-    }
-}
-
-impl QpState {
-    /// The state with the C value `raw`.
-    pub fn from_raw(raw: u32) -> Option<Self> {
-        [
-            Self::Reset,
-            Self::Init,
-            Self::Rtr,
-            Self::Rts,
-            Self::Sqd,
-            Self::Sqe,
-            Self::Err,
-        ]
-        .into_iter()
-        .find(|s| s.to_raw() == raw)
     }
 }
 

@@ -39,26 +39,6 @@ c_enum! {
     }
 }
 
-impl WrOpcode {
-    fn from_raw(raw: u32) -> Option<Self> {
-        [
-            Self::RdmaWrite,
-            Self::RdmaWriteImm,
-            Self::Send,
-            Self::SendImm,
-            Self::RdmaRead,
-            Self::AtomicCmpSwp,
-            Self::AtomicFetchAdd,
-            Self::SendInv,
-            Self::RdmaReadInv,
-            Self::LocalInv,
-            Self::RegMr,
-        ]
-        .into_iter()
-        .find(|o| o.to_raw() == raw)
-    }
-}
-
 /// Flags of a send work request (`enum ib_send_flags`).
 pub mod send_flags {
     // CAST: the C enum is signed; the flags are small positive bits.

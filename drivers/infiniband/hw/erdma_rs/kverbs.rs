@@ -21,6 +21,7 @@ use kernel::{
     },
     new_spinlock_irq,
     prelude::*,
+    rbtree::RBTree,
     rdma::{
         wr::{
             send_flags,
@@ -206,11 +207,13 @@ impl KernelCq {
         report_missed && self.cqe(st.ci).is_some()
     }
 
-    /// Fills `wcs` from the ring; `qp_of` finds the kernel QP of a QPN.
+    /// Fills `wcs` from the ring. Each entry's QP is looked up in `qps` and used under its
+    /// lock, so a QP being destroyed (removed from `qps` first) is never used here, and its
+    /// memory is freed by the destroyer, in process context.
     pub(crate) fn poll(
         &self,
         wcs: &mut [Wc],
-        qp_of: impl Fn(u32) -> Option<Arc<QpEntry>>,
+        qps: &SpinLockIrq<RBTree<u32, Arc<QpEntry>>>,
     ) -> usize {
         let mut st = self.state.lock();
         let mut n = 0;
@@ -220,7 +223,9 @@ impl KernelCq {
             };
             st.ci = st.ci.wrapping_add(1);
             let qpn = u32::from_be(cqe[2]);
-            let Some(entry) = qp_of(qpn) else {
+            let qps = qps.lock();
+            // CQEs of QPs that are gone, or not the kernel's, complete nothing.
+            let Some(entry) = qps.get(&qpn) else {
                 continue;
             };
             let Some(qp) = entry.kernel.as_ref() else {

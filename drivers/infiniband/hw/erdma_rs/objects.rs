@@ -923,10 +923,8 @@ impl IbData<'_> {
             // Without the version-1 format the entry count and the length are 20 and 32 bits.
             return Err(EINVAL);
         }
-        let index = self.ids.lock().mr.alloc()?;
-        let stag = index << 8;
         let mut cmd = RegMr {
-            cfg0: (1 << 31) | index,
+            cfg0: 1 << 31,
             cfg1: (pd.data().pdn << 12) | (MR_TYPE_NORMAL << 6) | (mr_access(req.access) << 1),
             start_va: req.iova,
             // CAST: the low half; version 1 carries the rest.
@@ -940,21 +938,36 @@ impl IbData<'_> {
             cmd.cfg2 |= ((PAGE_SHIFT - 12) as u32) << 24;
             cmd.mtt[1] = (req.length >> 32) | (u64::from(mtt.count >> 20) << 32);
         }
+        self.register_mr(cmd, req.iova, req.length, |stag| Mr {
+            stag,
+            _mtt: Some(mtt),
+            _umem: Some(umem),
+            frmr: None,
+        })
+    }
+
+    /// Registers the region `cmd` describes under a new MPT index (key 0), which is given
+    /// back if the adapter refuses; `data` makes the driver's part for the new STag.
+    fn register_mr(
+        &self,
+        mut cmd: RegMr,
+        iova: u64,
+        length: u64,
+        data: impl FnOnce(u32) -> Mr,
+    ) -> Result<NewMr<Mr>> {
+        let index = self.ids.lock().mr.alloc()?;
+        cmd.cfg0 |= index;
         if let Err(e) = self.hw.exec(&cmd, Wait::Sleep) {
             self.ids.lock().mr.free(index);
             return Err(e);
         }
+        let stag = index << 8;
         Ok(NewMr {
             lkey: stag,
             rkey: stag,
-            iova: req.iova,
-            length: req.length,
-            data: Mr {
-                stag,
-                _mtt: Some(mtt),
-                _umem: Some(umem),
-                frmr: None,
-            },
+            iova,
+            length,
+            data: data(stag),
         })
     }
 
@@ -982,28 +995,15 @@ impl IbData<'_> {
         pd: &rdma::Pd<T>,
         access: u32,
     ) -> Result<NewMr<Mr>> {
-        let index = self.ids.lock().mr.alloc()?;
-        let stag = index << 8;
         let cmd = RegMr {
-            cfg0: index,
             cfg1: (pd.data().pdn << 12) | (MR_TYPE_DMA << 6) | (mr_access(access) << 1),
             ..Default::default()
         };
-        if let Err(e) = self.hw.exec(&cmd, Wait::Sleep) {
-            self.ids.lock().mr.free(index);
-            return Err(e);
-        }
-        Ok(NewMr {
-            lkey: stag,
-            rkey: stag,
-            iova: 0,
-            length: u64::MAX,
-            data: Mr {
-                stag,
-                _mtt: None,
-                _umem: None,
-                frmr: None,
-            },
+        self.register_mr(cmd, 0, u64::MAX, |stag| Mr {
+            stag,
+            _mtt: None,
+            _umem: None,
+            frmr: None,
         })
     }
 
@@ -1018,35 +1018,22 @@ impl IbData<'_> {
             return Err(EINVAL);
         }
         let pages = Coherent::zeroed_slice(self.bound(), max_pages as usize, GFP_KERNEL)?;
-        let index = self.ids.lock().mr.alloc()?;
-        let stag = index << 8;
         let all = access::LOCAL_WRITE | access::REMOTE_READ | access::REMOTE_WRITE;
         let cmd = RegMr {
-            cfg0: index,
             cfg1: (pd.data().pdn << 12) | (MR_TYPE_FRMR << 6) | (mr_access(all) << 1),
             // CAST: PAGE_SHIFT is small.
             cfg2: ((PAGE_SHIFT as u32) << 27) | (1 << 20) | max_pages,
             mtt: [pages.dma_address(), 0, 0, 0],
             ..Default::default()
         };
-        if let Err(e) = self.hw.exec(&cmd, Wait::Sleep) {
-            self.ids.lock().mr.free(index);
-            return Err(e);
-        }
-        Ok(NewMr {
-            lkey: stag,
-            rkey: stag,
-            iova: 0,
-            length: 0,
-            data: Mr {
-                stag,
-                _mtt: None,
-                _umem: None,
-                frmr: Some(Frmr {
-                    pages,
-                    npages: AtomicU32::new(0),
-                }),
-            },
+        self.register_mr(cmd, 0, 0, |stag| Mr {
+            stag,
+            _mtt: None,
+            _umem: None,
+            frmr: Some(Frmr {
+                pages,
+                npages: AtomicU32::new(0),
+            }),
         })
     }
 
@@ -1072,9 +1059,7 @@ impl IbData<'_> {
 
     /// Polls a kernel CQ.
     pub(crate) fn poll_cq(&self, cq: &Cq, wcs: &mut [Wc]) -> usize {
-        cq.kernel.as_ref().map_or(0, |k| {
-            k.poll(wcs, |qpn| self.hw.qps.lock().get(&qpn).cloned())
-        })
+        cq.kernel.as_ref().map_or(0, |k| k.poll(wcs, &self.hw.qps))
     }
 
     /// Arms a kernel CQ.

@@ -84,8 +84,4 @@ for bdf in $functions; do
 	break
 done
 
-tap_check "rmmod $DRV" rmmod "$DRV"
-trouble=$(kernel_trouble)
-[ -z "$trouble" ] || tap_diag "$trouble"
-tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$trouble" ]
-tap_finish
+unload_and_finish "$DRV"

@@ -129,8 +129,4 @@ for ibdev in $ibdevs; do
 	tap_check "$ibdev: phys_port_cnt" expect phys_port_cnt 1
 done
 
-tap_check "rmmod $DRV" rmmod "$DRV"
-trouble=$(kernel_trouble)
-[ -z "$trouble" ] || tap_diag "$trouble"
-tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$trouble" ]
-tap_finish
+unload_and_finish "$DRV"

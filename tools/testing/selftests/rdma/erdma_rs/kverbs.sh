@@ -36,8 +36,4 @@ tap_check "the kernel test ran to its end ($summary)" \
 	sh -c "echo '$summary' | grep -q ' 0 failed' && [ \$(echo '$summary' | cut -d' ' -f2) -ge 15 ]"
 tap_check "rmmod erdma_kverbs_test" rmmod erdma_kverbs_test
 
-tap_check "rmmod $DRV" rmmod "$DRV"
-trouble=$(kernel_trouble)
-[ -z "$trouble" ] || tap_diag "$trouble"
-tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$trouble" ]
-tap_finish
+unload_and_finish "$DRV"

@@ -297,5 +297,15 @@ run_pair() {
 	fi
 }
 
+# unload_and_finish DRIVER: the last test points of a test: DRIVER unloads,
+# and the kernel log has no oops, BUG or WARNING; then the plan.
+unload_and_finish() {
+	tap_check "rmmod $1" rmmod "$1"
+	_trouble=$(kernel_trouble)
+	[ -z "$_trouble" ] || tap_diag "$_trouble"
+	tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$_trouble" ]
+	tap_finish
+}
+
 # Last line: tests check it to know the whole library loaded.
 ERDMA_LIB_LOADED=1

@@ -44,8 +44,4 @@ tap_check "ib_send_lat 8 B" perf ib_send_lat -s 8 -n 100
 tap_check "ib_atomic_bw (fetch and add)" perf ib_atomic_bw -n 50
 tap_check "ib_atomic_lat (compare and swap)" perf ib_atomic_lat -A CMP_AND_SWAP -n 50
 
-tap_check "rmmod $DRV" rmmod "$DRV"
-trouble=$(kernel_trouble)
-[ -z "$trouble" ] || tap_diag "$trouble"
-tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$trouble" ]
-tap_finish
+unload_and_finish "$DRV"

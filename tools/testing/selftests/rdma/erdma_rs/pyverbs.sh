@@ -41,8 +41,4 @@ completed ||
 	tap_diag "pyverbs_tap.py exited $rc after ${ran:-0} cases: $(tail -n 8 /tmp/pyverbs.err | tr '\n' ';')"
 tap_check "the pyverbs run completed (${ran:-0} cases)" completed
 
-tap_check "rmmod $DRV" rmmod "$DRV"
-trouble=$(kernel_trouble)
-[ -z "$trouble" ] || tap_diag "$trouble"
-tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$trouble" ]
-tap_finish
+unload_and_finish "$DRV"

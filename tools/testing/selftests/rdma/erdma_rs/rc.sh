@@ -48,8 +48,4 @@ tap_check "rc_pingpong $IB_A -> $IB_B, 4096 bytes x 100, completion events (-e)"
 tap_check "rc_pingpong $IB_A -> $IB_A (loopback on one adapter), 4096 bytes x 50" \
 	pingpong loop "$IB_A" "$GID_A" "$IB_A" "$GID_A" "$IP_A" -s 4096 -n 50
 
-tap_check "rmmod $DRV" rmmod "$DRV"
-trouble=$(kernel_trouble)
-[ -z "$trouble" ] || tap_diag "$trouble"
-tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$trouble" ]
-tap_finish
+unload_and_finish "$DRV"

@@ -264,8 +264,4 @@ for bdf in $functions; do
 done
 tap_check "adapters with a test page found ($n)" [ "$n" -gt 0 ]
 
-tap_check "rmmod $DRV" rmmod "$DRV"
-trouble=$(kernel_trouble)
-[ -z "$trouble" ] || tap_diag "$trouble"
-tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$trouble" ]
-tap_finish
+unload_and_finish "$DRV"

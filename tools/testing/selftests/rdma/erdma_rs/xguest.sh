@@ -76,8 +76,4 @@ else
 		xrun write_bw 18603 'RDMA_Write' ib_write_bw -d "$ib" -x "$gid" -p 18603 -F -s 65536 -n 50
 fi
 
-tap_check "rmmod $DRV" rmmod "$DRV"
-trouble=$(kernel_trouble)
-[ -z "$trouble" ] || tap_diag "$trouble"
-tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$trouble" ]
-tap_finish
+unload_and_finish "$DRV"
