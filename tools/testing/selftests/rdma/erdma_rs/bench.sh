@@ -14,10 +14,11 @@
 #     ib_write_bw and ib_read_bw at 64 KiB with one and four QPs.
 #
 # Every measurement is repeated BENCH_ROUNDS times. A round loads each driver
-# in turn, measures everything once and unloads it, and each round starts
-# with a different driver, so that slow drift of the host (other work on its
-# cores) spreads over all drivers instead of favouring one, and the spread of
-# the rounds shows the run's noise.
+# in turn, measures everything once and unloads it. Ours and C always run back
+# to back, in alternating order, with rxe before or after them every other
+# pair of rounds: slow drift of the host (other work on its cores) then hits
+# both sides of the comparison alike, no driver always goes first, and the
+# spread of the rounds shows the run's noise.
 #
 # Writes "DRIVER ROUND METRIC VALUE UNIT" lines to $ERDMA_RESULTS/bench.raw
 # (VALUE "nan" when a measurement failed) and each tool's output under
@@ -49,6 +50,9 @@ record() {
 	echo "$*" >>"$RAW"
 	[ "$4" != nan ] || failures=$((failures + 1))
 }
+
+command -v ib_write_lat >/dev/null || { say "FAILED: perftest is missing"; exit 1; }
+python3 -c 'import pyverbs' 2>/dev/null || { say "FAILED: pyverbs is missing"; exit 1; }
 
 # The netdevs twinned with the eRDMA functions, in PCI order: the same two
 # ports for every driver (rxe runs on them too).
@@ -174,14 +178,20 @@ data() {
 
 nics_up $NET
 rmmod rdma_rxe 2>/dev/null
-ndrivers=$(echo $DRIVERS | wc -w)
 say "$ROUNDS rounds of: $DRIVERS; ports $ND_A and $ND_B; control loops ${CTL_SECONDS}s each," \
 	"latency $LAT_ITERS iterations, bandwidth $BW_ITERS per QP"
 round=1
 while [ $round -le "$ROUNDS" ]; do
-	# Rotate the order: round r starts with driver (r - 1) mod n.
-	skip=$(((round - 1) % ndrivers))
-	order=$(echo $DRIVERS $DRIVERS | tr ' ' '\n' | tail -n +$((skip + 1)) | head -n "$ndrivers")
+	# Rounds 1-4: ours C rxe, C ours rxe, rxe ours C, rxe C ours; and again.
+	set -- $DRIVERS
+	if [ $# -ge 2 ]; then
+		k=$((round - 1)) first=$1 second=$2
+		shift 2
+		if [ $((k % 2)) -eq 0 ]; then pair="$first $second"; else pair="$second $first"; fi
+		if [ $((k / 2 % 2)) -eq 0 ]; then order="$pair $*"; else order="$* $pair"; fi
+	else
+		order=$DRIVERS
+	fi
 	for drv in $order; do
 		say "round $round/$ROUNDS: $drv"
 		if load "$drv"; then

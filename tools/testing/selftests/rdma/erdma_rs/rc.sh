@@ -3,7 +3,8 @@
 #
 # RC traffic between two RoCEv2 adapters of this guest, through the driver
 # under test and the stock rdma-core erdma provider: ibv_rc_pingpong with
-# several message sizes (inline and not), polling and completion events.
+# several message sizes (inline and not), polling and completion events, each
+# receiver validating the bytes (-c).
 # The out-of-band exchange runs over TCP on the adapters' netdevs; the data
 # moves through the model's fabric, addressed by GID and QPN.
 # Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
@@ -29,6 +30,9 @@ pingpong() {
 		ibv_rc_pingpong -d "$sib" -g "$sgid" -p "$PORT" "$@" -- \
 		ibv_rc_pingpong -d "$cib" -g "$cgid" -p "$PORT" "$@" "$sip" || return 1
 	grep -q 'bytes in' "$tmp/$name.srv" || { tap_diag "server: $(tr '\n' ';' <"$tmp/$name.srv")"; return 1; }
+	# With -c each side checks the bytes it received.
+	! grep -qi 'invalid' "$tmp/$name.srv" "$tmp/$name.cli" ||
+		{ tap_diag "corrupted data: $(grep -hi invalid "$tmp/$name.srv" "$tmp/$name.cli" | head -n 3)"; return 1; }
 	tap_diag "$name: $(grep 'bytes in' "$tmp/$name.cli")"
 }
 
@@ -38,14 +42,14 @@ tap_check "modprobe $DRV" modprobe "$DRV"
 roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
 
 tap_check "rc_pingpong $IB_A -> $IB_B, 4096 bytes x 100" \
-	pingpong base "$IB_A" "$GID_A" "$IB_B" "$GID_B" "$IP_A" -s 4096 -n 100
+	pingpong base "$IB_A" "$GID_A" "$IB_B" "$GID_B" "$IP_A" -s 4096 -n 100 -c
 tap_check "rc_pingpong $IB_A -> $IB_B, 1 byte x 100 (inline)" \
-	pingpong small "$IB_A" "$GID_A" "$IB_B" "$GID_B" "$IP_A" -s 1 -n 100
+	pingpong small "$IB_A" "$GID_A" "$IB_B" "$GID_B" "$IP_A" -s 1 -n 100 -c
 tap_check "rc_pingpong $IB_A -> $IB_B, 64 KiB x 20" \
-	pingpong large "$IB_A" "$GID_A" "$IB_B" "$GID_B" "$IP_A" -s 65536 -n 20
+	pingpong large "$IB_A" "$GID_A" "$IB_B" "$GID_B" "$IP_A" -s 65536 -n 20 -c
 tap_check "rc_pingpong $IB_A -> $IB_B, 4096 bytes x 100, completion events (-e)" \
-	pingpong events "$IB_A" "$GID_A" "$IB_B" "$GID_B" "$IP_A" -s 4096 -n 100 -e
+	pingpong events "$IB_A" "$GID_A" "$IB_B" "$GID_B" "$IP_A" -s 4096 -n 100 -e -c
 tap_check "rc_pingpong $IB_A -> $IB_A (loopback on one adapter), 4096 bytes x 50" \
-	pingpong loop "$IB_A" "$GID_A" "$IB_A" "$GID_A" "$IP_A" -s 4096 -n 50
+	pingpong loop "$IB_A" "$GID_A" "$IB_A" "$GID_A" "$IP_A" -s 4096 -n 50 -c
 
 unload_and_finish "$DRV"

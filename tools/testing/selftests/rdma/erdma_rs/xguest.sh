@@ -57,7 +57,7 @@ xrun() {
 			sleep 1
 		done
 	fi
-	if [ $rc != 0 ] || ! grep -q -- "$done" "$tmp/$name"; then
+	if [ $rc != 0 ] || ! grep -q -- "$done" "$tmp/$name" || grep -qi 'invalid' "$tmp/$name"; then
 		tap_diag "$role (exit $rc): $(tr '\n' ';' <"$tmp/$name" | tail -c 1500)"
 		return 1
 	fi
@@ -65,9 +65,9 @@ xrun() {
 }
 
 tap_check "$role: rc_pingpong across guests, 4096 bytes x 50" \
-	xrun pingpong 18601 'bytes in' ibv_rc_pingpong -d "$ib" -g "$gid" -p 18601 -s 4096 -n 50
+	xrun pingpong 18601 'bytes in' ibv_rc_pingpong -d "$ib" -g "$gid" -p 18601 -s 4096 -n 50 -c
 tap_check "$role: rc_pingpong across guests, completion events (-e)" \
-	xrun events 18602 'bytes in' ibv_rc_pingpong -d "$ib" -g "$gid" -p 18602 -s 4096 -n 50 -e
+	xrun events 18602 'bytes in' ibv_rc_pingpong -d "$ib" -g "$gid" -p 18602 -s 4096 -n 50 -e -c
 if [ $role = client ]; then
 	tap_check "$role: ib_write_bw across guests" \
 		xrun write_bw 18603 '#bytes' ib_write_bw -d "$ib" -x "$gid" -p 18603 -F -s 65536 -n 50
