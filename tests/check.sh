@@ -155,17 +155,17 @@ guest upstream-c-driver --smp 4 \
 # (pyverbs.sh), and kernel consumers posting every opcode (kverbs.sh); then
 # the same with the upstream C driver on the same model
 # (A/B; badinput.sh leaves out the checks it lacks).
-guest data-path --memory 2G --copy "$PYVERBS_TESTS" \
+guest data-path --timeout 2400 --memory 2G --copy "$PYVERBS_TESTS" \
 	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
 	--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh pyverbs.sh'
-guest data-path-c-driver --memory 2G --copy "$PYVERBS_TESTS" \
+guest data-path-c-driver --timeout 2400 --memory 2G --copy "$PYVERBS_TESTS" \
 	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
 	--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh pyverbs.sh'
 # RC traffic between two guests through one model process, both drivers.
-guest two-guests-data-path \
+guest two-guests-data-path --timeout 1200 \
 	--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
 	--run 'erdma_rs/run_tests.sh xguest.sh'
-guest two-guests-data-path-c-driver \
+guest two-guests-data-path-c-driver --timeout 1200 \
 	--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
 	--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh xguest.sh'
 # Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
