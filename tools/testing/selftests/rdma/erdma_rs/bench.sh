@@ -30,9 +30,12 @@
 
 ROUNDS=${BENCH_ROUNDS:-5}
 DRIVERS=${BENCH_DRIVERS:-erdma_rs erdma rxe}
-CTL_SECONDS=${BENCH_CTL_SECONDS:-1.5}
-LAT_ITERS=${BENCH_LAT_ITERS:-1000}
-BW_ITERS=${BENCH_BW_ITERS:-200}
+# Long enough runs to average over the host's scheduling hiccups: a 64 KiB
+# bandwidth run of a few hundred iterations lasts milliseconds and lands in
+# one of them or not, which made bandwidth bimodal from one run to the next.
+CTL_SECONDS=${BENCH_CTL_SECONDS:-2}
+LAT_ITERS=${BENCH_LAT_ITERS:-10000}
+BW_SECONDS=${BENCH_BW_SECONDS:-2}
 NET=70
 HERE=$(cd "$(dirname "$0")" && pwd)
 RESULTS=${ERDMA_RESULTS:-/tmp/erdma-results}
@@ -150,11 +153,12 @@ lat() {
 	summary="$summary$name ${p50:-nan}/${p99:-nan} us; "
 }
 
-# bw DRIVER ROUND TOOL QPS: average bandwidth at 64 KiB with QPS QPs.
+# bw DRIVER ROUND TOOL QPS: average bandwidth at 64 KiB with QPS QPs, over
+# BW_SECONDS (perftest's duration mode, the same time for every driver).
 bw() {
 	name=${3#ib_}_q$4
 	v="" unit=MiB/s
-	if perf "$1" "$2" "$name" "$3" -s 65536 -n "$BW_ITERS" -q "$4"; then
+	if perf "$1" "$2" "$name" "$3" -s 65536 -D "$BW_SECONDS" -q "$4"; then
 		v=$(field BW_average "$tmp/$1-r$2-$name.cli")
 		# perftest states its unit in the header: MiB/sec (or MB/sec).
 		unit=$(sed -n 's/.*BW average\[\([^]]*\)\].*/\1/p' "$tmp/$1-r$2-$name.cli" | head -n 1 | sed 's/sec$/s/')
@@ -179,7 +183,7 @@ data() {
 nics_up $NET
 rmmod rdma_rxe 2>/dev/null
 say "$ROUNDS rounds of: $DRIVERS; ports $ND_A and $ND_B; control loops ${CTL_SECONDS}s each," \
-	"latency $LAT_ITERS iterations, bandwidth $BW_ITERS per QP"
+	"latency $LAT_ITERS iterations, bandwidth ${BW_SECONDS}s per run"
 round=1
 while [ $round -le "$ROUNDS" ]; do
 	# Rounds 1-4: ours C rxe, C ours rxe, rxe ours C, rxe C ours; and again.
