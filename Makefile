@@ -72,7 +72,7 @@ demo: all
 check:
 	@tests/check.sh
 
-# Not part of check: about 15 minutes of measurements (scripts/bench.sh).
+# Not part of check: about 12 minutes of measurements (scripts/bench.sh).
 bench:
 	@scripts/bench.sh
 

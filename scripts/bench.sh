@@ -17,9 +17,11 @@
 #   3. the guest run (out/bench/vm/, console in guest0.console.log);
 #   4. the table.
 #
-# Knobs (environment): BENCH_ROUNDS (5), BENCH_CTL_SECONDS (1.5 s per control
-# loop), BENCH_LAT_ITERS (1000), BENCH_BW_ITERS (200 per QP), BENCH_TIMEOUT
-# (2400 s for the whole guest run), BENCH_BUILD (1).
+# Knobs (environment): BENCH_ROUNDS (5), BENCH_CTL_SECONDS (2 s per control
+# loop), BENCH_LAT_ITERS (10000), BENCH_RXE_LAT_ITERS (1000: rxe is about 30
+# times slower), BENCH_BW_SECONDS (2 s per bandwidth run),
+# BENCH_TIMEOUT (2400 s for the whole guest run), BENCH_BUILD (1; 0 uses the
+# current kernel and model as they are, without building anything).
 #
 # Exit status: 0 when every row has figures and ours is nowhere slower than
 # C beyond the noise; 1 otherwise (the table says which rows).
@@ -29,9 +31,10 @@ _step_name=bench
 
 OUT=$TOP/out/bench
 ROUNDS=${BENCH_ROUNDS:-5}
-CTL_SECONDS=${BENCH_CTL_SECONDS:-1.5}
-LAT_ITERS=${BENCH_LAT_ITERS:-1000}
-BW_ITERS=${BENCH_BW_ITERS:-200}
+CTL_SECONDS=${BENCH_CTL_SECONDS:-2}
+LAT_ITERS=${BENCH_LAT_ITERS:-10000}
+RXE_LAT_ITERS=${BENCH_RXE_LAT_ITERS:-1000}
+BW_SECONDS=${BENCH_BW_SECONDS:-2}
 TIMEOUT=${BENCH_TIMEOUT:-2400}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ERDMA_CACHE/cargo-target}
 EMU=$CARGO_TARGET_DIR/release/erdma-emu
@@ -40,6 +43,7 @@ SELFTESTS=$TOP/tools/testing/selftests/rdma/erdma_rs
 rm -rf "$OUT"
 mkdir -p "$OUT"
 t0=$(date +%s)
+rev=$(git -C "$TOP" describe --always --dirty 2>/dev/null || echo unknown)
 
 # step NAME COMMAND...: runs COMMAND with its output in out/bench/NAME.log; on
 # failure prints the log's tail and stops.
@@ -98,7 +102,7 @@ say "booting one guest (2 vCPUs, 3 GiB, two RoCEv2 adapters) for $ROUNDS rounds 
 	--kernel "$OUT/kernel/bzImage" --modules "$OUT/kernel/modules" \
 	--smp 2 --memory 3G --dev proto=roce --dev proto=roce \
 	--copy "$SELFTESTS" \
-	--run "BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_BW_ITERS=$BW_ITERS sh erdma_rs/bench.sh" \
+	--run "BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS sh erdma_rs/bench.sh" \
 	>"$OUT/vm.log" 2>&1 &
 vm_pid=$!
 # vmrun stops everything it started on SIGTERM; so does this script.
@@ -127,13 +131,12 @@ fi
 cp "$RAW" "$OUT/bench.raw"
 
 # ---- 4. the table -----------------------------------------------------------------
-rev=$(git -C "$TOP" describe --always --dirty 2>/dev/null || echo unknown)
 report_rc=0
 python3 "$TOP/scripts/bench_report.py" "$OUT/bench.raw" --out "$OUT/results.txt" \
 	--note "Run: $(date -u '+%Y-%m-%d %H:%M UTC'), tree $rev, $(uname -m) host with $(nproc) cores," \
 	--note "  guest under QEMU TCG, 2 vCPUs; host load average $load_start at the start, $load_end at the end." \
-	--note "Control loops ${CTL_SECONDS}s each (pyverbs, bench_ctl.py); perftest: latency $LAT_ITERS iterations," \
-	--note "  bandwidth $BW_ITERS iterations per QP; median = perftest's t_typical, p99 = its 99% percentile." ||
+	--note "Control loops ${CTL_SECONDS}s each (pyverbs, bench_ctl.py); perftest: latency $LAT_ITERS iterations" \
+	--note "  (rxe: $RXE_LAT_ITERS; median = perftest's t_typical, p99 = its 99% percentile), bandwidth ${BW_SECONDS}s per run (-D)." ||
 	report_rc=$?
 say "done in $(($(date +%s) - t0))s; table in $OUT/results.txt, raw figures in $OUT/bench.raw," \
 	"every tool's output in $VM/guest0/results/bench/"
