@@ -15,10 +15,6 @@ use core::sync::atomic::{
 use kernel::{
     device,
     dma::Coherent,
-    io::{
-        io_read,
-        io_write, //
-    },
     new_spinlock_irq,
     prelude::*,
     rbtree::RBTree,
@@ -47,6 +43,9 @@ use crate::{
     },
     ring::{
         owner_valid,
+        read32,
+        read64,
+        write64,
         Doorbell, //
     },
     Bar0,
@@ -91,22 +90,6 @@ const HDR_CE: u64 = 1 << 22;
 const HDR_SE: u64 = 1 << 23;
 const HDR_FENCE: u64 = 1 << 24;
 const HDR_INLINE: u64 = 1 << 25;
-
-/// Reads word `i` of a ring the adapter writes.
-fn read32(ring: &Coherent<[u32]>, i: usize) -> Result<u32> {
-    Ok(io_read!(ring, [try: i]))
-}
-
-/// Reads word `i` of a ring the driver writes.
-fn read64(ring: &Coherent<[u64]>, i: usize) -> Result<u64> {
-    Ok(io_read!(ring, [try: i]))
-}
-
-/// Writes word `i` of a ring the adapter reads.
-fn write64(ring: &Coherent<[u64]>, i: usize, v: u64) -> Result {
-    io_write!(ring, [try: i], v);
-    Ok(())
-}
 
 /// The verbs status and vendor error of a completion status code (erdma-hw 5.7).
 fn wc_status(code: u32) -> (WcStatus, u32) {
@@ -506,17 +489,17 @@ impl KernelQp {
             WrOpcode::RegMr => {
                 let (mr, key, access) = wr.reg().ok_or(EINVAL)?;
                 let frmr = mr.data().frmr.as_ref().ok_or(EINVAL)?;
-                let (npages, inline) = frmr.pages(INLINE_PAGES);
+                let npages = frmr.npages();
                 wqe[1] = mr.iova();
                 // CAST: the low half of the length (erdma-hw 5.4).
                 wqe[2] = word(mr.length() as u32, key);
                 let mut attrs = (mr_access(access) << 1) | (npages << 12);
                 let mut size = 32;
                 if npages as usize <= INLINE_PAGES {
-                    for (k, p) in inline.iter().enumerate() {
-                        wqe[4 + k] = *p;
+                    for k in 0..npages as usize {
+                        wqe[4 + k] = frmr.page(k)?;
                     }
-                    size += 8 * inline.len();
+                    size += 8 * npages as usize;
                 } else {
                     attrs |= 1 << 6;
                 }

@@ -59,7 +59,9 @@ use crate::{
     },
     ring::{
         lower,
-        upper, //
+        read64,
+        upper,
+        write64, //
     },
     verbs::{
         IbData,
@@ -383,26 +385,15 @@ pub(crate) struct Frmr {
 }
 
 impl Frmr {
-    /// The pages mapped last, at most `n` of them, and how many there are.
-    pub(crate) fn pages(&self, n: usize) -> (u32, KVec<u64>) {
-        let count = self.npages.load(Ordering::Relaxed);
-        let mut v = KVec::new();
-        for i in 0..(count as usize).min(n) {
-            if let Ok(p) = read_page(&self.pages, i) {
-                let _ = v.push(p, GFP_ATOMIC);
-            }
-        }
-        (count, v)
+    /// The number of pages mapped last.
+    pub(crate) fn npages(&self) -> u32 {
+        self.npages.load(Ordering::Relaxed)
     }
-}
 
-fn read_page(pages: &Coherent<[u64]>, i: usize) -> Result<u64> {
-    Ok(kernel::io::io_read!(pages, [try: i]))
-}
-
-fn write_page(pages: &Coherent<[u64]>, i: usize, v: u64) -> Result {
-    kernel::io::io_write!(pages, [try: i], v);
-    Ok(())
+    /// Page `i` of the list.
+    pub(crate) fn page(&self, i: usize) -> Result<u64> {
+        read64(&self.pages, i)
+    }
 }
 
 /// log2 of a power of two.
@@ -1086,7 +1077,7 @@ impl Mr {
     pub(crate) fn set_page(&self, addr: u64) -> Result {
         let f = self.frmr.as_ref().ok_or(EINVAL)?;
         let n = f.npages.load(Ordering::Relaxed);
-        write_page(&f.pages, n as usize, addr).map_err(|_| ENOMEM)?;
+        write64(&f.pages, n as usize, addr).map_err(|_| ENOMEM)?;
         f.npages.store(n + 1, Ordering::Relaxed);
         Ok(())
     }

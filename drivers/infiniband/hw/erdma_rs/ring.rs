@@ -11,6 +11,7 @@ use kernel::{
         DmaAddress, //
     },
     io::{
+        io_read,
         io_write,
         Io, //
     },
@@ -39,6 +40,22 @@ pub(crate) fn upper(addr: DmaAddress) -> u32 {
 pub(crate) fn lower(addr: DmaAddress) -> u32 {
     // CAST: the low half of a 64-bit address, truncation intended.
     addr as u32
+}
+
+/// Reads word `i` of a ring in coherent memory; an error when `i` is out of range.
+pub(crate) fn read32(ring: &Coherent<[u32]>, i: usize) -> Result<u32> {
+    Ok(io_read!(ring, [try: i]))
+}
+
+/// Reads 64-bit word `i` of a ring or table in coherent memory.
+pub(crate) fn read64(ring: &Coherent<[u64]>, i: usize) -> Result<u64> {
+    Ok(io_read!(ring, [try: i]))
+}
+
+/// Writes 64-bit word `i` of a ring or table the adapter reads.
+pub(crate) fn write64(ring: &Coherent<[u64]>, i: usize, v: u64) -> Result {
+    io_write!(ring, [try: i], v);
+    Ok(())
 }
 
 /// A 64-bit MMIO doorbell and its doorbell record: 8 bytes of host memory where the adapter can
@@ -73,8 +90,7 @@ impl Doorbell {
     }
 
     fn write_record(&self, value: u64) -> Result {
-        io_write!(&self.record, [try: 0], value);
-        Ok(())
+        write64(&self.record, 0, value)
     }
 }
 
