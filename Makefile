@@ -14,6 +14,11 @@
 # rootfs, vm (boot a guest: make vm RUN='cmd'), rustfmt (format our kernel
 # Rust), clippy (lint it), clean.
 #
+# Two kernels come from the tree (scripts/build-kernel.sh): the debug kernel
+# (KASAN, lockdep, UBSAN, kmemleak, ...) that make check, make demo and make vm
+# use, and the release kernel of make bench.  kernel, module and clippy act on
+# the debug kernel unless KERNEL_FLAVOR=release is given.
+#
 # Everything downloaded or built lives in $(ERDMA_CACHE), outside the checkout.
 
 HOME ?= $(shell getent passwd $$(id -u) | cut -d: -f6)
@@ -27,6 +32,8 @@ endif
 
 CARGO_TARGET_DIR := $(ERDMA_CACHE)/cargo-target
 export CARGO_TARGET_DIR
+KERNEL_FLAVOR ?= debug
+export KERNEL_FLAVOR
 EMU := $(CARGO_TARGET_DIR)/release/erdma-emu
 
 .PHONY: all demo check bench setup model kernel module rootfs vm rustfmt clippy clean help
@@ -34,7 +41,7 @@ EMU := $(CARGO_TARGET_DIR)/release/erdma-emu
 all: setup model kernel
 
 help:
-	@sed -n '3,20p' Makefile
+	@sed -n '3,25p' Makefile
 
 setup:
 	@scripts/setup.sh

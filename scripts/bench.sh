@@ -10,8 +10,10 @@
 # ratios ours/C and ours/rxe, the run's noise and a verdict per row, and
 # writes it to out/bench/results.txt.
 #
-#   1. set-up, the model and the kernel, built as `make check` builds them
-#      (skipped with BENCH_BUILD=0: then the current build is used as it is);
+#   1. set-up, the model and the release kernel (KERNEL_FLAVOR=release: the
+#      tree and configuration of make check's debug kernel without the
+#      debugging checkers, so that they do not distort the figures; skipped
+#      with BENCH_BUILD=0: then the current release build is used as it is);
 #   2. a snapshot of the kernel and its modules into out/bench/kernel, so that
 #      a build running meanwhile cannot swap modules under the guest;
 #   3. the guest run (out/bench/vm/, console in guest0.console.log);
@@ -64,12 +66,14 @@ step() {
 if [ "${BENCH_BUILD:-1}" != 0 ]; then
 	step setup "$TOP/scripts/setup.sh"
 	step model sh -c "cd '$TOP/tools/erdma-emu' && cargo build --locked --release"
-	step kernel "$TOP/scripts/build-kernel.sh"
+	step kernel env KERNEL_FLAVOR=release "$TOP/scripts/build-kernel.sh"
 	KOUT=$(tail -n 1 "$OUT/kernel.log")
 else
-	say "BENCH_BUILD=0: using the current build as it is"
-	KOUT=$(readlink -f "$KERNEL_DIR/build-current")
+	say "BENCH_BUILD=0: using the current release build as it is"
+	KOUT=$(readlink -f "$KERNEL_DIR/build-release")
 fi
+grep -q '^CONFIG_KASAN=y' "$KOUT/.config" &&
+	die "$KOUT is a debug kernel (KASAN): the figures would measure the checkers; build the release kernel"
 [ -x "$EMU" ] || die "no model at $EMU: run 'make model'"
 
 # ---- 2. a snapshot of the kernel ----------------------------------------------------

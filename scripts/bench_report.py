@@ -5,8 +5,13 @@
 Usage: bench_report.py RAW [--out FILE] [--note LINE]...
 
 RAW holds "DRIVER ROUND METRIC VALUE UNIT" lines (bench.sh in the guest;
-VALUE "nan" for a failed measurement). Each figure of the table is the median
-over the rounds. Ratios are oriented so that >= 1.00 always means ours is at
+VALUE "nan" for a failed measurement). A round whose figure is missing, not a
+number, zero or negative failed: no rate, bandwidth or latency of a working
+run is zero (perftest prints 0.00 MiB/s when its run broke down), so such a
+round is shown as "failed" and left out of the median, never averaged in as
+a zero. Each figure of the table is the median over the rounds that did not
+fail; a row with fewer than MIN_ROUNDS good rounds of ours or C (at most the
+rounds run) has no verdict but TOO FEW ROUNDS, and fails the run. Ratios are oriented so that >= 1.00 always means ours is at
 least as good: ours/theirs for rates and bandwidths, theirs/ours for
 latencies. The noise of a row is the larger of ours' and C's half-range over
 the rounds (from 5 rounds on, without each one's highest and lowest round),
@@ -25,6 +30,9 @@ import sys
 from collections import defaultdict
 
 OURS, C, RXE = "erdma_rs", "erdma", "rxe"
+
+# Good rounds a row needs, of ours and of C, for a verdict.
+MIN_ROUNDS = 3
 
 # metric, label, lower is better
 ROWS = [
@@ -73,6 +81,8 @@ def load(path):
                 v = float(value)
             except ValueError:
                 v = math.nan
+            if not v > 0:  # also catches nan and inf-nan comparisons
+                v = math.nan
             values[metric][drv].append((int(rnd), v))
             rounds.add(int(rnd))
             if unit != "-":
@@ -110,7 +120,8 @@ def main():
     values, units, rounds = load(args.raw)
     head = ["metric", "unit", "ours", "C", "rxe", "ours/C", "ours/rxe", "noise", "verdict"]
     rows = []
-    slower, missing = [], []
+    slower, missing, few = [], [], []
+    need = min(MIN_ROUNDS, len(rounds)) if rounds else 1
     for metric, label, lower in ROWS:
         o, o_spread, o_n = summary(values[metric][OURS])
         c, c_spread, c_n = summary(values[metric][C])
@@ -121,6 +132,9 @@ def main():
         if math.isnan(oc):
             verdict = "FAILED"
             missing.append(label)
+        elif min(o_n, c_n) < need:
+            verdict = "TOO FEW ROUNDS"
+            few.append(label)
         elif round(oc, 2) >= 1.0:  # as printed: "1.00" is never SLOWER
             verdict = "ok"
         elif not math.isnan(noise) and oc >= 1.0 - noise:
@@ -151,21 +165,23 @@ def main():
     ] + args.note + ["", fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
     if any(r[0].endswith(" *") for r in rows):
         lines.append("* some rounds failed for ours or C: the median is over the rounds that did not")
-    verdict = (f"bench: {len(rows)} rows, {len(slower)} slower than C, {len(missing)} without figures")
+        lines.append(f"  (a row needs {need} good rounds of each for a verdict; see every round below)")
+    verdict = (f"bench: {len(rows)} rows, {len(slower)} slower than C, {len(missing)} without figures, "
+               f"{len(few)} with too few good rounds")
     lines += ["", verdict]
     table = "\n".join(lines) + "\n"
     print(table, end="")
 
     if args.out:
-        detail = ["", "Every round (value per round, in round order; nan = failed):"]
+        detail = ["", "Every round (value per round, in round order; failed = no figure, or zero):"]
         for metric, label, _ in ROWS:
             for drv in (OURS, C, RXE):
                 samples = sorted(values[metric][drv])
-                detail.append(f"  {metric:<14} {drv:<8} " + " ".join(num(v) if not math.isnan(v) else "nan"
+                detail.append(f"  {metric:<14} {drv:<8} " + " ".join(num(v) if not math.isnan(v) else "failed"
                                                                  for _, v in samples))
         with open(args.out, "w") as f:
             f.write(table + "\n".join(detail) + "\n")
-    return 1 if slower or missing else 0
+    return 1 if slower or missing or few else 0
 
 
 if __name__ == "__main__":

@@ -3,15 +3,26 @@
 #
 # build-kernel.sh [--config-only | --module | --clippy | --rustfmtcheck] [MAKE-TARGET...]
 #
-# Builds the test kernel out of tree, incrementally:
+# Builds one of the two kernels of this tree, out of tree and incrementally,
+# with clang/LLVM ($LLVM_MAJOR):
+#   KERNEL_FLAVOR=debug (default)  every guest test in make check runs on it:
+#                                  KASAN, lockdep, UBSAN, kmemleak, ...
+#   KERNEL_FLAVOR=release          make bench (and the packages) use it
+# Both are tinyconfig + kernel/configs/erdma_rs.config; the debug kernel adds
+# kernel/configs/erdma_rs_debug.config.  Each flavor has its own build
+# directory, keyed by the toolchain, and a link to it, KERNEL_DIR/build-FLAVOR.
+# Builds are serialised by a lock: a second build waits for the first.
+#
+# Steps:
 #   1. copies the overlay (drivers/ rust/ include/ Documentation/ of this
 #      repository) onto the extracted pristine tree, touching only files
 #      whose content changed, and removes files a previous overlay added but
 #      this one no longer has;
 #   2. applies the hook edits that cannot be overlaid (scripts/kernel-hooks.sh),
 #      always starting again from the pristine copy of each hooked file;
-#   3. configures from tinyconfig + the top-level Kconfig fragment whenever the
-#      fragment changed, and checks that every option of it stuck;
+#   3. configures from tinyconfig + the flavor's fragments whenever they
+#      changed (make tinyconfig erdma_rs.config ...), and checks that every
+#      option of them stuck;
 #   4. runs make in a build directory keyed by the toolchain (rustc, bindgen,
 #      gcc, libclang), then installs the modules into BUILD/modroot.
 # With MAKE-TARGETs, step 4 builds only those (e.g. modules).  --module is the
@@ -57,17 +68,34 @@ BINDGEN=$BINDGEN_ROOT/bin/bindgen
 [ -x "$BINDGEN" ] || die "no bindgen in $BINDGEN_ROOT: run 'make setup' first"
 [ -d "$LIBCLANG_PATH" ] || die "no libclang in $LIBCLANG_PATH: run 'make setup' first"
 export PATH=$BINDGEN_ROOT/bin:$PATH
+command -v "clang-$LLVM_MAJOR" >/dev/null && command -v "ld.lld-$LLVM_MAJOR" >/dev/null ||
+	die "clang-$LLVM_MAJOR / lld-$LLVM_MAJOR not installed: run 'make setup' first"
+
+FLAVOR=${KERNEL_FLAVOR:-debug}
+case "$FLAVOR" in
+debug) fragments=(erdma_rs.config erdma_rs_debug.config) ;;
+release) fragments=(erdma_rs.config) ;;
+*) die "KERNEL_FLAVOR is '$FLAVOR': debug or release" ;;
+esac
+
+# One kernel build at a time: builds share the source tree, and two at once
+# would also starve the two cores.
+exec 9>"$KERNEL_DIR/build.lock"
+if ! flock -n 9; then
+	say "waiting for another kernel build to finish (lock: $KERNEL_DIR/build.lock)"
+	flock 9
+fi
 
 toolkey=$(key_of "$KERNEL_PKG_VERSION" "$(rustc -vV)" "$("$BINDGEN" --version)" \
-	"$(gcc --version | head -1)" "$LLVM_MAJOR")
-KOUT=${KOUT:-$KERNEL_DIR/build-$toolkey}
+	"$("clang-$LLVM_MAJOR" --version | head -1)" "$LLVM_MAJOR")
+KOUT=${KOUT:-$KERNEL_DIR/build-$FLAVOR-$toolkey}
 mkdir -p "$KOUT"
 
 # ---- 1. overlay -------------------------------------------------------------
 manifest=$KERNEL_DIR/overlay.manifest
 new_manifest=$(mktemp)
 trap 'rm -f "$new_manifest"' EXIT
-(cd "$TOP" && for d in drivers rust include Documentation; do
+(cd "$TOP" && for d in drivers rust include kernel Documentation; do
 	[ -d "$d" ] && find "$d" -type f ! -name '*.orig' ! -name '*~'
 done | LC_ALL=C sort) >"$new_manifest"
 changed=0
@@ -97,41 +125,45 @@ apply_kernel_hooks
 
 # ---- 3. configuration -------------------------------------------------------
 kmake() {
-	make -C "$KSRC" O="$KOUT" LOCALVERSION= BINDGEN="$BINDGEN" RUST_LIB_SRC="$RUST_LIB_SRC" "$@"
+	make -C "$KSRC" O="$KOUT" LLVM="-$LLVM_MAJOR" LOCALVERSION= BINDGEN="$BINDGEN" \
+		RUST_LIB_SRC="$RUST_LIB_SRC" "$@"
 }
 
-fragment=$TOP/Kconfig
-cfgkey=$(key_of "$fragment" "$TOP/drivers/infiniband/hw/erdma_rs/Kconfig")
+cfgfiles=()
+for f in "${fragments[@]}"; do
+	cfgfiles+=("$TOP/kernel/configs/$f")
+done
+cfgkey=$(key_of "$FLAVOR" "${cfgfiles[@]}" "$TOP/Kconfig" "$TOP/drivers/infiniband/hw/erdma_rs/Kconfig")
 if [ ! -f "$KOUT/.config" ] || ! stamp_ok "$KOUT/.fragment.key" "$cfgkey"; then
-	say "configuring: tinyconfig + $(grep -c '^CONFIG_' "$fragment") options from Kconfig"
+	say "configuring the $FLAVOR kernel: tinyconfig + ${fragments[*]} ($(cat "${cfgfiles[@]}" | grep -c '^CONFIG_') options)"
 	if ! kmake rustavailable >"$KOUT/rustavailable.log" 2>&1; then
 		cat "$KOUT/rustavailable.log" >&2
 		die "the kernel does not accept this Rust toolchain (see above); CONFIG_RUST would be dropped"
 	fi
-	kmake tinyconfig >"$KOUT/config.log" 2>&1 || die "make tinyconfig failed; see $KOUT/config.log"
-	"$KSRC/scripts/kconfig/merge_config.sh" -m -O "$KOUT" "$KOUT/.config" "$fragment" \
-		>>"$KOUT/config.log" 2>&1 || die "merging the fragment failed; see $KOUT/config.log"
-	kmake olddefconfig >>"$KOUT/config.log" 2>&1 || die "make olddefconfig failed; see $KOUT/config.log"
+	kmake tinyconfig "${fragments[@]}" >"$KOUT/config.log" 2>&1 ||
+		die "make tinyconfig ${fragments[*]} failed; see $KOUT/config.log"
 	bad=0
-	while read -r line; do
-		case "$line" in
-		CONFIG_*=*)
-			grep -qxF "$line" "$KOUT/.config" || {
-				warn "$line did not stick (now: $(grep "^${line%%=*}=" "$KOUT/.config" || echo unset))"
-				bad=1
-			}
-			;;
-		"# CONFIG_"*" is not set")
-			opt=${line#\# }
-			opt=${opt%% *}
-			! grep -q "^$opt=" "$KOUT/.config" || {
-				warn "$opt should be unset"
-				bad=1
-			}
-			;;
-		esac
-	done <"$fragment"
-	[ $bad = 0 ] || die "the configuration does not match Kconfig; inspect dependencies with: make -C $KSRC O=$KOUT menuconfig"
+	for frag in "${cfgfiles[@]}"; do
+		while read -r line; do
+			case "$line" in
+			CONFIG_*=*)
+				grep -qxF "$line" "$KOUT/.config" || {
+					warn "$(basename "$frag"): $line did not stick (now: $(grep "^${line%%=*}=" "$KOUT/.config" || echo unset))"
+					bad=1
+				}
+				;;
+			"# CONFIG_"*" is not set")
+				opt=${line#\# }
+				opt=${opt%% *}
+				! grep -q "^$opt=" "$KOUT/.config" || {
+					warn "$(basename "$frag"): $opt should be unset"
+					bad=1
+				}
+				;;
+			esac
+		done <"$frag"
+	done
+	[ $bad = 0 ] || die "the configuration does not match ${fragments[*]}; inspect dependencies with: make -C $KSRC O=$KOUT LLVM=-$LLVM_MAJOR menuconfig"
 	echo "$cfgkey" >"$KOUT/.fragment.key"
 fi
 [ $config_only = 0 ] || {
@@ -219,5 +251,5 @@ if [ "${targets[*]}" = all ] || [ "${targets[*]}" = modules ]; then
 		die "modules_install failed; see $KOUT/modules_install.log"
 	rm -rf "$KOUT/modroot" && mv "$KOUT/modroot.new" "$KOUT/modroot"
 fi
-ln -sfn "$(basename "$KOUT")" "$KERNEL_DIR/build-current"
+ln -sfn "$(basename "$KOUT")" "$KERNEL_DIR/build-$FLAVOR"
 echo "$KOUT"

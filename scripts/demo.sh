@@ -6,7 +6,7 @@
 _step_name=demo
 . "$(dirname "$0")/lib.sh"
 say "booting a QEMU guest (TCG) with two emulated eRDMA adapters; the guest console follows"
-exec "$TOP/scripts/vmrun.py" --out "$TOP/out/demo" --timeout 180 \
+exec "$TOP/scripts/vmrun.py" --out "$TOP/out/demo" --timeout 300 \
 	--emu "${CARGO_TARGET_DIR:-$ERDMA_CACHE/cargo-target}/release/erdma-emu" \
 	--dev proto=roce,mac=52:54:00:12:34:56 --dev proto=roce,mac=52:54:00:12:34:57 \
 	--copy "$TOP/scripts/guest/demo.sh" --run 'sh demo.sh' --append quiet

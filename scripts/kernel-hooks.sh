@@ -49,9 +49,16 @@ insert_file_before() {
 	mv "$1.new" "$1"
 }
 
+# The project's menu (the top-level Kconfig, comments left out) right after
+# the upstream erdma driver's entry.
 edit_ib_kconfig() {
-	insert_after "$1" '^source "drivers/infiniband/hw/erdma/Kconfig"' \
-		'source "drivers/infiniband/hw/erdma_rs/Kconfig"'
+	local snip
+	snip=$(mktemp)
+	grep -v '^#' "$TOP/Kconfig" | sed '/./,$!d' >"$snip"
+	grep -q '^source "drivers/infiniband/hw/erdma_rs/Kconfig"$' "$snip" ||
+		die "the top-level Kconfig does not source drivers/infiniband/hw/erdma_rs/Kconfig"
+	insert_file_before "$1" '^source "drivers/infiniband/hw/hfi1/Kconfig"' "$snip"
+	rm -f "$snip"
 }
 
 edit_ib_hw_makefile() {
