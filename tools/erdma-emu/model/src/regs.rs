@@ -53,6 +53,14 @@ pub const CQDB_BASE: u64 = 0x79000;
 /// End (exclusive) of the CQ doorbell space. The hardware description leaves it open; the model
 /// gives the CQ doorbell space the rest of the first MiB.
 pub const CQDB_END: u64 = 0x10_0000;
+/// Offset of QP `qpn`'s slot in an RQ doorbell page (32-byte slots, `QPN & 127`).
+pub fn rq_db_slot(qpn: u32) -> u64 {
+    u64::from(qpn & 127) * 32
+}
+/// Offset of CQ `cqn`'s slot in a CQ doorbell page (8-byte slots, `CQN & 511`).
+pub fn cq_db_slot(cqn: u32) -> u64 {
+    u64::from(cqn & 511) * 8
+}
 /// Start of the pages the model reserves for "extended doorbell" pages (ALLOC_DB); they run to the
 /// end of BAR0 (or to [`TEST_PAGE_BASE`] when the test page is enabled).
 pub const EXTDB_BASE: u64 = 0x10_0000;

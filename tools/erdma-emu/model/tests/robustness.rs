@@ -529,8 +529,9 @@ fn hostile_data_path_never_panics() {
                 // A WQE: mostly well-formed headers with random bodies.
                 let opcode = rng.below(20) as u8;
                 let mut w = Wqe::send(&[]).opcode(opcode);
-                w.body = vec![0; 24 + 32 * rng.below(4) as usize];
-                rng.fill(&mut w.body);
+                // The header's 8 bytes are written when posted.
+                w.bytes = vec![0; 32 + 32 * rng.below(4) as usize];
+                rng.fill(&mut w.bytes);
                 w.inline = rng.below(2) == 0;
                 w.sgl_len = rng.below(120) as u8;
                 if rng.below(3) == 0 {
@@ -543,7 +544,7 @@ fn hostile_data_path_never_panics() {
                             rng.next_u64() as u32
                         },
                     };
-                    w.body[8..24].copy_from_slice(&s.encode());
+                    w.bytes[16..32].copy_from_slice(&s.encode());
                 }
                 d.post_wqe(10, &w);
                 if rng.below(4) != 0 {
@@ -557,7 +558,11 @@ fn hostile_data_path_never_panics() {
                 rng.fill(&mut junk);
                 let off = rng.below(u64::from(qp.sq_depth) * 32 - 64);
                 d.poke(qp.sq + off, &junk);
-                let v = wire::sq_db(10, rng.next_u64() as u16);
+                let v = wire::SqDoorbell {
+                    qpn: 10,
+                    pi: rng.next_u64() as u16,
+                }
+                .encode();
                 d.w64(regs::SQDB_SHARED_PAGE, v);
             }
             5 => {

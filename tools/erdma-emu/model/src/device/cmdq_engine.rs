@@ -289,7 +289,7 @@ impl Device {
             Command::CreateCq => self.cmd_create_cq(wire::CreateCq::decode(req)?, io),
             Command::DestroyCq => self.cmd_destroy_cq(wire::U32Arg::decode(req)?),
             Command::RegMr => self.cmd_reg_mr(wire::RegMr::decode(req)?, io),
-            Command::DeregMr => self.cmd_dereg_mr(wire::U32Arg::decode(req)?),
+            Command::DeregMr => self.cmd_dereg_mr(wire::DeregMr::decode(req)?),
             Command::CreateQp => {
                 self.require_roce_dp()?;
                 self.cmd_create_qp(wire::CreateQp::decode(req)?, io)

@@ -11,7 +11,7 @@ use crate::testing::dp::{self, fabric, pump, Wqe, ALL_ACCESS, PDN};
 use crate::testing::{ipv4_gid, TestDriver};
 use crate::wire::{
     self, access, op, wc, CqeExtra, CreateQp, DataCqe, ModifyQpRoce, QpState, QueueMttCfg, RegMr,
-    Sge, CQE_QTYPE_RQ, CQE_QTYPE_SQ, QP_TYPE_RC, QP_TYPE_UD,
+    RqDoorbell, Sge, SqDoorbell, CQE_QTYPE_RQ, CQE_QTYPE_SQ, QP_TYPE_RC, QP_TYPE_UD,
 };
 
 const CQ: u32 = 1;
@@ -753,6 +753,30 @@ fn local_access_errors() {
 }
 
 #[test]
+fn wqes_shorter_than_their_layout_are_format_errors() {
+    // A READ (48 bytes) or an atomic (64 bytes) in one WQEBB: the header is well formed, the
+    // body is cut short.
+    let short = |mut w: Wqe| {
+        w.bytes.truncate(wire::SQ_WQEBB_SIZE);
+        w
+    };
+    let k = stag(1, 0);
+    assert_eq!(
+        local_status(|b| short(Wqe::read(k, b, 8, k, b + 0x100))),
+        wc::SEND_FORMAT
+    );
+    assert_eq!(
+        local_status(|b| short(Wqe::atomic(k, b, None, 1, k, b + 8))),
+        wc::SEND_FORMAT
+    );
+    // The same WQEs at full length succeed.
+    assert_eq!(
+        local_status(|b| Wqe::read(k, b, 8, k, b + 0x100)),
+        wc::SUCCESS
+    );
+}
+
+#[test]
 fn remote_access_errors_and_flush() {
     // rkey problems: requester 3..6, responder QP in ERROR with an AEQE (type 2).
     type Case = (fn(u64) -> Wqe, u8);
@@ -1047,9 +1071,7 @@ fn read_with_invalidate() {
     let sink = d.alloc(0x1000, 0x1000);
     assert_eq!(d.reg_mr(2, 1, PDN, sink, 0x1000, ALL_ACCESS).status, 0);
     d.poke(buf, b"readinv!");
-    let w = Wqe::read(stag(2, 1), sink, 8, stag(1, 0), buf).opcode(op::READ_WITH_INV);
-    let mut w = w;
-    w.body[0..4].copy_from_slice(&stag(2, 1).to_le_bytes());
+    let w = Wqe::read(stag(2, 1), sink, 8, stag(1, 0), buf).inv(stag(2, 1));
     d.send_wqe(10, &w);
     pump1(&mut d);
     assert_eq!(d.poll(CQ).unwrap().status, 0);
@@ -1130,14 +1152,21 @@ fn level1_queues_and_extended_doorbells_with_swapped_pages() {
         };
         d.poke(qp.rq, &rqe.encode());
         d.dp.qps.get_mut(&11).unwrap().rq_pi += 1;
-        d.w64((cdb << 12) + 11 * 32, wire::rq_db(11, 1));
+        d.w64(
+            (cdb << 12) + regs::rq_db_slot(11),
+            RqDoorbell { qpn: 11, pi: 1 }.encode(),
+        );
     }
     // 100 WQEBBs of unsignaled WRITEs so that the SQ crosses from page 2 into page 1... the
     // helper writes the ring contiguously, so post at most one page (128 WQEBBs) here.
     let start = d.post_wqe(10, &Wqe::send_inline(b"ext"));
     d.w64(
         (sq_page << 12) + (10 & 31) * 128,
-        wire::sq_db(10, d.dp.qps[&10].sq_pi),
+        SqDoorbell {
+            qpn: 10,
+            pi: d.dp.qps[&10].sq_pi,
+        }
+        .encode(),
     );
     pump1(&mut d);
     assert_eq!(d.peek(buf, 3), b"ext");
@@ -1162,8 +1191,18 @@ fn level1_queues_and_extended_doorbells_with_swapped_pages() {
 #[test]
 fn bogus_doorbells_are_ignored() {
     let (mut d, _) = loopback();
-    d.w64(regs::SQDB_SHARED_PAGE, wire::sq_db(999, 4));
-    d.w64(regs::SQDB_SHARED_PAGE, wire::sq_db(10, 0x8000));
+    d.w64(
+        regs::SQDB_SHARED_PAGE,
+        SqDoorbell { qpn: 999, pi: 4 }.encode(),
+    );
+    d.w64(
+        regs::SQDB_SHARED_PAGE,
+        SqDoorbell {
+            qpn: 10,
+            pi: 0x8000,
+        }
+        .encode(),
+    );
     d.w64(regs::RQDB_BASE, u64::MAX);
     d.w64(regs::CQDB_BASE, u64::MAX);
     d.w32(regs::CQDB_BASE, 1);
@@ -1219,11 +1258,7 @@ fn ud_sends_are_dropped_successfully() {
     for s in [QpState::Init, QpState::Rtr, QpState::Rts] {
         assert_eq!(d.modify_state(1, s).status, 0);
     }
-    let mut w = Wqe::send_inline(b"mad");
-    // UD layout: inline at 32.
-    w.body.resize(24, 0);
-    w.body.extend_from_slice(b"mad");
-    d.send_wqe(1, &w);
+    d.send_wqe(1, &Wqe::ud_send_inline(0x8001_0000, 1, 0, b"mad"));
     let c = d.poll(CQ).unwrap();
     assert_eq!((c.status, c.opcode), (0, op::SEND));
     d.send_wqe(1, &Wqe::write_inline(0, 0, b"x"));

@@ -58,9 +58,10 @@ use crate::io::{GuestMemory, Io};
 use crate::mtt::{self, Mtt, Piece, Xlate};
 use crate::regs::{self, Bar0Area, CqDoorbell};
 use crate::wire::{
-    self, access, le32, le64, op, wc, CqeExtra, DataCqe, MrType, QpState, Rqe, Sge, SqeHeader,
-    CQE_QTYPE_RQ, CQE_QTYPE_SQ, MAX_INLINE, MAX_SGES, MAX_WQE_SIZE, QP_TYPE_UD, RQE_SIZE, SGE_SIZE,
-    SQ_WQEBB_SIZE,
+    self, access, op, wc, AtomicSqe, CqeExtra, DataCqe, FastRegSqe, LocalInvSqe, MrType, QpState,
+    ReadSqe, RqDoorbell, Rqe, SendSqe, Sge, Sgl, SqDoorbell, SqeHeader, UdSendSqe, WriteSqe,
+    CQE_QTYPE_RQ, CQE_QTYPE_SQ, FAST_REG_MTT_BUFFER, FAST_REG_MTT_INLINE, MAX_WQE_SIZE, QP_TYPE_UD,
+    RQE_SIZE, SQ_WQEBB_SIZE,
 };
 
 /// Largest message the model moves (bytes): larger ones complete with status 1.
@@ -180,9 +181,10 @@ impl Device {
     }
 
     fn rq_or_cq_doorbell(&mut self, value: u64, slot: u64, prefer_rq: bool, io: &mut Io<'_>) {
-        let qpn = (value >> 32) as u32;
-        let cqn = ((value >> 32) & 0xff_ffff) as u32;
-        let rq = qpn < (1 << 20) && self.func.rdma.qps.contains_key(&qpn);
+        let rq_db = RqDoorbell::decode(value);
+        let cq_db = CqDoorbell::decode(value);
+        let (qpn, cqn) = (rq_db.qpn, cq_db.cqn);
+        let rq = self.func.rdma.qps.contains_key(&qpn);
         let cq = self.func.rdma.cqs.contains_key(&cqn);
         let is_rq = match (rq, cq) {
             (true, false) => true,
@@ -194,8 +196,8 @@ impl Device {
                 return;
             }
             (true, true) => {
-                let rq_slot = slot == u64::from(qpn & 127) * 32;
-                let cq_slot = slot == u64::from(cqn & 511) * 8;
+                let rq_slot = slot == regs::rq_db_slot(qpn);
+                let cq_slot = slot == regs::cq_db_slot(cqn);
                 match (rq_slot, cq_slot) {
                     (true, false) => true,
                     (false, true) => false,
@@ -204,16 +206,15 @@ impl Device {
             }
         };
         if is_rq {
-            self.rq_doorbell(qpn, value as u16, io);
+            self.rq_doorbell(rq_db, io);
         } else {
-            self.cq_doorbell(CqDoorbell::decode(value), io);
+            self.cq_doorbell(cq_db, io);
         }
     }
 
-    /// SQ doorbell: 51:32 QPN, 15:0 new PI.
+    /// SQ doorbell: a QPN and its new PI.
     fn sq_doorbell(&mut self, value: u64, io: &mut Io<'_>) {
-        let qpn = ((value >> 32) & 0xf_ffff) as u32;
-        let pi = value as u16;
+        let SqDoorbell { qpn, pi } = SqDoorbell::decode(value);
         let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
             if self.warned.first(Oddity::DataDoorbell, u64::from(qpn)) {
                 log::warn!("SQ doorbell {value:#x} for QP {qpn} that does not exist, ignored");
@@ -241,7 +242,8 @@ impl Device {
     }
 
     /// RQ doorbell: the RQE's first 8 bytes.
-    fn rq_doorbell(&mut self, qpn: u32, pi: u16, io: &mut Io<'_>) {
+    fn rq_doorbell(&mut self, db: RqDoorbell, io: &mut Io<'_>) {
+        let RqDoorbell { qpn, pi } = db;
         let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
             return;
         };
@@ -430,8 +432,13 @@ impl Device {
                 vec![Piece { gpa: addr, len }]
             });
         }
-        let mr = self.func.rdma.mrs.get(&(key >> 8)).ok_or(AccessErr::Stag)?;
-        if mr.key != key as u8 || !mr.valid {
+        let mr = self
+            .func
+            .rdma
+            .mrs
+            .get(&wire::stag_index(key))
+            .ok_or(AccessErr::Stag)?;
+        if mr.key != wire::stag_key(key) || !mr.valid {
             return Err(AccessErr::Stag);
         }
         if mr.pdn != pdn {
@@ -492,14 +499,19 @@ impl Device {
             let avail = qp.sq.pi.wrapping_sub(ci);
             let mut wqe = [0u8; MAX_WQE_SIZE];
             let off = u64::from(u32::from(ci) & (qp.sq.depth - 1)) * SQ_WQEBB_SIZE as u64;
-            if qp.sq.buf.read(off, &mut wqe[..8], io.mem).is_err() {
+            if qp
+                .sq
+                .buf
+                .read(off, &mut wqe[..SqeHeader::SIZE], io.mem)
+                .is_err()
+            {
                 if self.warned.first(Oddity::DataPath, u64::from(qpn)) {
                     log::warn!("QP {qpn}: SQ not readable at {ci:#x}; QP to ERROR");
                 }
                 self.enter_error(qpn, io);
                 return;
             }
-            let hdr = SqeHeader::decode(le64(&wqe, 0));
+            let hdr = SqeHeader::read(&wqe);
             let count = hdr.wqebbs;
             let stalled = qp.outstanding.iter().any(|p| p.status.is_none())
                 && (hdr.fence || matches!(hdr.opcode, op::REG_MR | op::LOCAL_INV));
@@ -633,26 +645,10 @@ impl Device {
         sgl_off: usize,
         mem: &dyn GuestMemory,
     ) -> Result<Vec<u8>, u8> {
-        let n = usize::from(hdr.sgl_len);
-        if hdr.inline {
-            if n > MAX_INLINE {
-                return Err(wc::SEND_FORMAT);
-            }
-            return wqe
-                .get(sgl_off..sgl_off + n)
-                .map(<[u8]>::to_vec)
-                .ok_or(wc::SEND_FORMAT);
+        match Sgl::decode(hdr, wqe, sgl_off).ok_or(wc::SEND_FORMAT)? {
+            Sgl::Inline(data) => Ok(data.to_vec()),
+            Sgl::Sges(sges) => self.gather(pdn, &sges, mem),
         }
-        if n > MAX_SGES {
-            return Err(wc::SEND_FORMAT);
-        }
-        let mut sges = Vec::with_capacity(n);
-        for i in 0..n {
-            let at = sgl_off + i * SGE_SIZE;
-            let b = wqe.get(at..at + SGE_SIZE).ok_or(wc::SEND_FORMAT)?;
-            sges.push(Sge::decode(b));
-        }
-        self.gather(pdn, &sges, mem)
     }
 
     /// Turns one well-formed WQE into an action.
@@ -670,101 +666,106 @@ impl Device {
         };
         let pdn = qp.pdn;
         let ud = qp.qp_type == QP_TYPE_UD;
-        let imm = [wqe[8], wqe[9], wqe[10], wqe[11]];
         let result: Result<Option<Request>, u8> = match hdr.opcode {
             op::SEND | op::SEND_WITH_IMM | op::SEND_WITH_INV if ud => {
                 if hdr.opcode == op::SEND_WITH_INV {
                     Err(wc::SEND_FORMAT)
                 } else {
                     // UD is not modelled on the fabric: the datagram is dropped (legal for UD).
-                    self.payload(pdn, hdr, wqe, 32, io.mem).map(|d| {
-                        p.byte_len = d.len() as u32;
-                        None
-                    })
+                    self.payload(pdn, hdr, wqe, UdSendSqe::SGL_OFFSET, io.mem)
+                        .map(|d| {
+                            p.byte_len = d.len() as u32;
+                            None
+                        })
                 }
             }
             _ if ud => Err(wc::SEND_FORMAT),
             op::SEND | op::SEND_WITH_IMM | op::SEND_WITH_INV => {
-                self.payload(pdn, hdr, wqe, 16, io.mem).map(|data| {
+                SendSqe::decode(wqe).ok_or(wc::SEND_FORMAT).and_then(|s| {
+                    let data = self.payload(pdn, hdr, wqe, SendSqe::SGL_OFFSET, io.mem)?;
                     p.byte_len = data.len() as u32;
-                    Some(Request::Send {
+                    Ok(Some(Request::Send {
                         data,
-                        imm: (hdr.opcode == op::SEND_WITH_IMM).then_some(imm),
-                        inv: (hdr.opcode == op::SEND_WITH_INV).then_some(le32(wqe, 8)),
+                        imm: (hdr.opcode == op::SEND_WITH_IMM).then_some(s.imm),
+                        inv: (hdr.opcode == op::SEND_WITH_INV).then(|| s.inv_stag()),
                         solicited: hdr.se,
-                    })
+                    }))
                 })
             }
-            op::WRITE | op::WRITE_WITH_IMM => self.payload(pdn, hdr, wqe, 32, io.mem).map(|data| {
-                p.byte_len = data.len() as u32;
-                Some(Request::Write {
-                    addr: u64::from(le32(wqe, 20)) | u64::from(le32(wqe, 24)) << 32,
-                    rkey: le32(wqe, 16),
-                    data,
-                    imm: (hdr.opcode == op::WRITE_WITH_IMM).then_some(imm),
-                    solicited: hdr.se,
+            op::WRITE | op::WRITE_WITH_IMM => {
+                WriteSqe::decode(wqe).ok_or(wc::SEND_FORMAT).and_then(|w| {
+                    let data = self.payload(pdn, hdr, wqe, WriteSqe::SGL_OFFSET, io.mem)?;
+                    p.byte_len = data.len() as u32;
+                    Ok(Some(Request::Write {
+                        addr: w.raddr,
+                        rkey: w.rkey,
+                        data,
+                        imm: (hdr.opcode == op::WRITE_WITH_IMM).then_some(w.imm),
+                        solicited: hdr.se,
+                    }))
                 })
-            }),
-            op::READ | op::READ_WITH_INV => {
-                let len = le32(wqe, 12);
-                let lkey = le32(wqe, 16);
-                let laddr = u64::from(le32(wqe, 20)) | u64::from(le32(wqe, 24)) << 32;
-                let remote = Sge::decode(&wqe[32..48]);
-                if u64::from(len) > MAX_MESSAGE {
-                    Err(wc::GENERAL)
-                } else {
-                    self.mr_access(
-                        lkey,
+            }
+            op::READ | op::READ_WITH_INV => match ReadSqe::decode(wqe) {
+                None => Err(wc::SEND_FORMAT),
+                Some(r) if u64::from(r.length) > MAX_MESSAGE => Err(wc::GENERAL),
+                Some(r) => self
+                    .mr_access(
+                        r.lkey,
                         pdn,
-                        laddr,
-                        u64::from(len),
+                        r.laddr,
+                        u64::from(r.length),
                         access::LOCAL_WRITE,
                         io.mem,
                     )
                     .map_err(AccessErr::local)
                     .map(|_| {
-                        p.byte_len = len;
-                        p.sink = Some((laddr, len, lkey));
+                        p.byte_len = r.length;
+                        p.sink = Some((r.laddr, r.length, r.lkey));
                         if hdr.opcode == op::READ_WITH_INV {
-                            p.inv_after = Some(le32(wqe, 8));
+                            p.inv_after = Some(r.inv_stag);
                         }
                         Some(Request::Read {
-                            addr: remote.addr,
-                            rkey: remote.key,
-                            len,
+                            addr: r.remote.addr,
+                            rkey: r.remote.key,
+                            len: r.length,
                         })
-                    })
-                }
-            }
-            op::ATOMIC_CAS | op::ATOMIC_FAA => {
-                if !self.config.caps.atomic || wqe.len() < 64 {
-                    Err(wc::SEND_FORMAT)
-                } else {
-                    let remote = Sge::decode(&wqe[32..48]);
-                    let local = Sge::decode(&wqe[48..64]);
-                    self.mr_access(local.key, pdn, local.addr, 8, access::LOCAL_WRITE, io.mem)
-                        .map_err(AccessErr::local)
-                        .map(|_| {
-                            p.byte_len = 8;
-                            p.sink = Some((local.addr, 8, local.key));
-                            let op = if hdr.opcode == op::ATOMIC_CAS {
-                                AtomicOp::Cas {
-                                    compare: le64(wqe, 24),
-                                    swap: le64(wqe, 16),
-                                }
-                            } else {
-                                AtomicOp::Faa { add: le64(wqe, 16) }
-                            };
-                            Some(Request::Atomic {
-                                addr: remote.addr,
-                                rkey: remote.key,
-                                op,
-                            })
+                    }),
+            },
+            op::ATOMIC_CAS | op::ATOMIC_FAA => match AtomicSqe::decode(wqe) {
+                Some(a) if self.config.caps.atomic => self
+                    .mr_access(
+                        a.local.key,
+                        pdn,
+                        a.local.addr,
+                        8,
+                        access::LOCAL_WRITE,
+                        io.mem,
+                    )
+                    .map_err(AccessErr::local)
+                    .map(|_| {
+                        p.byte_len = 8;
+                        p.sink = Some((a.local.addr, 8, a.local.key));
+                        let op = if hdr.opcode == op::ATOMIC_CAS {
+                            AtomicOp::Cas {
+                                compare: a.compare,
+                                swap: a.swap_or_add,
+                            }
+                        } else {
+                            AtomicOp::Faa { add: a.swap_or_add }
+                        };
+                        Some(Request::Atomic {
+                            addr: a.remote.addr,
+                            rkey: a.remote.key,
+                            op,
                         })
-                }
-            }
+                    }),
+                _ => Err(wc::SEND_FORMAT),
+            },
             op::REG_MR => self.fast_register(pdn, wqe).map(|()| None),
-            op::LOCAL_INV => self.invalidate(le32(wqe, 20), pdn).map(|()| None),
+            op::LOCAL_INV => LocalInvSqe::decode(wqe)
+                .ok_or(wc::SEND_FORMAT)
+                .and_then(|l| self.invalidate(l.stag, pdn))
+                .map(|()| None),
             other => {
                 if self.warned.dp_error() {
                     log::warn!("QP {qpn}: WQE opcode {other} unknown");
@@ -787,18 +788,15 @@ impl Device {
 
     /// A fast-register WQE (§5.4): makes an FRMR valid with a new key, IOVA, length, rights.
     fn fast_register(&mut self, pdn: u32, wqe: &[u8]) -> Result<(), u8> {
-        let iova = le64(wqe, 8);
-        let len = u64::from(le32(wqe, 16));
-        let stag = le32(wqe, 20);
-        let attrs = le32(wqe, 24);
-        let acc = ((attrs >> 1) & 0x1f) as u8 | access::LOCAL_READ;
-        let mtt_type = (attrs >> 6) & 3;
-        let npages = u64::from(attrs >> 12);
+        let f = FastRegSqe::decode(wqe).ok_or(wc::SEND_FORMAT)?;
+        let iova = f.iova;
+        let len = u64::from(f.length);
+        let npages = u64::from(f.npages);
         let mr = self
             .func
             .rdma
             .mrs
-            .get_mut(&(stag >> 8))
+            .get_mut(&wire::stag_index(f.stag))
             .ok_or(wc::SEND_STAG)?;
         let Some((buf, capacity)) = mr.frmr else {
             return Err(wc::SEND_STAG);
@@ -821,18 +819,9 @@ impl Device {
         if need > npages {
             return Err(wc::SEND_FORMAT);
         }
-        mr.mtt = match mtt_type {
-            0 => {
-                if npages > 4 || wqe.len() < 32 + 8 * npages as usize {
-                    return Err(wc::SEND_FORMAT);
-                }
-                Mtt::Direct(
-                    (0..npages as usize)
-                        .map(|i| le64(wqe, 32 + 8 * i))
-                        .collect(),
-                )
-            }
-            1 => Mtt::Indirect {
+        mr.mtt = match f.mtt_type {
+            FAST_REG_MTT_INLINE => Mtt::Direct(f.inline_pages(wqe).ok_or(wc::SEND_FORMAT)?),
+            FAST_REG_MTT_BUFFER => Mtt::Indirect {
                 levels: 1,
                 root: buf,
                 count: npages,
@@ -840,10 +829,10 @@ impl Device {
             },
             _ => return Err(wc::SEND_FORMAT),
         };
-        mr.key = stag as u8;
+        mr.key = wire::stag_key(f.stag);
         mr.va = iova;
         mr.len = len;
-        mr.access = acc;
+        mr.access = f.access | access::LOCAL_READ;
         mr.valid = true;
         Ok(())
     }
@@ -854,9 +843,9 @@ impl Device {
             .func
             .rdma
             .mrs
-            .get_mut(&(stag >> 8))
+            .get_mut(&wire::stag_index(stag))
             .ok_or(wc::SEND_STAG)?;
-        if mr.key != stag as u8 || mr.mr_type == MrType::Dma {
+        if mr.key != wire::stag_key(stag) || mr.mr_type == MrType::Dma {
             return Err(wc::SEND_STAG);
         }
         if mr.pdn != pdn {
@@ -935,13 +924,13 @@ impl Device {
                 break;
             }
             let off = u64::from(u32::from(ci) & (qp.sq.depth - 1)) * SQ_WQEBB_SIZE as u64;
-            let mut h = [0u8; 8];
+            let mut h = [0u8; SqeHeader::SIZE];
             let hdr = qp
                 .sq
                 .buf
                 .read(off, &mut h, io.mem)
                 .ok()
-                .map(|()| SqeHeader::decode(u64::from_le_bytes(h)));
+                .map(|()| SqeHeader::read(&h));
             let (opcode, count) = hdr.map_or((op::SEND, avail), |h| (h.opcode, h.wqebbs));
             qp.sq.ci = ci.wrapping_add(count.clamp(1, avail));
             let p = Pending {

@@ -19,8 +19,8 @@ use crate::fabric::Packet;
 use crate::io::Io;
 use crate::mtt::{Mtt, QueueBuf, MAX_MTT_PAGE_SHIFT};
 use crate::wire::{
-    self, qp_mask, CreateCq, CreateQp, ModifyQpRoce, MrType, QpState, QueueMttCfg, Reflush, RegMr,
-    U32Arg, CQE_SIZE, QP_TYPE_RC, QP_TYPE_UD, RQE_SIZE, SQ_WQEBB_SIZE,
+    self, qp_mask, CreateCq, CreateQp, DeregMr, ModifyQpRoce, MrType, QpState, QueueMttCfg,
+    Reflush, RegMr, U32Arg, CQE_SIZE, QP_TYPE_RC, QP_TYPE_UD, RQE_SIZE, SQ_WQEBB_SIZE,
 };
 
 /// A command's result.
@@ -566,9 +566,8 @@ impl Device {
         })
     }
 
-    pub(super) fn cmd_dereg_mr(&mut self, r: U32Arg) -> Outcome {
-        let index = r.0 & 0xf_ffff;
-        let key = (r.0 >> 20) as u8;
+    pub(super) fn cmd_dereg_mr(&mut self, r: DeregMr) -> Outcome {
+        let DeregMr { index, key } = r;
         let mr = self.func.rdma.mrs.remove(&index).ok_or(Status::NotFound)?;
         if mr.key != key {
             // The driver frees its STag whatever the device says: deregister anyway.
@@ -641,7 +640,7 @@ impl Device {
         self.func
             .rdma
             .mrs
-            .get(&(stag >> 8))
-            .is_some_and(|m| m.valid && m.key == stag as u8)
+            .get(&wire::stag_index(stag))
+            .is_some_and(|m| m.valid && m.key == wire::stag_key(stag))
     }
 }

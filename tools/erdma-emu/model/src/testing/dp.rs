@@ -13,8 +13,10 @@ use crate::fabric::{Fabric, NoWaker};
 use crate::io::{GuestMemory, Io};
 use crate::regs::{self, CqDoorbell};
 use crate::wire::{
-    self, access, op, CreateCq, CreateQp, DataCqe, ModifyQpRoce, QpState, QueueMttCfg, RegMr, Rqe,
-    Sge, SqeHeader, U32Arg, CQE_SIZE, QP_TYPE_RC, RQE_SIZE, SQ_WQEBB_SIZE,
+    self, access, op, AtomicSqe, CreateCq, CreateQp, DataCqe, DeregMr, FastRegSqe, LocalInvSqe,
+    ModifyQpRoce, QpState, QueueMttCfg, ReadSqe, RegMr, RqDoorbell, Rqe, SendSqe, Sge, SqDoorbell,
+    SqeHeader, U32Arg, UdSendSqe, WriteSqe, CQE_SIZE, FAST_REG_MTT_BUFFER, FAST_REG_MTT_INLINE,
+    QP_TYPE_RC, RQE_SIZE, SQ_WQEBB_SIZE,
 };
 
 /// The CEQ the helpers create and bind CQs to.
@@ -101,7 +103,7 @@ pub fn fabric() -> Arc<Fabric> {
 }
 
 /// A WQE: header fields (index, QPN and WQEBB count are filled in when posted) and its bytes
-/// from offset 8 on.
+/// (the first [`SqeHeader::SIZE`] are the header's place).
 #[derive(Clone, Debug)]
 pub struct Wqe {
     /// Opcode.
@@ -116,8 +118,8 @@ pub struct Wqe {
     pub inline: bool,
     /// SGL length field.
     pub sgl_len: u8,
-    /// Bytes 8.. of the WQE (the size decides the WQEBB count).
-    pub body: Vec<u8>,
+    /// The WQE (the size decides the WQEBB count).
+    pub bytes: Vec<u8>,
 }
 
 impl Wqe {
@@ -129,77 +131,97 @@ impl Wqe {
             fence: false,
             inline: false,
             sgl_len: 0,
-            body: vec![0; fixed - 8],
+            bytes: vec![0; fixed],
         }
     }
 
-    fn put(&mut self, off: usize, b: &[u8]) {
-        let at = off - 8;
-        if self.body.len() < at + b.len() {
-            self.body.resize(at + b.len(), 0);
-        }
-        self.body[at..at + b.len()].copy_from_slice(b);
+    /// Appends `sgl` at `at` and returns its total length.
+    fn sgl(&mut self, at: usize, sgl: &wire::Sgl<'_>) -> u32 {
+        let size = match sgl {
+            wire::Sgl::Inline(d) => d.len(),
+            wire::Sgl::Sges(s) => s.len() * wire::SGE_SIZE,
+        };
+        self.bytes.resize(self.bytes.len().max(at + size), 0);
+        let (inline, n, total) = sgl.write(&mut self.bytes, at);
+        self.inline = inline;
+        self.sgl_len = n;
+        total
     }
 
-    fn sgl(mut self, off: usize, sges: &[Sge]) -> Self {
-        for (i, s) in sges.iter().enumerate() {
-            self.put(off + 16 * i, &s.encode());
+    fn send_sgl(sgl: wire::Sgl<'_>) -> Self {
+        let mut w = Wqe::new(op::SEND, SendSqe::LEN);
+        let length = w.sgl(SendSqe::SGL_OFFSET, &sgl);
+        SendSqe {
+            length,
+            ..Default::default()
         }
-        self.sgl_len = sges.len() as u8;
-        let total: u32 = sges.iter().map(|s| s.len).sum();
-        self.put(12, &total.to_le_bytes());
-        self
+        .write_fields(&mut w.bytes);
+        w
     }
 
-    fn inline_data(mut self, off: usize, data: &[u8]) -> Self {
-        self.put(off, data);
-        self.inline = true;
-        self.sgl_len = data.len() as u8;
-        self.put(12, &(data.len() as u32).to_le_bytes());
-        self
+    fn write_sgl(rkey: u32, raddr: u64, sgl: wire::Sgl<'_>) -> Self {
+        let mut w = Wqe::new(op::WRITE, WriteSqe::LEN);
+        let length = w.sgl(WriteSqe::SGL_OFFSET, &sgl);
+        WriteSqe {
+            imm: [0; 4],
+            length,
+            rkey,
+            raddr,
+        }
+        .write_fields(&mut w.bytes);
+        w
     }
 
     /// SEND (or SEND_WITH_IMM / SEND_WITH_INV with [`Wqe::imm`] / [`Wqe::inv`]) of `sges`.
     pub fn send(sges: &[Sge]) -> Self {
-        Wqe::new(op::SEND, 16).sgl(16, sges)
+        Wqe::send_sgl(wire::Sgl::Sges(sges.to_vec()))
     }
 
     /// SEND of inline bytes.
     pub fn send_inline(data: &[u8]) -> Self {
-        Wqe::new(op::SEND, 16).inline_data(16, data)
+        Wqe::send_sgl(wire::Sgl::Inline(data))
+    }
+
+    /// SEND of inline bytes in the UD layout (Q_Key, destination QPN, AHN).
+    pub fn ud_send_inline(qkey: u32, dst_qpn: u32, ahn: u32, data: &[u8]) -> Self {
+        let mut w = Wqe::new(op::SEND, UdSendSqe::LEN);
+        let length = w.sgl(UdSendSqe::SGL_OFFSET, &wire::Sgl::Inline(data));
+        UdSendSqe {
+            imm: [0; 4],
+            length,
+            qkey,
+            dst_qpn,
+            ahn,
+        }
+        .write_fields(&mut w.bytes);
+        w
     }
 
     /// WRITE of `sges` to `raddr` under `rkey`.
     pub fn write(rkey: u32, raddr: u64, sges: &[Sge]) -> Self {
-        let mut w = Wqe::new(op::WRITE, 32).sgl(32, sges);
-        w.put(16, &rkey.to_le_bytes());
-        w.put(20, &raddr.to_le_bytes());
-        w
+        Wqe::write_sgl(rkey, raddr, wire::Sgl::Sges(sges.to_vec()))
     }
 
     /// WRITE of inline bytes.
     pub fn write_inline(rkey: u32, raddr: u64, data: &[u8]) -> Self {
-        let mut w = Wqe::new(op::WRITE, 32).inline_data(32, data);
-        w.put(16, &rkey.to_le_bytes());
-        w.put(20, &raddr.to_le_bytes());
-        w
+        Wqe::write_sgl(rkey, raddr, wire::Sgl::Inline(data))
     }
 
     /// READ of `len` bytes at `raddr` (rkey) into `laddr` (lkey).
     pub fn read(lkey: u32, laddr: u64, len: u32, rkey: u32, raddr: u64) -> Self {
-        let mut w = Wqe::new(op::READ, 48);
-        w.put(12, &len.to_le_bytes());
-        w.put(16, &lkey.to_le_bytes());
-        w.put(20, &laddr.to_le_bytes());
-        w.put(
-            32,
-            &Sge {
+        let mut w = Wqe::new(op::READ, ReadSqe::LEN);
+        ReadSqe {
+            inv_stag: 0,
+            length: len,
+            lkey,
+            laddr,
+            remote: Sge {
                 addr: raddr,
                 len,
                 key: rkey,
-            }
-            .encode(),
-        );
+            },
+        }
+        .write_fields(&mut w.bytes);
         w
     }
 
@@ -218,48 +240,51 @@ impl Wqe {
         } else {
             op::ATOMIC_FAA
         };
-        let mut w = Wqe::new(opcode, 64);
-        w.put(16, &swap.to_le_bytes());
-        w.put(24, &compare.unwrap_or(0).to_le_bytes());
-        w.put(32, &raddr.to_le_bytes());
-        w.put(40, &0xdead_beefu32.to_le_bytes());
-        w.put(44, &rkey.to_le_bytes());
-        w.put(
-            48,
-            &Sge {
+        let mut w = Wqe::new(opcode, AtomicSqe::LEN);
+        AtomicSqe {
+            swap_or_add: swap,
+            compare: compare.unwrap_or(0),
+            // The drivers leave the remote length stale.
+            remote: Sge {
+                addr: raddr,
+                len: 0xdead_beef,
+                key: rkey,
+            },
+            local: Sge {
                 addr: laddr,
                 len: 8,
                 key: lkey,
-            }
-            .encode(),
-        );
+            },
+        }
+        .write_fields(&mut w.bytes);
         w
     }
 
     /// Fast-register of FRMR `stag` (new key in bits 7:0) with inline `pages` (≤ 4), or with
     /// `npages` from the pre-registered buffer when `pages` is empty.
     pub fn fast_reg(stag: u32, iova: u64, len: u32, acc: u8, pages: &[u64], npages: u32) -> Self {
-        let mut w = Wqe::new(op::REG_MR, 32);
-        w.put(8, &iova.to_le_bytes());
-        w.put(16, &len.to_le_bytes());
-        w.put(20, &stag.to_le_bytes());
-        let (ty, n) = if pages.is_empty() {
-            (1u32, npages)
+        let mut w = Wqe::new(op::REG_MR, FastRegSqe::LEN + 8 * pages.len());
+        let (mtt_type, npages) = if pages.is_empty() {
+            (FAST_REG_MTT_BUFFER, npages)
         } else {
-            (0, pages.len() as u32)
+            (FAST_REG_MTT_INLINE, pages.len() as u32)
         };
-        let attrs = u32::from(acc & 0x1f) << 1 | ty << 6 | n << 12;
-        w.put(24, &attrs.to_le_bytes());
-        for (i, p) in pages.iter().enumerate() {
-            w.put(32 + 8 * i, &p.to_le_bytes());
+        FastRegSqe {
+            iova,
+            length: len,
+            stag,
+            access: acc,
+            mtt_type,
+            npages,
         }
+        .write_fields(&mut w.bytes, pages);
         w
     }
 
     /// LOCAL_INV of `stag`.
     pub fn local_inv(stag: u32) -> Self {
-        let mut w = Wqe::new(op::LOCAL_INV, 32);
-        w.put(20, &stag.to_le_bytes());
+        let mut w = Wqe::new(op::LOCAL_INV, LocalInvSqe::LEN);
+        LocalInvSqe { stag }.write_fields(&mut w.bytes);
         w
     }
 
@@ -271,18 +296,32 @@ impl Wqe {
 
     /// Immediate (network order), switching SEND/WRITE to their _WITH_IMM opcodes.
     pub fn imm(mut self, imm: [u8; 4]) -> Self {
-        self.opcode = match self.opcode {
-            op::WRITE => op::WRITE_WITH_IMM,
-            _ => op::SEND_WITH_IMM,
-        };
-        self.put(8, &imm);
+        if self.opcode == op::WRITE {
+            self.opcode = op::WRITE_WITH_IMM;
+            let mut f = WriteSqe::decode(&self.bytes).expect("a WRITE WQE");
+            f.imm = imm;
+            f.write_fields(&mut self.bytes);
+        } else {
+            self.opcode = op::SEND_WITH_IMM;
+            let mut f = SendSqe::decode(&self.bytes).expect("a SEND WQE");
+            f.imm = imm;
+            f.write_fields(&mut self.bytes);
+        }
         self
     }
 
-    /// SEND_WITH_INV of `stag`.
+    /// SEND_WITH_INV, or for a READ READ_WITH_INV, of `stag`.
     pub fn inv(mut self, stag: u32) -> Self {
-        self.opcode = op::SEND_WITH_INV;
-        self.put(8, &stag.to_le_bytes());
+        if self.opcode == op::READ {
+            self.opcode = op::READ_WITH_INV;
+            let mut f = ReadSqe::decode(&self.bytes).expect("a READ WQE");
+            f.inv_stag = stag;
+            f.write_fields(&mut self.bytes);
+        } else {
+            self.opcode = op::SEND_WITH_INV;
+            let f = SendSqe::decode(&self.bytes).expect("a SEND WQE");
+            SendSqe::with_inv(stag, f.length).write_fields(&mut self.bytes);
+        }
         self
     }
 
@@ -306,7 +345,7 @@ impl Wqe {
 
     /// WQEBBs this WQE takes.
     pub fn wqebbs(&self) -> u16 {
-        (8 + self.body.len()).div_ceil(SQ_WQEBB_SIZE) as u16
+        self.bytes.len().div_ceil(SQ_WQEBB_SIZE) as u16
     }
 }
 
@@ -533,8 +572,11 @@ impl TestDriver {
 
     /// DEREG_MR of `stag`.
     pub fn dereg_mr(&mut self, stag: u32) -> Cqe {
-        let v = (stag & 0xff) << 20 | (stag >> 8) & 0xf_ffff;
-        self.exec(Command::DeregMr, |s| U32Arg(v).write_fields(s))
+        let req = DeregMr {
+            index: wire::stag_index(stag),
+            key: wire::stag_key(stag),
+        };
+        self.exec(Command::DeregMr, |s| req.write_fields(s))
     }
 
     /// Writes `wqe` at the QP's SQ producer index (wrapping at the ring end) and advances it.
@@ -559,9 +601,9 @@ impl TestDriver {
             wqebbs: count,
             sgl_len: wqe.sgl_len,
         };
-        let mut bytes = hdr.encode().to_le_bytes().to_vec();
-        bytes.extend_from_slice(&wqe.body);
+        let mut bytes = wqe.bytes.clone();
         bytes.resize(usize::from(count) * SQ_WQEBB_SIZE, 0);
+        hdr.write(&mut bytes);
         // Body first, header last (like the drivers).
         for (i, chunk) in bytes.chunks(8).enumerate().rev() {
             let pos = u64::from(start) * 32 + 8 * i as u64;
@@ -579,7 +621,7 @@ impl TestDriver {
     /// Rings the SQ doorbell of `qpn` on the kernel's shared SQ doorbell page.
     pub fn ring_sq(&mut self, qpn: u32) {
         let pi = self.dp.qps[&qpn].sq_pi;
-        self.w64(regs::SQDB_SHARED_PAGE, wire::sq_db(qpn, pi));
+        self.w64(regs::SQDB_SHARED_PAGE, SqDoorbell { qpn, pi }.encode());
     }
 
     /// Posts and rings one WQE; returns its start index.
@@ -615,7 +657,11 @@ impl TestDriver {
         if let Some(q) = self.dp.qps.get_mut(&qpn) {
             q.rq_pi = pi.wrapping_add(1);
         }
-        self.w64(regs::RQDB_BASE, wire::rq_db(qpn, pi.wrapping_add(1)));
+        let db = RqDoorbell {
+            qpn,
+            pi: pi.wrapping_add(1),
+        };
+        self.w64(regs::RQDB_BASE, db.encode());
         pi
     }
 
