@@ -11,9 +11,21 @@ results back into it and power off.
     vmrun.py --dev proto=roce --dev proto=iwarp --guest 0,1 --run 'sh t.sh'
     vmrun.py --dev proto=roce --dev proto=roce --guest 0 --guest 1 ...
 
-Exit status: 0 when every guest ran its command with exit status 0, saw no
-kernel oops/BUG/WARNING, and every TAP file it wrote has no failure; 1
-otherwise; 2 on bad usage or missing artifacts.
+The guests boot the debug kernel (KASAN, lockdep, UBSAN, kmemleak, ...) by
+default. Its reports end a guest within seconds: oopses, BUG()s, WARN()s (and
+KASAN and UBSAN reports, which go through panic_on_warn=1), soft lockups and
+hung tasks panic the guest (panic=-1 with -no-reboot ends QEMU at once); the
+reports that do not panic (lockdep, sleeping in atomic context, RCU stalls)
+are seen on the console, and the guest is killed two seconds later. The
+report goes into the TAP file of the test that was running (as its last,
+failing test point, with the console trace as diagnostics), and the other
+guests of the run go on. At the end of each guest's command kmemleak is
+scanned and any leak is a failure (kmemleak.tap). See KERNEL_REPORT for what
+counts as a report.
+
+Exit status: 0 when every guest ran its command with exit status 0, made no
+kernel report, and every TAP file it wrote has no failure; 1 otherwise; 2 on
+bad usage or missing artifacts.
 """
 
 import argparse
@@ -34,10 +46,40 @@ TOP = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("ERDMA_CACHE",
                             Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "erdma-rs"))
 
-# Kernel messages that mean the guest kernel is broken, whatever the tests say.
-KERNEL_TROUBLE = re.compile(
-    r"\b(Oops|BUG:|WARNING:|Kernel panic|general protection fault|Call Trace:|"
-    r"UBSAN:|KASAN:|rust_panic|refcount_t:)")
+# The first line of a kernel report: the guest kernel is broken, whatever the
+# tests say. Only kernel lines count: a printk timestamp, then the headline at
+# once (anywhere in a console line, as the console interleaves the kernel's
+# lines with the tests' output; a test that quotes dmesg can only quote a
+# report the console showed first, as every headline below is printed at
+# KERN_WARNING or above). Only the checkers' own headlines count: BUG()/BUG:
+# (oopses, page faults, KASAN, sleeping in atomic context, soft lockups,
+# workqueue lockups, bad page state), WARNING: (WARN*(), lockdep, suspicious RCU usage), the
+# "cut here" line that precedes a WARN()'s message, Oops, general protection
+# faults, panics, UBSAN, hung tasks, RCU stalls, hard lockups, lockdep's
+# non-static key report, SLUB's object reports and Rust panics. Device errors
+# that tests provoke on purpose are driver messages (dev_warn, dev_err) and do
+# not match. "Call Trace:" alone does not count: dump_stack() prints it
+# without anything being wrong (sysrq, debugging aids), and every real report
+# has its own headline above its trace. kmemleak's "suspected memory leaks"
+# line does not count here either: the guest scans on purpose at the end and
+# reports the leaks as a TAP failure (kmemleak.tap).
+KERNEL_REPORT = re.compile(
+    r"\[\s*\d+\.\d+\](?:\[\s*[TC]\d+\])? (?:watchdog: |rcu: )?"
+    r"(BUG: |BUG \S+ \(.*\): |kernel BUG at |WARNING: |-+\[ cut here \]-+|Oops|"
+    r"general protection fault|Kernel panic|UBSAN: |INFO: task .+ blocked|"
+    r"INFO: rcu\w* (?:self-)?detected (?:stall|expedited stall)|"
+    r"INFO: trying to register non-static key|Watchdog detected hard LOCKUP|"
+    r"\w+: panicked at )")
+# A kernel console line (for the trace that follows a report's headline).
+KERNEL_LINE = re.compile(r"\[\s*\d+\.\d+\]")
+# run_tests.sh names each test before it runs it.
+TEST_START = re.compile(r"# selftests: erdma_rs: (\S+)")
+# After the first line of a report: how long the guest may go on printing (its
+# trace) before it is killed, unless it panics and ends itself first; and how
+# long at most, if the console never goes quiet.
+REPORT_GRACE_S = 2.0
+REPORT_MAX_S = 10.0
+REPORT_MAX_LINES = 400
 TAP_LINE = re.compile(r"^(not ok|ok)\b(?:\s+\d+)?\s*-?\s*([^#]*)(?:#\s*(\w+)\s*(.*))?$")
 
 
@@ -168,6 +210,37 @@ def netdev_args(run, a, all_adapters):
     return ["-netdev", f"user,id={nid},restrict=on,ipv6=off"]
 
 
+# The end of every guest's command: kmemleak looks for unreferenced objects
+# (twice, as Documentation/dev-tools/kmemleak.rst advises: an object is only
+# reported once it is older than 5 s and was unreferenced in two scans), and
+# any is a failure in results/kmemleak.tap with kmemleak's report. The kernel
+# does not scan on its own (no DEBUG_KMEMLEAK_AUTO_SCAN), so the only scans
+# are these. A kernel without kmemleak (the release kernel) is a skip.
+KMEMLEAK_SH = r"""kmemleak_check() {
+	k=/sys/kernel/debug/kmemleak t=results/kmemleak.tap
+	echo "TAP version 13" >$t
+	if [ ! -e $k ]; then
+		echo "ok 1 no kmemleak reports # SKIP this kernel has no kmemleak ($(uname -r))" >>$t
+	elif ! echo scan >$k 2>/dev/null; then
+		echo "not ok 1 no kmemleak reports: kmemleak is off (it disables itself on an internal error)" >>$t
+		dmesg | grep -i kmemleak | tail -n 5 | sed 's/^/# /' >>$t
+	else
+		sleep 5
+		echo scan >$k
+		cat $k >results/kmemleak.log
+		n=$(grep -c '^unreferenced object' results/kmemleak.log)
+		if [ "$n" -eq 0 ]; then
+			echo "ok 1 no kmemleak reports" >>$t
+		else
+			echo "not ok 1 no kmemleak reports: $n unreferenced objects" >>$t
+			head -n 200 results/kmemleak.log | sed 's/^/# /' >>$t
+		fi
+	fi
+	echo "1..1" >>$t
+	cat $t
+}"""
+
+
 def write_payload(run, gi, adapters, command):
     payload = run.out / f"guest{gi}"
     if payload.exists():
@@ -191,10 +264,15 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb
 export ERDMA_GUEST={gi} ERDMA_PAYLOAD=/mnt/payload ERDMA_RESULTS=/mnt/payload/results
 mount -t 9p -o trans=virtio,version=9p2000.L,ro modules /lib/modules
 mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug
+# POSIX shared memory (shm_open; rdma-core's rdma_cm tests need it).
+mkdir -p /dev/shm && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
 hostname guest{gi}
 cd /mnt/payload
+{KMEMLEAK_SH}
 echo "vmrun-guest: running command.sh: $(head -c 200 command.sh)"
 {{ sh command.sh; echo $? > results/exit-status; }} 2>&1 | tee results/output.log
+echo "vmrun-guest: kmemleak"
+kmemleak_check
 dmesg > results/dmesg.log
 echo "vmrun-guest: done, exit status $(cat results/exit-status)"
 sync
@@ -205,12 +283,18 @@ busybox poweroff -f
     return payload
 
 
+# Every report of the debug kernel that can panic does (see the module doc);
+# with -no-reboot, panic=-1 ends QEMU at once. Harmless where the kernel's
+# configuration already says so, and on the release kernel.
+PANIC_ARGS = "panic=-1 panic_on_warn=1 softlockup_panic=1 hung_task_panic=1"
+
+
 def qemu_argv(run, adapters, all_adapters, payload):
     a = run.args
     mem = a.memory
     append = ("console=ttyS0 root=/dev/root rootfstype=9p "
               "rootflags=trans=virtio,version=9p2000.L,cache=loose,msize=262144 ro "
-              "init=/sbin/erdma-init panic=-1 " + a.append).strip()
+              "init=/sbin/erdma-init " + PANIC_ARGS + " " + a.append).strip()
     argv = [str(a.qemu),
             "-machine", "q35,memory-backend=mem", "-accel", "tcg", "-cpu", "max",
             "-smp", str(a.smp), "-m", mem,
@@ -229,17 +313,86 @@ def qemu_argv(run, adapters, all_adapters, payload):
     return argv
 
 
-def stream_console(proc, prefix, logpath, trouble):
-    """Log a guest console, note kernel trouble, and echo it with PREFIX (unless None)."""
-    with open(logpath, "w") as log:
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            log.write(line + "\n")
-            log.flush()
-            if KERNEL_TROUBLE.search(line):
-                trouble.append(line)
-            if prefix is not None:
-                print(f"{prefix} {line}", flush=True)
+class Console:
+    """One guest's console: logged, echoed with a prefix (unless None), and
+    watched for kernel reports and for the test that is running."""
+
+    def __init__(self, prefix, logpath):
+        self.prefix = prefix
+        self.logpath = logpath
+        self.lock = threading.Lock()
+        self.test = None          # the test run_tests.sh started last
+        self.report = []          # the report's kernel lines, first the headline
+        self.report_test = None   # the test that was running at the headline
+        self.report_at = None     # monotonic time of the headline
+        self.last_line_at = time.monotonic()
+
+    def feed(self, line):
+        """Take one console line (without its newline)."""
+        now = time.monotonic()
+        with self.lock:
+            self.last_line_at = now
+            if self.report_at is None:
+                m = KERNEL_REPORT.search(line)
+                if m:
+                    self.report_at = now
+                    self.report_test = self.test
+                    self.report.append(line[m.start():])
+                    return
+                t = TEST_START.search(line)
+                if t:
+                    self.test = t.group(1)
+                elif line.startswith("vmrun-guest: "):
+                    # init.sh's own steps (kmemleak, the end) are no test's.
+                    self.test = None
+            elif len(self.report) < REPORT_MAX_LINES:
+                k = KERNEL_LINE.search(line)
+                if k:
+                    self.report.append(line[k.start():])
+
+    def stream(self, proc):
+        with open(self.logpath, "w") as log:
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                log.write(line + "\n")
+                log.flush()
+                self.feed(line)
+                if self.prefix is not None:
+                    print(f"{self.prefix} {line}", flush=True)
+
+    def should_end(self, now=None):
+        """True once a report has had its time to finish printing."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            if self.report_at is None:
+                return False
+            return (now - self.report_at >= REPORT_MAX_S or
+                    (now - self.report_at >= REPORT_GRACE_S and now - self.last_line_at >= 1.0))
+
+
+def strip_stamp(line):
+    """A kernel line without its printk timestamp."""
+    return re.sub(r"^\[\s*\d+\.\d+\](?:\[\s*[TC]\d+\])? ", "", line)
+
+
+def record_report(results, test, report):
+    """Writes a kernel report as the last, failing test point of TEST's TAP
+    file in RESULTS (plan moved after it), or of kernel-report.tap when no test
+    was running. Returns the file."""
+    headline = strip_stamp(report[0])
+    diag = [f"# {line}" for line in report]
+    if test:
+        tap = results / f"{test}.tap"
+        what = f"kernel report: {headline}"
+    else:
+        tap = results / "kernel-report.tap"
+        what = f"kernel report outside any test: {headline}"
+    lines = tap.read_text(errors="replace").splitlines() if tap.exists() else ["TAP version 13"]
+    lines = [ln for ln in lines if not re.match(r"^1\.\.\d+", ln)]
+    n = sum(1 for ln in lines if TAP_LINE.match(ln)) + 1
+    lines += [f"not ok {n} {what}"] + diag + [f"1..{n}"]
+    tap.write_text("\n".join(lines) + "\n")
+    return tap
 
 
 def parse_tap(path):
@@ -284,7 +437,8 @@ def main():
     ap.add_argument("--msg-timeout-ms", type=int, default=20000, help="vfio-user message timeout")
     ap.add_argument("--quiet", action="store_true", help="do not echo guest consoles")
     ap.add_argument("--kernel", default=str(default_path("linux-" + pinned("KERNEL_PKG_VERSION"),
-                                                         "build-current", "arch", "x86", "boot", "bzImage")))
+                                                         "build-debug", "arch", "x86", "boot", "bzImage")),
+                    help="guest kernel (default: the debug kernel; make bench passes the release one)")
     ap.add_argument("--modules", default=None, help="lib/modules directory of the test kernel")
     ap.add_argument("--rootfs", default=str(default_path("rootfs", "current")))
     ap.add_argument("--qemu", default=None)
@@ -339,34 +493,54 @@ def main():
             (run.out / f"guest{gi}.cmdline").write_text(shlex.join(argv) + "\n")
             p = run.spawn(f"qemu guest{gi}", argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT)
-            trouble = []
             logpath = run.out / f"guest{gi}.console.log"
-            prefix = None if args.quiet else f"[guest{gi}]"
-            t = threading.Thread(target=stream_console, args=(p, prefix, logpath, trouble), daemon=True)
+            con = Console(None if args.quiet else f"[guest{gi}]", logpath)
+            t = threading.Thread(target=con.stream, args=(p,), daemon=True)
             t.start()
             print(f"vmrun: guest{gi} booting with adapters {idxs} (console: {logpath})", file=sys.stderr)
-            vms.append((gi, p, t, trouble, payload, logpath))
+            vms.append((gi, p, t, con, payload, logpath))
 
+        # Wait for every guest to power off; end a guest whose kernel made a
+        # report once the report is printed, and every guest at the deadline.
         deadline = time.monotonic() + args.timeout
-        for gi, p, t, trouble, payload, logpath in vms:
-            try:
-                p.wait(timeout=max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                print(f"vmrun: FAIL guest{gi}: no power-off within {args.timeout} s; killed. "
-                      f"Read {logpath}", file=sys.stderr)
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-                ok = False
+        ended = {}
+        while len(ended) < len(vms):
+            for gi, p, _t, con, _payload, logpath in vms:
+                if gi in ended:
+                    continue
+                if p.poll() is not None:
+                    ended[gi] = ("off", time.monotonic())
+                elif con.should_end():
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+                    ended[gi] = ("killed", time.monotonic())
+                elif time.monotonic() >= deadline:
+                    print(f"vmrun: FAIL guest{gi}: no power-off within {args.timeout} s; killed. "
+                          f"Read {logpath}", file=sys.stderr)
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+                    ended[gi] = ("timeout", time.monotonic())
+                    ok = False
+            time.sleep(0.2)
+        for gi, p, t, con, payload, logpath in vms:
             t.join(5)
+            if con.report:
+                tap = record_report(payload / "results", con.report_test, con.report)
+                print(f"vmrun: FAIL guest{gi}: kernel report during "
+                      f"{con.report_test or 'no test'}: {strip_stamp(con.report[0])!r}; the guest "
+                      f"{'ended itself' if ended[gi][0] == 'off' else 'was killed'} "
+                      f"{ended[gi][1] - con.report_at:.1f} s after it ({len(con.report)} lines "
+                      f"in {tap}; console: {logpath})", file=sys.stderr)
+                for line in con.report[:60]:
+                    print(f"vmrun:   {line}", file=sys.stderr)
+                ok = False
             status_file = payload / "results" / "exit-status"
             status = status_file.read_text().strip() if status_file.exists() else None
-            if status != "0":
+            if status != "0" and not con.report:
                 print(f"vmrun: FAIL guest{gi}: command exit status {status or 'unknown (guest died?)'}; "
                       f"read {logpath}", file=sys.stderr)
                 ok = False
-            if trouble:
-                print(f"vmrun: FAIL guest{gi}: the kernel reported trouble, first: {trouble[0]!r}; "
-                      f"read {logpath}", file=sys.stderr)
+            elif status != "0":
                 ok = False
             for tap in sorted((payload / "results").glob("*.tap")):
                 pa, fa, sk, failures = parse_tap(tap)
