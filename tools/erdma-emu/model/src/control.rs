@@ -30,7 +30,7 @@ use core::fmt;
 use std::time::Duration;
 
 use crate::cmdq::{Command, OpCode, STAT_NAMES};
-use crate::eq::AeqEvent;
+use crate::wire::AeqEvent;
 
 /// Longest accepted delay: one hour (well beyond the drivers' 15 s command timeout).
 pub const MAX_DELAY_MS: u64 = 3_600_000;

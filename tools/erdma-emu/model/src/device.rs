@@ -69,7 +69,7 @@ use crate::caps::Caps;
 use crate::clock::{Clock, MonotonicClock};
 use crate::cmdq::{Cqe, STAT_NAMES};
 use crate::control::{ControlCommand, FaultRules};
-use crate::eq::EventQueue;
+use crate::eq::{EventQueue, EventQueues};
 use crate::extdb::DbPages;
 use crate::fabric::{Fabric, Port, Waker};
 use crate::io::Io;
@@ -79,12 +79,13 @@ use crate::roce::{AhTable, GidTable};
 
 mod cmdq_engine;
 mod engine;
+mod events;
 mod harness;
 mod objects;
 
 pub use engine::{MAX_HELD, MAX_MESSAGE};
 
-pub use cmdq_engine::{PostError, CEQ_DEPTH_LOG2_RANGE, CEQ_RANGE, MTU_RANGE};
+pub use cmdq_engine::{CEQ_DEPTH_LOG2_RANGE, CEQ_RANGE, MTU_RANGE};
 
 /// Default VERSION register value. Any non-zero value marks a functional device and the drivers do
 /// not interpret it further; the model reports 1 ("model revision 1 of the register interface").
@@ -348,14 +349,6 @@ impl Programmed {
     }
 }
 
-/// A CEQ created by CREATE_EQ.
-#[derive(Clone, Debug)]
-struct Ceq {
-    eq: EventQueue,
-    /// Doorbell-record address from CREATE_EQ (recorded; the model takes doorbells from MMIO).
-    dbrec: u64,
-}
-
 /// The queues that exist after `DEV_CTRL.INIT`.
 #[derive(Clone, Debug)]
 struct Queues {
@@ -368,12 +361,8 @@ struct Queues {
     cq_ci: u32,
     /// The next CQE produces an EQE (CMDQ_CQ_DB with ARM, one event per arm).
     cq_armed: bool,
-    /// The CMDQ EQ (EQN 0, vector 0).
-    cmdq_eq: EventQueue,
-    /// The AEQ (vector 0).
-    aeq: EventQueue,
-    /// CEQs by EQN (index 0 unused).
-    ceqs: Vec<Option<Ceq>>,
+    /// The CMDQ EQ, the AEQ and the CEQs.
+    eqs: EventQueues,
 }
 
 impl Queues {
@@ -384,9 +373,11 @@ impl Queues {
             cq_pi: 0,
             cq_ci: 0,
             cq_armed: false,
-            cmdq_eq: EventQueue::new(admin.cmdq_eq.addr, admin.cmdq_eq.depth, 0),
-            aeq: EventQueue::new(admin.aeq.addr, admin.aeq.depth, 0),
-            ceqs: vec![None; usize::from(regs::EQ_DB_COUNT)],
+            eqs: EventQueues::new(
+                EventQueue::new(admin.cmdq_eq.addr, admin.cmdq_eq.depth, 0),
+                EventQueue::new(admin.aeq.addr, admin.aeq.depth, 0),
+                regs::EQ_DB_COUNT,
+            ),
         }
     }
 }

@@ -16,67 +16,14 @@
 //! * An entry that would overwrite one the driver has not consumed (by the last CI it reported) is
 //!   dropped and reported as [`EqError::Full`].
 //! * The body (bytes 4..16) is written before dword 0, so the owner bit becomes visible last.
+//! * [`EventQueues`] holds a function's EQs (CMDQ EQ, AEQ, CEQs) and is where events are posted
+//!   and EQ doorbells land; the entry layouts are [`crate::wire::Eqe`].
 
 use core::fmt;
 
 use crate::io::{Io, MemError};
 use crate::regs::EqDoorbell;
-
-/// Size of an event queue entry.
-pub const EQE_SIZE: usize = 16;
-/// Owner bit in dword 0.
-pub const OWNER_BIT: u32 = 1 << 31;
-
-/// An asynchronous event (AEQE, §4.2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AeqEvent {
-    /// Event type (dword 0 bits 23:16): 0 QP fatal, 1 QP RQ error, 2 access error, 3 CQ error,
-    /// 4 other.
-    pub ty: u8,
-    /// Subtype (dword 0 bits 7:0).
-    pub subtype: u8,
-    /// dword 1 (QPN or CQN).
-    pub data0: u32,
-    /// dword 2.
-    pub data1: u32,
-}
-
-/// A CEQE for `cqn` without its owner bit: first u64 LE bits 19:0 = CQN, the rest 0.
-pub fn ceqe(cqn: u32) -> [u8; EQE_SIZE] {
-    let mut e = [0u8; EQE_SIZE];
-    e[..4].copy_from_slice(&(cqn & 0xf_ffff).to_le_bytes());
-    e
-}
-
-/// An AEQE without its owner bit: four LE u32 (type/subtype, data0, data1, 0).
-pub fn aeqe(ev: &AeqEvent) -> [u8; EQE_SIZE] {
-    let dw0 = u32::from(ev.ty) << 16 | u32::from(ev.subtype);
-    let mut e = [0u8; EQE_SIZE];
-    e[..4].copy_from_slice(&dw0.to_le_bytes());
-    e[4..8].copy_from_slice(&ev.data0.to_le_bytes());
-    e[8..12].copy_from_slice(&ev.data1.to_le_bytes());
-    e
-}
-
-/// Decodes an AEQE (what a driver reads): `(owner, event)`.
-pub fn decode_aeqe(e: &[u8; EQE_SIZE]) -> (bool, AeqEvent) {
-    let dw = |i: usize| u32::from_le_bytes([e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]]);
-    let dw0 = dw(0);
-    (
-        dw0 & OWNER_BIT != 0,
-        AeqEvent {
-            ty: (dw0 >> 16) as u8,
-            subtype: dw0 as u8,
-            data0: dw(1),
-            data1: dw(2),
-        },
-    )
-}
-
-/// The CMDQ EQE: only its owner bit means anything to the driver; the rest is 0.
-pub fn cmdq_eqe() -> [u8; EQE_SIZE] {
-    [0; EQE_SIZE]
-}
+use crate::wire::{self, AeqEvent, Eqe, EQE_SIZE};
 
 /// Why an entry could not be posted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,21 +117,16 @@ impl EventQueue {
         }
     }
 
-    /// Writes `entry` (its owner bit is set here) at the producer index and raises the vector if
-    /// the EQ is armed.
-    pub fn post(&mut self, entry: [u8; EQE_SIZE], io: &mut Io<'_>) -> Result<Fired, EqError> {
+    /// Writes `entry` with the owner bit of its lap at the producer index and raises the vector
+    /// if the EQ is armed.
+    pub fn post(&mut self, entry: Eqe, io: &mut Io<'_>) -> Result<Fired, EqError> {
         if self.pending() >= self.depth.min(0xffff) {
             return Err(EqError::Full);
         }
         let slot = u64::from(self.pi & (self.depth - 1));
         let gpa = self.addr + slot * EQE_SIZE as u64;
-        let mut dw0 = u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]) & !OWNER_BIT;
-        if self.pi & self.depth == 0 {
-            dw0 |= OWNER_BIT;
-        }
-        io.mem.write(gpa + 4, &entry[4..]).map_err(EqError::Dma)?;
-        io.mem
-            .write(gpa, &dw0.to_le_bytes())
+        let bytes = entry.encode(self.pi & self.depth == 0);
+        wire::write_owner_last(&bytes, |off, b| io.mem.write(gpa + off, b))
             .map_err(EqError::Dma)?;
         self.pi = self.pi.wrapping_add(1);
         Ok(self.fire_if_armed(io))
@@ -216,10 +158,128 @@ impl EventQueue {
     }
 }
 
+/// A CEQ created by CREATE_EQ.
+#[derive(Clone, Debug)]
+pub struct Ceq {
+    /// The ring.
+    pub eq: EventQueue,
+    /// Doorbell-record address from CREATE_EQ (recorded; the model takes doorbells from MMIO).
+    pub dbrec: u64,
+}
+
+/// Why an event was not posted ([`EventQueues::post_ceqe`], [`EventQueues::post_aeqe`] and the
+/// device's entry points).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostError {
+    /// DEV_CTRL.INIT has not completed: no EQs exist.
+    NotInitialized,
+    /// No CEQ with this EQN.
+    NoSuchEq(u8),
+    /// The EQ refused the entry.
+    Eq(EqError),
+}
+
+impl fmt::Display for PostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PostError::NotInitialized => f.write_str("device not initialized (no EQs)"),
+            PostError::NoSuchEq(n) => write!(f, "no CEQ with EQN {n}"),
+            PostError::Eq(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for PostError {}
+
+/// The event queues of an initialized function: the CMDQ EQ (EQN 0) and the AEQ, both on
+/// vector 0, and the CEQs by EQN (1 and up; slot 0 is never used).
+#[derive(Clone, Debug)]
+pub struct EventQueues {
+    cmdq_eq: EventQueue,
+    aeq: EventQueue,
+    ceqs: Vec<Option<Ceq>>,
+}
+
+impl EventQueues {
+    /// The CMDQ EQ, the AEQ and room for CEQs with EQNs below `count`.
+    pub fn new(cmdq_eq: EventQueue, aeq: EventQueue, count: u8) -> Self {
+        EventQueues {
+            cmdq_eq,
+            aeq,
+            ceqs: vec![None; usize::from(count)],
+        }
+    }
+
+    /// The CMDQ EQ.
+    pub fn cmdq_eq(&self) -> &EventQueue {
+        &self.cmdq_eq
+    }
+
+    /// The AEQ.
+    pub fn aeq(&self) -> &EventQueue {
+        &self.aeq
+    }
+
+    /// CEQ `eqn`, if it exists.
+    pub fn ceq(&self, eqn: u8) -> Option<&Ceq> {
+        self.ceqs.get(usize::from(eqn))?.as_ref()
+    }
+
+    /// The slot of CEQ `eqn` (to create or destroy it); `None` beyond the EQNs there are.
+    pub fn ceq_slot(&mut self, eqn: u8) -> Option<&mut Option<Ceq>> {
+        self.ceqs.get_mut(usize::from(eqn))
+    }
+
+    /// EQNs of the live CEQs, in increasing order.
+    pub fn live_ceqs(&self) -> Vec<u8> {
+        (0..=u8::MAX)
+            .zip(&self.ceqs)
+            .filter(|(_, c)| c.is_some())
+            .map(|(n, _)| n)
+            .collect()
+    }
+
+    /// Posts a CMDQ EQE; raises vector 0 if the CMDQ EQ is armed.
+    pub fn post_cmdq_eqe(&mut self, io: &mut Io<'_>) -> Result<Fired, EqError> {
+        self.cmdq_eq.post(Eqe::Cmdq, io)
+    }
+
+    /// Posts a CEQE for `cqn` (20 bits) to CEQ `eqn`; raises the CEQ's vector if it is armed.
+    pub fn post_ceqe(&mut self, eqn: u8, cqn: u32, io: &mut Io<'_>) -> Result<Fired, PostError> {
+        let ceq = self
+            .ceqs
+            .get_mut(usize::from(eqn))
+            .and_then(Option::as_mut)
+            .filter(|_| eqn != 0)
+            .ok_or(PostError::NoSuchEq(eqn))?;
+        ceq.eq.post(Eqe::Ceq { cqn }, io).map_err(PostError::Eq)
+    }
+
+    /// Posts an asynchronous event to the AEQ; raises vector 0 if the AEQ is armed.
+    pub fn post_aeqe(&mut self, ev: AeqEvent, io: &mut Io<'_>) -> Result<Fired, PostError> {
+        self.aeq.post(Eqe::Aeq(ev), io).map_err(PostError::Eq)
+    }
+
+    /// An EQ doorbell: AEQ_DB (`None`) or EQ_DB\[n\] (0 = CMDQ EQ, n = CEQ n). `None` if CEQ `n`
+    /// does not exist.
+    pub fn doorbell(&mut self, n: Option<u8>, db: EqDoorbell, io: &mut Io<'_>) -> Option<Fired> {
+        let eq = match n {
+            None => &mut self.aeq,
+            Some(0) => &mut self.cmdq_eq,
+            Some(n) => &mut self.ceqs.get_mut(usize::from(n))?.as_mut()?.eq,
+        };
+        Some(eq.doorbell(db, io))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::{RecordingIrqs, VecMemory};
+
+    fn ceqe(cqn: u32) -> Eqe {
+        Eqe::Ceq { cqn }
+    }
 
     fn entry(mem: &VecMemory, addr: u64, i: u32) -> [u8; 16] {
         let off = (addr - mem.base()) as usize + i as usize * 16;
@@ -263,12 +323,53 @@ mod tests {
     }
 
     #[test]
+    fn event_queues_route_posts_and_doorbells() {
+        let mut mem = VecMemory::new(0x1000, 0x1000);
+        let mut irq = RecordingIrqs::all_connected();
+        let mut io = Io::new(&mut mem, &mut irq);
+        let mut eqs = EventQueues::new(
+            EventQueue::new(0x1000, 4, 0),
+            EventQueue::new(0x1100, 4, 0),
+            4,
+        );
+        *eqs.ceq_slot(2).unwrap() = Some(Ceq {
+            eq: EventQueue::new(0x1200, 4, 5),
+            dbrec: 0x1f00,
+        });
+        assert!(eqs.ceq_slot(4).is_none(), "beyond the EQNs");
+        assert_eq!(eqs.live_ceqs(), [2]);
+        assert_eq!(eqs.post_ceqe(2, 7, &mut io), Ok(Fired::Yes));
+        assert_eq!(eqs.post_ceqe(1, 7, &mut io), Err(PostError::NoSuchEq(1)));
+        assert_eq!(eqs.post_ceqe(0, 7, &mut io), Err(PostError::NoSuchEq(0)));
+        assert_eq!(eqs.post_ceqe(9, 7, &mut io), Err(PostError::NoSuchEq(9)));
+        let ev = AeqEvent {
+            ty: 2,
+            subtype: 0,
+            data0: 10,
+            data1: 0,
+        };
+        assert_eq!(eqs.post_aeqe(ev, &mut io), Ok(Fired::Yes));
+        assert_eq!(eqs.post_cmdq_eqe(&mut io), Ok(Fired::Yes));
+        assert_eq!((eqs.aeq().pi(), eqs.cmdq_eq().pi()), (1, 1));
+        assert_eq!(eqs.ceq(2).map(|c| (c.eq.pi(), c.dbrec)), Some((1, 0x1f00)));
+        let db = EqDoorbell { ci: 1, arm: true };
+        assert_eq!(eqs.doorbell(Some(2), db, &mut io), Some(Fired::No));
+        assert_eq!(eqs.doorbell(Some(3), db, &mut io), None);
+        assert_eq!(eqs.doorbell(None, db, &mut io), Some(Fired::No));
+        assert_eq!(eqs.doorbell(Some(0), db, &mut io), Some(Fired::No));
+        assert_eq!(irq.raised, [5, 0, 0]);
+        let e = entry(&mem, 0x1100, 0);
+        assert_eq!((Eqe::owner(&e), Eqe::decode_aeqe(&e)), (true, ev));
+        assert_eq!(Eqe::decode_ceqe(&entry(&mem, 0x1200, 0)), 7);
+    }
+
+    #[test]
     fn bogus_ci_and_unmapped_ring() {
         let mut mem = VecMemory::new(0x1000, 0x100);
         let mut irq = RecordingIrqs::all_connected();
         let mut io = Io::new(&mut mem, &mut irq);
         let mut eq = EventQueue::new(0x1000, 16, 0);
-        eq.post(cmdq_eqe(), &mut io).unwrap();
+        eq.post(Eqe::Cmdq, &mut io).unwrap();
         // A CI from the future: nothing pending, arming does not fire.
         let f = eq.doorbell(
             EqDoorbell {
@@ -282,21 +383,5 @@ mod tests {
         assert!(matches!(far.post(ceqe(1), &mut io), Err(EqError::Dma(_))));
         assert_eq!(far.pi(), 0, "nothing written, nothing counted");
         assert!(!EqError::Full.to_string().is_empty());
-    }
-
-    #[test]
-    fn aeqe_layout() {
-        let ev = AeqEvent {
-            ty: 3,
-            subtype: 9,
-            data0: 0x1234_5678,
-            data1: 0x9abc_def0,
-        };
-        let e = aeqe(&ev);
-        assert_eq!(
-            e,
-            [9, 0, 3, 0, 0x78, 0x56, 0x34, 0x12, 0xf0, 0xde, 0xbc, 0x9a, 0, 0, 0, 0]
-        );
-        assert_eq!(decode_aeqe(&e), (false, ev));
     }
 }

@@ -49,5 +49,6 @@ pub mod wire;
 
 pub use caps::Caps;
 pub use clock::{Clock, ManualClock, MonotonicClock};
-pub use device::{AdminQueues, Device, DeviceConfig, PostError, Protocol, RingConfig};
+pub use device::{AdminQueues, Device, DeviceConfig, Protocol, RingConfig};
+pub use eq::PostError;
 pub use io::{GuestMemory, Io, IrqSink, MemError, MemErrorKind};

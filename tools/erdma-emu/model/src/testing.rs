@@ -12,9 +12,9 @@ use crate::cmdq::{
     WQEBB_SIZE,
 };
 use crate::device::{Device, DeviceConfig};
-use crate::eq::{self, AeqEvent, EQE_SIZE};
 use crate::io::{GuestMemory, Io, IrqSink, MemError, MemErrorKind};
 use crate::regs::{self, AdminQueue, CqDoorbell, EqDoorbell, MSIX_VECTORS};
+use crate::wire::{AeqEvent, Eqe, EQE_SIZE};
 
 /// Guest memory made of one flat buffer at guest-physical address `base`.
 #[derive(Clone, Debug)]
@@ -394,8 +394,7 @@ impl TestDriver {
     }
 
     fn eqe_valid(e: &[u8; EQE_SIZE], ci: u32, depth: u32) -> bool {
-        let owner = e[3] & 0x80 != 0;
-        owner != (ci & depth != 0)
+        Eqe::owner(e) != (ci & depth != 0)
     }
 
     /// Consumes one valid CMDQ EQE if there is one.
@@ -425,7 +424,7 @@ impl TestDriver {
             return None;
         }
         self.aeq_ci = self.aeq_ci.wrapping_add(1);
-        Some(eq::decode_aeqe(&e).1)
+        Some(Eqe::decode_aeqe(&e))
     }
 
     /// Re-arms the AEQ with the consumer index.
@@ -460,8 +459,7 @@ impl TestDriver {
     /// CEQ `eqn` entry `index` (masked by `depth`): `(owner, CQN)`.
     pub fn ceqe(&self, eqn: u8, depth: u32, index: u32) -> (bool, u32) {
         let e = self.eqe_raw(Self::ceq_ring(eqn), depth, index);
-        let dw0 = u32::from_le_bytes([e[0], e[1], e[2], e[3]]);
-        (dw0 & eq::OWNER_BIT != 0, dw0 & 0xf_ffff)
+        (Eqe::owner(&e), Eqe::decode_ceqe(&e))
     }
 
     /// Runs the device's due delayed work.

@@ -400,7 +400,7 @@ fn random_commands_and_doorbells_on_live_rings() {
                 let _ = t
                     .dev
                     .post_ceqe(rng.below(40) as u8, rng.next_u64() as u32, &mut io);
-                let ev = erdma_model::eq::AeqEvent {
+                let ev = erdma_model::wire::AeqEvent {
                     ty: rng.next_u64() as u8,
                     subtype: rng.next_u64() as u8,
                     data0: rng.next_u64() as u32,

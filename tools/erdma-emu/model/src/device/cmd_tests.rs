@@ -11,10 +11,11 @@ use crate::caps::Caps;
 use crate::clock::ManualClock;
 use crate::cmdq::*;
 use crate::control;
-use crate::eq::{AeqEvent, EqError};
+use crate::eq::{EqError, PostError};
 use crate::regs::*;
 use crate::roce::{AddressHandle, AhTable, GidEntry, GidTable};
 use crate::testing::{ipv4_av, ipv4_gid, layout, TestDriver, XorShift};
+use crate::wire::AeqEvent;
 use crate::GuestMemory;
 
 fn driver() -> TestDriver {

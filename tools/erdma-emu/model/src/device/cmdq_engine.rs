@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The command queue engine and the event-queue doorbells (erdma-hw.md §3, §4).
+//! The command queue engine (erdma-hw.md §3) and the COMMON commands it executes; the CMDQ EQE
+//! it posts on an armed CMDQ CQ goes through [`crate::eq::EventQueues`].
 //!
 //! # Fetching
 //!
@@ -31,17 +32,17 @@
 
 use std::time::Duration;
 
-use super::{Ceq, Delayed, Device, Oddity, Protocol};
+use super::{Delayed, Device, Oddity, Protocol};
 use crate::cmdq::{
     self, AllocDb, Command, ConfDevice, ConfMtu, Cqe, CreateAh, CreateEq, DestroyAh, DestroyEq,
     FreeDb, GetStats, GidOp, Header, OpCode, Request, SetGid, Status, CQE_QTYPE_CMDQ, EQ_TYPE_CEQ,
     MAX_CMD_SIZE, MAX_CMD_WQEBBS, WQEBB_SIZE,
 };
 use crate::control::FaultAction;
-use crate::eq::{self, AeqEvent, EqError, EventQueue};
+use crate::eq::{Ceq, EventQueue};
 use crate::extdb;
 use crate::io::Io;
-use crate::regs::{self, CqDoorbell, EqDoorbell};
+use crate::regs::{self, CqDoorbell};
 use crate::roce::{self, AddressHandle, AhTable, GidEntry, GidTable};
 use crate::wire;
 
@@ -53,29 +54,6 @@ pub const MTU_RANGE: core::ops::RangeInclusive<u32> = 68..=65535;
 pub const CEQ_DEPTH_LOG2_RANGE: core::ops::RangeInclusive<u8> = 1..=16;
 /// EQNs and vectors CREATE_EQ accepts: CEQs only (EQN/vector 0 is the CMDQ EQ and the AEQ).
 pub const CEQ_RANGE: core::ops::RangeInclusive<u8> = 1..=(regs::EQ_DB_COUNT - 1);
-
-/// Why [`Device::post_ceqe`] or [`Device::post_aeqe`] did not post.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PostError {
-    /// DEV_CTRL.INIT has not completed: no EQs exist.
-    NotInitialized,
-    /// No CEQ with this EQN.
-    NoSuchEq(u8),
-    /// The EQ refused the entry.
-    Eq(EqError),
-}
-
-impl std::fmt::Display for PostError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PostError::NotInitialized => f.write_str("device not initialized (no EQs)"),
-            PostError::NoSuchEq(n) => write!(f, "no CEQ with EQN {n}"),
-            PostError::Eq(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for PostError {}
 
 /// A command's result: `(resp0, resp1)` or a failure status.
 type Outcome = Result<(u64, u64), Status>;
@@ -333,10 +311,10 @@ impl Device {
             return Err(Status::InvalidParam);
         }
         let depth = 1u32 << r.depth_log2;
-        let size = u64::from(depth) * eq::EQE_SIZE as u64;
+        let size = u64::from(depth) * wire::EQE_SIZE as u64;
         let ring_end = r.ring.checked_add(size);
         if r.ring == 0
-            || r.ring % eq::EQE_SIZE as u64 != 0
+            || r.ring % wire::EQE_SIZE as u64 != 0
             || ring_end.is_none()
             || r.dbrec == 0
             || r.dbrec % regs::DBREC_ALIGN != 0
@@ -370,7 +348,7 @@ impl Device {
     /// The CEQ slot of EQN `eqn` (once INIT latched the queues).
     fn ceq_slot(&mut self, eqn: u8) -> Result<&mut Option<Ceq>, Status> {
         let q = self.func.queues.as_mut().ok_or(Status::InvalidParam)?;
-        q.ceqs.get_mut(usize::from(eqn)).ok_or(Status::InvalidParam)
+        q.eqs.ceq_slot(eqn).ok_or(Status::InvalidParam)
     }
 
     fn cmd_destroy_eq(&mut self, r: DestroyEq) -> Outcome {
@@ -574,11 +552,7 @@ impl Device {
         let slot = u64::from(q.cq_pi & (cq.depth - 1));
         let gpa = cq.addr + slot * cmdq::CQE_SIZE as u64;
         let bytes = cqe.encode();
-        // Body first, then the dword with the owner bit.
-        let written = io
-            .mem
-            .write(gpa + 4, &bytes[4..])
-            .and_then(|()| io.mem.write(gpa, &bytes[..4]));
+        let written = wire::write_owner_last(&bytes, |at, b| io.mem.write(gpa + at, b));
         if let Err(e) = written {
             if self.warned.first(Oddity::CqeWrite, 0) {
                 log::warn!("CMDQ CQE for the command at {:#x} dropped: {e}", cqe.start);
@@ -596,7 +570,7 @@ impl Device {
         let Some(q) = self.func.queues.as_mut() else {
             return;
         };
-        if let Err(e) = q.cmdq_eq.post(eq::cmdq_eqe(), io) {
+        if let Err(e) = q.eqs.post_cmdq_eqe(io) {
             if self.warned.first(Oddity::EqPost, 0) {
                 log::warn!("CMDQ EQE dropped: {e}");
             }
@@ -626,51 +600,6 @@ impl Device {
         } else {
             q.cq_armed = true;
         }
-    }
-
-    // --------------------------------------------------------------------------------------------
-    // Event queues
-    // --------------------------------------------------------------------------------------------
-
-    /// An EQ doorbell: AEQ_DB (`None`) or EQ_DB\[n\] (0 = CMDQ EQ, n = CEQ n).
-    pub(super) fn eq_doorbell(&mut self, n: Option<u8>, db: EqDoorbell, io: &mut Io<'_>) {
-        let Some(q) = self.func.queues.as_mut() else {
-            return;
-        };
-        let eq = match n {
-            None => &mut q.aeq,
-            Some(0) => &mut q.cmdq_eq,
-            Some(n) => match q.ceqs.get_mut(usize::from(n)).and_then(Option::as_mut) {
-                Some(ceq) => &mut ceq.eq,
-                None => {
-                    if self.warned.first(Oddity::UnknownCeqDoorbell, n.into()) {
-                        log::warn!("EQ_DB[{n}] for a CEQ that does not exist, ignored");
-                    }
-                    return;
-                }
-            },
-        };
-        eq.doorbell(db, io);
-    }
-
-    /// Posts a CEQE for `cqn` (20 bits) to CEQ `eqn`; raises the CEQ's vector if it is armed.
-    pub fn post_ceqe(&mut self, eqn: u8, cqn: u32, io: &mut Io<'_>) -> Result<(), PostError> {
-        let q = self.func.queues.as_mut().ok_or(PostError::NotInitialized)?;
-        let ceq = q
-            .ceqs
-            .get_mut(usize::from(eqn))
-            .and_then(Option::as_mut)
-            .filter(|_| eqn != 0)
-            .ok_or(PostError::NoSuchEq(eqn))?;
-        ceq.eq.post(eq::ceqe(cqn), io).map_err(PostError::Eq)?;
-        Ok(())
-    }
-
-    /// Posts an asynchronous event to the AEQ; raises vector 0 if the AEQ is armed.
-    pub fn post_aeqe(&mut self, ev: AeqEvent, io: &mut Io<'_>) -> Result<(), PostError> {
-        let q = self.func.queues.as_mut().ok_or(PostError::NotInitialized)?;
-        q.aeq.post(eq::aeqe(&ev), io).map_err(PostError::Eq)?;
-        Ok(())
     }
 
     // --------------------------------------------------------------------------------------------
@@ -735,39 +664,6 @@ impl Device {
     /// The address handles (CREATE_AH / DESTROY_AH).
     pub fn address_handles(&self) -> &AhTable {
         &self.func.ahs
-    }
-
-    /// EQNs of the live CEQs, in increasing order.
-    pub fn ceqs(&self) -> Vec<u8> {
-        self.func.queues.as_ref().map_or_else(Vec::new, |q| {
-            (0..=u8::MAX)
-                .zip(&q.ceqs)
-                .filter(|(_, c)| c.is_some())
-                .map(|(n, _)| n)
-                .collect()
-        })
-    }
-
-    /// CEQ `eqn`, if it exists.
-    pub fn ceq(&self, eqn: u8) -> Option<&EventQueue> {
-        let q = self.func.queues.as_ref()?;
-        q.ceqs.get(usize::from(eqn))?.as_ref().map(|c| &c.eq)
-    }
-
-    /// The doorbell-record address CEQ `eqn` was created with.
-    pub fn ceq_dbrec(&self, eqn: u8) -> Option<u64> {
-        let q = self.func.queues.as_ref()?;
-        q.ceqs.get(usize::from(eqn))?.as_ref().map(|c| c.dbrec)
-    }
-
-    /// The CMDQ EQ (after INIT).
-    pub fn cmdq_eq(&self) -> Option<&EventQueue> {
-        self.func.queues.as_ref().map(|q| &q.cmdq_eq)
-    }
-
-    /// The AEQ (after INIT).
-    pub fn aeq(&self) -> Option<&EventQueue> {
-        self.func.queues.as_ref().map(|q| &q.aeq)
     }
 
     /// CMDQ state: `(SQ consumer index, CQ producer index, CQ armed)` (after INIT).

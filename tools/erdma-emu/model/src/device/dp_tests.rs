@@ -4,11 +4,11 @@
 
 use crate::cmdq::Status;
 use crate::device::{DeviceConfig, Protocol};
-use crate::eq::AeqEvent;
 use crate::io::GuestMemory;
 use crate::regs;
 use crate::testing::dp::{self, fabric, pump, Wqe, ALL_ACCESS, PDN};
 use crate::testing::{ipv4_gid, TestDriver};
+use crate::wire::AeqEvent;
 use crate::wire::{
     self, access, op, wc, CqeExtra, CreateQp, DataCqe, ModifyQpRoce, QpState, QueueMttCfg, RegMr,
     RqDoorbell, Sge, SqDoorbell, CQE_QTYPE_RQ, CQE_QTYPE_SQ, QP_TYPE_RC, QP_TYPE_UD,

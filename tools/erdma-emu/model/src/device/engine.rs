@@ -52,16 +52,15 @@ use std::collections::VecDeque;
 
 use super::objects::Pending;
 use super::{Device, Oddity};
-use crate::eq::AeqEvent;
 use crate::fabric::{AtomicOp, Body, Nak, Packet, Reply, Request, SendError};
 use crate::io::{GuestMemory, Io};
 use crate::mtt::{self, Mtt, Piece, Xlate};
 use crate::regs::{self, Bar0Area, CqDoorbell};
 use crate::wire::{
-    self, access, op, wc, AtomicSqe, CqeExtra, DataCqe, FastRegSqe, LocalInvSqe, MrType, QpState,
-    ReadSqe, RqDoorbell, Rqe, SendSqe, Sge, Sgl, SqDoorbell, SqeHeader, UdSendSqe, WriteSqe,
-    CQE_QTYPE_RQ, CQE_QTYPE_SQ, FAST_REG_MTT_BUFFER, FAST_REG_MTT_INLINE, MAX_WQE_SIZE, QP_TYPE_UD,
-    RQE_SIZE, SQ_WQEBB_SIZE,
+    self, access, op, wc, AeqEvent, AtomicSqe, CqeExtra, DataCqe, FastRegSqe, LocalInvSqe, MrType,
+    QpState, ReadSqe, RqDoorbell, Rqe, SendSqe, Sge, Sgl, SqDoorbell, SqeHeader, UdSendSqe,
+    WriteSqe, CQE_QTYPE_RQ, CQE_QTYPE_SQ, FAST_REG_MTT_BUFFER, FAST_REG_MTT_INLINE, MAX_WQE_SIZE,
+    QP_TYPE_UD, RQE_SIZE, SQ_WQEBB_SIZE,
 };
 
 /// Largest message the model moves (bytes): larger ones complete with status 1.
@@ -336,10 +335,7 @@ impl Device {
         cqe.owner = cq.pi & cq.depth == 0;
         let bytes = cqe.encode();
         let off = u64::from(slot) * wire::CQE_SIZE as u64;
-        let written = cq
-            .buf
-            .write(off + 4, &bytes[4..], io.mem)
-            .and_then(|()| cq.buf.write(off, &bytes[..4], io.mem));
+        let written = wire::write_owner_last(&bytes, |at, b| cq.buf.write(off + at, b, io.mem));
         if let Err(e) = written {
             if self
                 .warned
