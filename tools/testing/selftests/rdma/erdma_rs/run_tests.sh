@@ -21,4 +21,22 @@ for t in "$@"; do
 	*) echo "# $name: FAIL (exit $r)"; rc=1 ;;
 	esac
 done
+# The eRDMA drivers a scenario's tests left loaded (the upstream C driver
+# stays loaded from test to test, see unload_and_finish in lib.sh) unload
+# here, once, as a test of their own.
+loaded=$(awk '$1 == "erdma" || $1 == "erdma_rs" { print $1 }' /proc/modules)
+if [ -n "$loaded" ]; then
+	echo "# selftests: erdma_rs: unload"
+	{
+		tap_header
+		for m in $loaded; do
+			tap_check "rmmod $m at the end of the scenario" rmmod "$m"
+		done
+		_trouble=$(kernel_trouble)
+		[ -z "$_trouble" ] || tap_diag "$_trouble"
+		tap_check "no kernel report in the kernel log" [ -z "$_trouble" ]
+		tap_finish
+	} | tee "$results/unload.tap"
+	grep -q '^not ok' "$results/unload.tap" && rc=1
+fi
 exit $rc
