@@ -12,6 +12,8 @@
 
 use core::fmt;
 
+use crate::stats::{Counter, TrafficCounters};
+
 /// Size of a CMDQ SQ WQEBB in bytes.
 pub const WQEBB_SIZE: usize = 32;
 /// Largest command, in WQEBBs.
@@ -537,38 +539,23 @@ impl GetStats {
     }
 }
 
-/// Names of the GET_STATS counters, in buffer order (§3.6).
-pub const STAT_NAMES: [&str; 11] = [
-    "tx_reqs",
-    "tx_packets",
-    "tx_bytes",
-    "tx_disable_drop",
-    "tx_bps_limit_drop",
-    "tx_pps_limit_drop",
-    "rx_packets",
-    "rx_bytes",
-    "rx_disable_drop",
-    "rx_bps_limit_drop",
-    "rx_pps_limit_drop",
-];
-
 /// GET_STATS buffer magic.
 pub const STATS_MAGIC: u16 = 0x5566;
 /// GET_STATS buffer version the model writes.
 pub const STATS_VERSION: u8 = 1;
 /// Bytes of the GET_STATS buffer the model writes: a 16-byte header and 11 counters. A smaller
 /// buffer is refused.
-pub const STATS_LEN: usize = 16 + 8 * STAT_NAMES.len();
+pub const STATS_LEN: usize = 16 + 8 * Counter::ALL.len();
 
 /// The GET_STATS response buffer: magic, version, length (of this buffer, [`STATS_LEN`]), the
-/// request's index, 8 reserved zero bytes, then the counters as LE u64.
-pub fn stats_buffer(index: u32, counters: &[u64; 11]) -> [u8; STATS_LEN] {
+/// request's index, 8 reserved zero bytes, then the counters as LE u64 in [`Counter::ALL`] order.
+pub fn stats_buffer(index: u32, counters: &TrafficCounters) -> [u8; STATS_LEN] {
     let mut b = [0u8; STATS_LEN];
     put(&mut b, 0, &STATS_MAGIC.to_le_bytes());
     b[2] = STATS_VERSION;
     b[3] = STATS_LEN as u8;
     put(&mut b, 4, &index.to_le_bytes());
-    for (i, c) in counters.iter().enumerate() {
+    for (i, c) in counters.values().iter().enumerate() {
         put(&mut b, 16 + 8 * i, &c.to_le_bytes());
     }
     b
@@ -1170,16 +1157,31 @@ mod tests {
 
     #[test]
     fn stats_buffer_layout() {
-        let mut counters = [0u64; 11];
-        for (i, c) in counters.iter_mut().enumerate() {
-            *c = 0x100 + i as u64;
-        }
+        // §3.6: from @16 tx_reqs, tx_packets, tx_bytes, tx_disable_drop, tx_bps_limit_drop,
+        // tx_pps_limit_drop, rx_packets, rx_bytes, rx_disable_drop, rx_bps_limit_drop,
+        // rx_pps_limit_drop.
+        let counters = TrafficCounters {
+            tx_reqs: 0x100,
+            tx_packets: 0x101,
+            tx_bytes: 0x102,
+            tx_disable_drop: 0x103,
+            tx_bps_limit_drop: 0x104,
+            tx_pps_limit_drop: 0x105,
+            rx_packets: 0x106,
+            rx_bytes: 0x107,
+            rx_disable_drop: 0x108,
+            rx_bps_limit_drop: 0x109,
+            rx_pps_limit_drop: 0x10a,
+        };
         let b = stats_buffer(7, &counters);
         assert_eq!(b.len(), 104);
         assert_eq!(&b[0..4], &[0x66, 0x55, 1, 104]);
         assert_eq!(&b[4..16], &[7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(&b[16..24], &0x100u64.to_le_bytes());
-        assert_eq!(&b[96..104], &0x10au64.to_le_bytes());
+        for i in 0..11u8 {
+            let at = 16 + 8 * usize::from(i);
+            assert_eq!(&b[at..at + 8], &[i, 1, 0, 0, 0, 0, 0, 0], "counter {i}");
+        }
+        assert_eq!(Counter::ALL.len(), 11);
     }
 
     #[test]

@@ -29,7 +29,8 @@
 use core::fmt;
 use std::time::Duration;
 
-use crate::cmdq::{Command, OpCode, STAT_NAMES};
+use crate::cmdq::{Command, OpCode};
+use crate::stats::Counter;
 use crate::wire::AeqEvent;
 
 /// Longest accepted delay: one hour (well beyond the drivers' 15 s command timeout).
@@ -288,8 +289,8 @@ pub enum ControlCommand {
         /// The CQN in the entry (20 bits).
         cqn: u32,
     },
-    /// `stats name=value ...`: set GET_STATS counters (index into [`STAT_NAMES`], value).
-    Stats(Vec<(usize, u64)>),
+    /// `stats name=value ...`: set traffic counters.
+    Stats(Vec<(Counter, u64)>),
     /// `clear`: drop every fault rule (and `refuse-init`).
     Clear,
     /// `query <what>`.
@@ -322,8 +323,8 @@ impl fmt::Display for ControlCommand {
             ControlCommand::Ceq { eqn, cqn } => write!(f, "ceq eqn={eqn} cqn={cqn:#x}"),
             ControlCommand::Stats(set) => {
                 f.write_str("stats")?;
-                for &(i, v) in set {
-                    write!(f, " {}={v}", STAT_NAMES.get(i).copied().unwrap_or("?"))?;
+                for &(c, v) in set {
+                    write!(f, " {}={v}", c.name())?;
                 }
                 Ok(())
             }
@@ -494,7 +495,8 @@ pub fn parse(line: &str) -> Result<ControlCommand, String> {
             }
             let mut a = Args::new("stats", rest)?;
             let mut set = Vec::new();
-            for (i, name) in STAT_NAMES.iter().enumerate() {
+            for c in Counter::ALL {
+                let name = c.name();
                 let with_cnt = format!("{name}_cnt");
                 let v = match (a.num(name, u64::MAX)?, a.num(&with_cnt, u64::MAX)?) {
                     (Some(_), Some(_)) => {
@@ -503,11 +505,11 @@ pub fn parse(line: &str) -> Result<ControlCommand, String> {
                     (v, w) => v.or(w),
                 };
                 if let Some(v) = v {
-                    set.push((i, v));
+                    set.push((c, v));
                 }
             }
             a.finish()
-                .map_err(|e| format!("{e} (counters: {})", STAT_NAMES.join(", ")))?;
+                .map_err(|e| format!("{e} (counters: {})", Counter::names().join(", ")))?;
             Ok(ControlCommand::Stats(set))
         }
         "clear" => no_args(ControlCommand::Clear),
@@ -610,7 +612,10 @@ mod tests {
         );
         assert_eq!(
             parse("stats rx_bytes=5 tx_reqs_cnt=0x10"),
-            Ok(ControlCommand::Stats(vec![(0, 16), (7, 5)]))
+            Ok(ControlCommand::Stats(vec![
+                (Counter::TxReqs, 16),
+                (Counter::RxBytes, 5)
+            ]))
         );
         assert_eq!(parse("clear"), Ok(ControlCommand::Clear));
         assert_eq!(parse("query EQS"), Ok(ControlCommand::Query(Query::Eqs)));

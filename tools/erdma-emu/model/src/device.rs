@@ -49,7 +49,7 @@
 //!   [`Device::post_ceqe`] and [`Device::post_aeqe`] are the entry points for the engines that
 //!   produce events.
 //! * The control language ([`crate::control`]) and the opt-in test page: fault injection and
-//!   inspection. Their state (the "harness": fault rules, refuse-init, GET_STATS counters,
+//!   inspection. Their state (the "harness": fault rules, refuse-init, traffic counters,
 //!   command count, test-page buffers) is not device state: it survives `DEV_CTRL.RESET` and
 //!   [`Device::reset`], and only [`Device::reset_harness`] (a client disconnect) returns it to
 //!   the start-up commands of [`DeviceConfig::startup`].
@@ -67,7 +67,7 @@ use std::time::Duration;
 
 use crate::caps::Caps;
 use crate::clock::{Clock, MonotonicClock};
-use crate::cmdq::{Cqe, STAT_NAMES};
+use crate::cmdq::Cqe;
 use crate::control::{ControlCommand, FaultRules};
 use crate::eq::{EventQueue, EventQueues};
 use crate::extdb::DbPages;
@@ -76,6 +76,7 @@ use crate::io::Io;
 use crate::pci::{self, ConfigSpace};
 use crate::regs::{self, AdminQueue, Bar0Area, Doorbell, Reg, RegSlot};
 use crate::roce::{AhTable, GidTable};
+use crate::stats::TrafficCounters;
 
 mod cmdq_engine;
 mod engine;
@@ -452,7 +453,7 @@ struct TestPage {
 struct Harness {
     rules: FaultRules,
     refuse_init: bool,
-    stats: [u64; STAT_NAMES.len()],
+    stats: TrafficCounters,
     /// Commands fetched from the CMDQ.
     cmds: u64,
     test_page: TestPage,
@@ -849,8 +850,9 @@ impl Device {
             Reg::AeqDepth => p.aeq_depth.into(),
             Reg::GrpNum => self.config.grp_num.into(),
             Reg::DbrecAddr(q) => p.dbrec[q.index()],
-            // Traffic counters are not modelled yet.
-            Reg::Stats(_) => 0,
+            Reg::Stats(n) => regs::STATS
+                .get(usize::from(n))
+                .map_or(0, |s| self.harness.stats.get(s.counter)),
             // Doorbells are write-only.
             Reg::Doorbell(_) => 0,
         }

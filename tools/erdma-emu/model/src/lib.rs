@@ -44,6 +44,7 @@ pub mod mtt;
 pub mod pci;
 pub mod regs;
 pub mod roce;
+pub mod stats;
 pub mod testing;
 pub mod wire;
 

@@ -9,6 +9,8 @@
 
 use core::fmt;
 
+use crate::stats::Counter;
+
 // ------------------------------------------------------------------------------------------------
 // BARs and MSI-X
 // ------------------------------------------------------------------------------------------------
@@ -176,19 +178,55 @@ pub const CMDQ_CQ_DBREC_ADDR: u64 = 0x068;
 pub const CMDQ_EQ_DBREC_ADDR: u64 = 0x070;
 /// AEQ_DBREC_ADDR (W64): DMA address of the AEQ doorbell record.
 pub const AEQ_DBREC_ADDR: u64 = 0x078;
-/// Offsets (R64) and names of the statistics counters, in register order.
-pub const STATS: [(u64, &str); 11] = [
-    (0x080, "STATS_TSO_IN_PKTS"),
-    (0x088, "STATS_TSO_OUT_PKTS"),
-    (0x090, "STATS_TSO_OUT_BYTES"),
-    (0x098, "STATS_TX_DROP_PKTS"),
-    (0x0A0, "STATS_TX_BPS_METER_DROP_PKTS"),
-    (0x0A8, "STATS_TX_PPS_METER_DROP_PKTS"),
-    (0x0C0, "STATS_RX_PKTS"),
-    (0x0C8, "STATS_RX_BYTES"),
-    (0x0D0, "STATS_RX_DROP_PKTS"),
-    (0x0D8, "STATS_RX_BPS_METER_DROP_PKTS"),
-    (0x0E0, "STATS_RX_PPS_METER_DROP_PKTS"),
+/// A statistics register (R64): where it is, its name and the traffic counter it reads (the
+/// pairing is the model's, see [`crate::stats`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatsReg {
+    /// Offset in the register page.
+    pub offset: u64,
+    /// Name.
+    pub name: &'static str,
+    /// The counter it reads.
+    pub counter: Counter,
+}
+
+const fn stats_reg(offset: u64, name: &'static str, counter: Counter) -> StatsReg {
+    StatsReg {
+        offset,
+        name,
+        counter,
+    }
+}
+
+/// The statistics registers, in register order.
+pub const STATS: [StatsReg; 11] = [
+    stats_reg(0x080, "STATS_TSO_IN_PKTS", Counter::TxReqs),
+    stats_reg(0x088, "STATS_TSO_OUT_PKTS", Counter::TxPackets),
+    stats_reg(0x090, "STATS_TSO_OUT_BYTES", Counter::TxBytes),
+    stats_reg(0x098, "STATS_TX_DROP_PKTS", Counter::TxDisableDrop),
+    stats_reg(
+        0x0A0,
+        "STATS_TX_BPS_METER_DROP_PKTS",
+        Counter::TxBpsLimitDrop,
+    ),
+    stats_reg(
+        0x0A8,
+        "STATS_TX_PPS_METER_DROP_PKTS",
+        Counter::TxPpsLimitDrop,
+    ),
+    stats_reg(0x0C0, "STATS_RX_PKTS", Counter::RxPackets),
+    stats_reg(0x0C8, "STATS_RX_BYTES", Counter::RxBytes),
+    stats_reg(0x0D0, "STATS_RX_DROP_PKTS", Counter::RxDisableDrop),
+    stats_reg(
+        0x0D8,
+        "STATS_RX_BPS_METER_DROP_PKTS",
+        Counter::RxBpsLimitDrop,
+    ),
+    stats_reg(
+        0x0E0,
+        "STATS_RX_PPS_METER_DROP_PKTS",
+        Counter::RxPpsLimitDrop,
+    ),
 ];
 /// EQ_DB\[0\] (W64); EQ_DB\[n\] is at `EQ_DB_BASE + 8 * n`, see [`eq_db`].
 pub const EQ_DB_BASE: u64 = 0x100;
@@ -533,7 +571,7 @@ pub fn decode(offset: u64) -> Option<RegSlot> {
             }
             q => STATS
                 .iter()
-                .position(|&(off, _)| off == q)
+                .position(|s| s.offset == q)
                 .and_then(|i| r64(Reg::Stats(i as u8))),
         },
     }
@@ -562,7 +600,7 @@ impl fmt::Display for Reg {
             Reg::GrpNum => f.write_str("GRP_NUM"),
             Reg::DbrecAddr(a) => write!(f, "{}_DBREC_ADDR", q(a)),
             Reg::Stats(n) => {
-                let name = STATS.get(usize::from(*n)).map_or("STATS_?", |s| s.1);
+                let name = STATS.get(usize::from(*n)).map_or("STATS_?", |s| s.name);
                 f.write_str(name)
             }
             Reg::Doorbell(Doorbell::Aeq) => f.write_str("AEQ_DB"),
@@ -621,8 +659,8 @@ mod tests {
                 );
             }
         }
-        for (n, &(off, _)) in STATS.iter().enumerate() {
-            assert_eq!(decode(off + 5).unwrap().reg, Reg::Stats(n as u8));
+        for (n, s) in STATS.iter().enumerate() {
+            assert_eq!(decode(s.offset + 5).unwrap().reg, Reg::Stats(n as u8));
         }
         for n in 0..EQ_DB_COUNT {
             let slot = decode(eq_db(n) + 4).unwrap();

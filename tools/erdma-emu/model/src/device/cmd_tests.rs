@@ -1666,16 +1666,16 @@ fn startup_commands_apply_at_power_on_and_after_reset_harness() {
     });
     assert_eq!(t.exec(Command::QueryDevice, |_| {}).status, 4);
     ok(&t.exec(Command::QueryDevice, |_| {}));
-    assert_eq!(t.dev.stats_counters()[0], 9);
+    assert_eq!(t.dev.stats_counters().tx_reqs, 9);
     t.control("stats tx_reqs=1").unwrap();
     t.control("fail any status=1 count=forever").unwrap();
     // A device reset keeps the control state...
     t.dev.reset();
     assert_eq!(t.dev.fault_rules().len(), 1);
-    assert_eq!(t.dev.stats_counters()[0], 1);
+    assert_eq!(t.dev.stats_counters().tx_reqs, 1);
     // ...a new client gets the start-up state again.
     t.dev.reset_harness();
-    assert_eq!(t.dev.stats_counters()[0], 9);
+    assert_eq!(t.dev.stats_counters().tx_reqs, 9);
     assert_eq!(t.dev.commands_processed(), 0);
     let rules = t.dev.fault_rules().rules();
     assert_eq!(rules.len(), 1);

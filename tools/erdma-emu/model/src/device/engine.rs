@@ -556,7 +556,7 @@ impl Device {
                     }
                 }
             };
-            self.harness.stats[0] = self.harness.stats[0].wrapping_add(1);
+            self.harness.stats.tx_request();
             let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
                 return;
             };
@@ -613,23 +613,11 @@ impl Device {
         };
         match port.send_request(to, pkt) {
             Ok(()) => {
-                self.count_tx(bytes);
+                self.harness.stats.tx_packet(bytes);
                 Ok(())
             }
             Err(SendError::Unreachable) | Err(SendError::Congested) => Err(wc::RETRY_EXCEEDED),
         }
-    }
-
-    fn count_tx(&mut self, bytes: u64) {
-        let s = &mut self.harness.stats;
-        s[1] = s[1].wrapping_add(1);
-        s[2] = s[2].wrapping_add(bytes);
-    }
-
-    fn count_rx(&mut self, bytes: u64) {
-        let s = &mut self.harness.stats;
-        s[6] = s[6].wrapping_add(1);
-        s[7] = s[7].wrapping_add(bytes);
     }
 
     /// The payload of a SEND/WRITE WQE: inline bytes or gathered SGEs.
@@ -982,7 +970,7 @@ impl Device {
             dst_qpn: to.src_qpn,
             body: Body::Response { seq, result },
         };
-        self.count_tx(pkt.payload_len() as u64);
+        self.harness.stats.tx_packet(pkt.payload_len() as u64);
         port.send_response(to.src_port, pkt);
     }
 
@@ -998,7 +986,7 @@ impl Device {
         let inbox = port.take_inbox();
         let n = inbox.len();
         for pkt in inbox {
-            self.count_rx(pkt.payload_len() as u64);
+            self.harness.stats.rx_packet(pkt.payload_len() as u64);
             match pkt.body {
                 Body::Request { seq, .. } => self.incoming(pkt, seq, io),
                 Body::Response { .. } => self.response(pkt, io),

@@ -4,18 +4,18 @@
 //! guest tests do it through BAR0.
 
 use super::{Device, Harness, Oddity, TestPage};
-use crate::cmdq::STAT_NAMES;
 use crate::control::{self, ControlCommand, FaultRules, Query};
 use crate::io::Io;
 use crate::regs::{self, test_page, test_page::Field};
 use crate::roce;
+use crate::stats::{Counter, TrafficCounters};
 
 impl Harness {
     pub(super) fn power_on() -> Self {
         Harness {
             rules: FaultRules::default(),
             refuse_init: false,
-            stats: [0; STAT_NAMES.len()],
+            stats: TrafficCounters::default(),
             cmds: 0,
             test_page: TestPage {
                 mailbox: [0; test_page::BUF_SIZE as usize],
@@ -55,10 +55,8 @@ impl Device {
                 Ok(String::new())
             }
             ControlCommand::Stats(set) => {
-                for (i, v) in set {
-                    if let Some(c) = h.stats.get_mut(i) {
-                        *c = v;
-                    }
+                for (c, v) in set {
+                    *h.stats.get_mut(c) = v;
                 }
                 Ok(String::new())
             }
@@ -143,10 +141,9 @@ impl Device {
                 self.cqs().len(),
                 self.mrs().len()
             ),
-            Query::Stats => STAT_NAMES
+            Query::Stats => Counter::ALL
                 .iter()
-                .zip(self.harness.stats)
-                .map(|(n, v)| format!("{n}={v}"))
+                .map(|&c| format!("{}={}", c.name(), self.harness.stats.get(c)))
                 .collect::<Vec<_>>()
                 .join(" "),
             Query::All => [
@@ -175,8 +172,8 @@ impl Device {
         self.harness.cmds
     }
 
-    /// The GET_STATS counters, in [`STAT_NAMES`] order.
-    pub fn stats_counters(&self) -> &[u64; STAT_NAMES.len()] {
+    /// The traffic counters (GET_STATS, the statistics registers).
+    pub fn stats_counters(&self) -> &TrafficCounters {
         &self.harness.stats
     }
 
