@@ -20,7 +20,6 @@ use kernel::{
         Io, //
     },
     new_condvar, new_spinlock_irq,
-    num::Bounded,
     prelude::*,
     sync::{
         barrier::{
@@ -45,27 +44,39 @@ use kernel::{
 
 use crate::{
     commands::{
+        CmdHeader,
         Command,
         Response, //
     },
+    consts::{
+        CQE_SIZE,
+        WQEBB_SIZE, //
+    },
     eq::EqRing,
+    formats::{
+        low64,
+        CmdqCqe,
+        CmdqSqDoorbell,
+        CqDoorbell,
+        CqeHeader, //
+    },
     regs::{
         self,
-        CqDoorbell, //
+        Bar0, //
     },
+    report::DeviceReports,
     ring::{
         lower,
         owner_valid,
+        read_entry,
         upper,
+        words64,
         Doorbell, //
     },
-    Bar0, //
 };
 
 /// Commands in flight at most.
 pub(crate) const MAX_OUTSTANDING: usize = 128;
-/// Size of a submission-ring building block (WQEBB).
-const WQEBB_SIZE: usize = 32;
 /// WQEBBs per command: every command takes a 128-byte slot.
 const CMD_WQEBBS: u16 = 4;
 /// Largest command body (the slot less the header).
@@ -74,8 +85,6 @@ const MAX_BODY: usize = CMD_WQEBBS as usize * WQEBB_SIZE - 8;
 pub(crate) const SQ_DEPTH: u16 = MAX_OUTSTANDING as u16 * CMD_WQEBBS;
 /// Completion ring depth (as many entries as the submission ring has WQEBBs).
 pub(crate) const CQ_DEPTH: u32 = SQ_DEPTH as u32;
-/// Size of a completion entry.
-const CQE_SIZE: usize = 32;
 /// Event ring depth.
 pub(crate) const EQ_DEPTH: u16 = 128;
 /// How long a command may take.
@@ -227,20 +236,19 @@ impl Cmdq {
     pub(crate) fn exec<C: Command>(
         &self,
         dev: &device::Device,
+        reports: &DeviceReports,
         bar: &Bar0<'_>,
         cmd: &C,
         wait: Wait,
     ) -> Result<Response> {
-        let deadline = Deadline::new();
-        let slot = self.post(dev, bar, cmd, wait, &deadline)?;
-        match self.wait_for(dev, slot, wait, &deadline)? {
+        let budget = TimeBudget::start();
+        let slot = self.post(dev, reports, bar, cmd, wait, &budget)?;
+        match self.wait_for(dev, reports, slot, wait, &budget)? {
             Outcome::Success(resp) => Ok(resp),
             Outcome::Status(status) => {
-                dev_err!(
+                reports.report(
                     dev,
-                    "command {} failed with status {:#x}\n",
-                    C::NAME,
-                    status
+                    fmt!("command {} failed with status {:#x}\n", C::NAME, status),
                 );
                 Err(EIO)
             }
@@ -251,10 +259,11 @@ impl Cmdq {
     fn post<C: Command>(
         &self,
         dev: &device::Device,
+        reports: &DeviceReports,
         bar: &Bar0<'_>,
         cmd: &C,
         wait: Wait,
-        deadline: &Deadline,
+        budget: &TimeBudget,
     ) -> Result<usize> {
         const {
             assert!(
@@ -271,23 +280,25 @@ impl Cmdq {
             if let Some(slot) = state.free_slot() {
                 let pi = state.sq_pi;
                 let next = pi.wrapping_add(CMD_WQEBBS);
-                // CAST: `slot` < `MAX_OUTSTANDING` = 128 fits in the 16-bit cookie field.
-                let header = u64::from(next)
-                    | (u64::from(C::OPCODE) << 16)
-                    | ((C::SUBMOD as u64) << 24)
-                    | ((slot as u64) << 32)
-                    | (u64::from(CMD_WQEBBS - 1) << 52);
+                let header = CmdHeader::zeroed()
+                    .with_wqebb_index(next)
+                    .with_opcode(C::OPCODE)
+                    .with_submod(C::SUBMOD)
+                    // CAST: `slot` < `MAX_OUTSTANDING` = 128.
+                    .with_cookie(slot as u16)
+                    .with_wqebbs_minus_one(low64(u64::from(CMD_WQEBBS - 1)));
                 let base = usize::from(pi % SQ_DEPTH) * WQEBB_WORDS;
                 self.write_slot(base, header, body)?;
                 state.slots[slot] = Slot::Busy;
                 // CAST: `slot` < 128.
                 state.pos_slot[cmd_pos(pi)] = Some(slot as u8);
                 state.sq_pi = next;
-                self.sq_db.ring(bar, u64::from(next));
+                self.sq_db
+                    .ring(bar, CmdqSqDoorbell::zeroed().with_pi(next).into_raw());
                 return Ok(slot);
             }
             // All slots (or the next ring position) are busy: wait for a completion.
-            if deadline.expired() {
+            if budget.spent() {
                 dev_err!(
                     dev,
                     "command queue full for {} s\n",
@@ -295,17 +306,17 @@ impl Cmdq {
                 );
                 return Err(EBUSY);
             }
-            state = self.await_progress(dev, state, wait, deadline, |st| st.free_slot().is_some());
+            state = self.await_progress(dev, reports, state, wait, budget, |st| {
+                st.free_slot().is_some()
+            });
         }
     }
 
     /// Copies the header and body of a command into the submission ring at word `base`.
-    fn write_slot(&self, base: usize, header: u64, body: &[u8]) -> Result {
-        io_write!(&self.sq, [try: base], header);
-        for (i, chunk) in body.chunks(8).enumerate() {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            io_write!(&self.sq, [try: base + 1 + i], u64::from_le_bytes(b));
+    fn write_slot(&self, base: usize, header: CmdHeader, body: &[u8]) -> Result {
+        io_write!(&self.sq, [try: base], header.into_raw());
+        for (i, word) in words64(body).enumerate() {
+            io_write!(&self.sq, [try: base + 1 + i], word);
         }
         Ok(())
     }
@@ -314,9 +325,10 @@ impl Cmdq {
     fn wait_for(
         &self,
         dev: &device::Device,
+        reports: &DeviceReports,
         slot: usize,
         wait: Wait,
-        deadline: &Deadline,
+        budget: &TimeBudget,
     ) -> Result<Outcome> {
         let mut state = self.state.lock();
         loop {
@@ -327,7 +339,7 @@ impl Cmdq {
                 self.done.notify_all();
                 return Ok(outcome);
             }
-            if deadline.expired() {
+            if budget.spent() {
                 if state.slots[slot] == Slot::Busy {
                     state.slots[slot] = Slot::Abandoned;
                 }
@@ -342,7 +354,7 @@ impl Cmdq {
                 self.done.notify_all();
                 return Err(ETIMEDOUT);
             }
-            state = self.await_progress(dev, state, wait, deadline, |st| {
+            state = self.await_progress(dev, reports, state, wait, budget, |st| {
                 matches!(st.slots[slot], Slot::Done(_))
             });
         }
@@ -354,16 +366,17 @@ impl Cmdq {
     fn await_progress<'a>(
         &'a self,
         dev: &device::Device,
+        reports: &DeviceReports,
         mut state: SpinLockIrqGuard<'a, State>,
         wait: Wait,
-        deadline: &Deadline,
+        budget: &TimeBudget,
         ready: impl Fn(&State) -> bool,
     ) -> SpinLockIrqGuard<'a, State> {
         if wait == Wait::Sleep && state.interrupts {
-            let _ = self.done.wait_timeout(&mut state, deadline.jiffies_left());
+            let _ = self.done.wait_timeout(&mut state, budget.jiffies_left());
             return state;
         }
-        self.poll_cq(dev, &mut state);
+        self.poll_cq(dev, reports, &mut state);
         if ready(&state) {
             return state;
         }
@@ -374,7 +387,12 @@ impl Cmdq {
 
     /// The vector-0 work for the command queue: consume the CMDQ EQ; if it had events, collect
     /// completions and re-arm the completion ring; always re-arm the EQ; wake waiters.
-    pub(crate) fn handle_interrupt(&self, dev: &device::Device, bar: &Bar0<'_>) {
+    pub(crate) fn handle_interrupt(
+        &self,
+        dev: &device::Device,
+        reports: &DeviceReports,
+        bar: &Bar0<'_>,
+    ) {
         let mut state = self.state.lock();
         let mut events = 0u32;
         while state.eq.pop().is_some() {
@@ -382,7 +400,7 @@ impl Cmdq {
         }
         if events > 0 {
             state.cmdsn = state.cmdsn.wrapping_add(1);
-            self.poll_cq(dev, &mut state);
+            self.poll_cq(dev, reports, &mut state);
             if state.interrupts {
                 self.arm_cq(bar, &state);
             }
@@ -395,52 +413,45 @@ impl Cmdq {
     }
 
     /// Consumes every valid completion entry.
-    fn poll_cq(&self, dev: &device::Device, state: &mut State) {
+    fn poll_cq(&self, dev: &device::Device, reports: &DeviceReports, state: &mut State) {
         while let Ok(Some(cqe)) = self.next_cqe(state) {
-            let [word0, start, w0, w1, w2, w3, ..] = cqe;
-            // CAST: the status is the low byte of the first word.
-            let status = (word0 & 0xff) as u8;
-            let resp = Response([
-                u64::from(w0) | (u64::from(w1) << 32),
-                u64::from(w2) | (u64::from(w3) << 32),
-            ]);
-            self.complete(dev, state, start, status, resp);
+            let status = cqe.header().status().get();
+            let resp = Response(cqe.response());
+            self.complete(dev, reports, state, cqe.sq_index.get(), status, resp);
         }
     }
 
-    /// Reads and consumes the next valid completion entry, in CPU order.
-    fn next_cqe(&self, state: &mut State) -> Result<Option<[u32; CQE_WORDS]>> {
+    /// Reads and consumes the next valid completion entry.
+    fn next_cqe(&self, state: &mut State) -> Result<Option<CmdqCqe>> {
         let base = (state.cq_ci % CQ_DEPTH) as usize * CQE_WORDS;
-        let word0 = u32::from_be(io_read!(&self.cq, [try: base]));
-        if !owner_valid(word0 >> 31, state.cq_ci, CQ_DEPTH) {
+        let word0 = CqeHeader::from_raw(u32::from_be(io_read!(&self.cq, [try: base])));
+        if !owner_valid(word0.owner().into(), state.cq_ci, CQ_DEPTH) {
             return Ok(None);
         }
-        // The rest of the entry only after its owner bit.
+        // The entry only after its owner bit.
         dma_mb(Read);
-        let mut cqe = [word0; CQE_WORDS];
-        for (i, w) in cqe.iter_mut().enumerate().skip(1) {
-            *w = u32::from_be(io_read!(&self.cq, [try: base + i]));
-        }
+        let words: [u32; CQE_WORDS] = read_entry(&self.cq, base)?;
         state.cq_ci = state.cq_ci.wrapping_add(1);
-        Ok(Some(cqe))
+        Ok(CmdqCqe::read_from_bytes(words.as_bytes()).ok())
     }
 
     /// Records the completion of the command that started at WQEBB index `start`.
     fn complete(
         &self,
         dev: &device::Device,
+        reports: &DeviceReports,
         state: &mut State,
         start: u32,
-        status: u8,
+        status: u32,
         resp: Response,
     ) {
         // CAST: masked to the 16-bit index space of the submission ring.
         let start = (start & 0xffff) as u16;
         let pos = cmd_pos(start);
         let Some(slot) = state.pos_slot[pos].map(usize::from) else {
-            dev_warn!(
+            reports.report(
                 dev,
-                "completion for command index {start}, which is not in flight\n"
+                fmt!("completion for command index {start}, which is not in flight\n"),
             );
             return;
         };
@@ -449,12 +460,12 @@ impl Cmdq {
         let base = usize::from(start % SQ_DEPTH) * WQEBB_WORDS;
         let cookie = self
             .read_sq(base)
-            .map(|h| (h >> 32) & 0xffff)
+            .map(|h| CmdHeader::from_raw(h).cookie().get())
             .unwrap_or(u64::MAX);
         if cookie != slot as u64 || !start.is_multiple_of(CMD_WQEBBS) {
-            dev_warn!(
+            reports.report(
                 dev,
-                "completion at command index {start} does not match its command\n"
+                fmt!("completion at command index {start} does not match its command\n"),
             );
             return;
         }
@@ -462,7 +473,8 @@ impl Cmdq {
         let outcome = if status == 0 {
             Outcome::Success(resp)
         } else {
-            Outcome::Status(status)
+            // CAST: the status is an 8-bit field.
+            Outcome::Status(status as u8)
         };
         state.slots[slot] = match state.slots[slot] {
             Slot::Abandoned => Slot::Free,
@@ -483,11 +495,9 @@ impl Cmdq {
     fn arm_cq(&self, bar: &Bar0<'_>, state: &State) {
         let db = CqDoorbell::zeroed()
             .with_arm(true)
-            .with_ci(Bounded::<u64, 24>::from_expr(
-                u64::from(state.cq_ci) & 0xff_ffff,
-            ))
-            .with_cmdsn(Bounded::<u64, 2>::from_expr(u64::from(state.cmdsn) & 0x3))
-            .with_seq(Bounded::<u64, 8>::from_expr(u64::from(state.cmdsn) & 0xff))
+            .with_ci(low64(state.cq_ci.into()))
+            .with_cmdsn(low64(state.cmdsn.into()))
+            .with_seq(low64(state.cmdsn.into()))
             .into_raw();
         self.cq_db.ring(bar, db);
     }
@@ -500,20 +510,24 @@ fn pause(wait: Wait) {
     }
 }
 
-/// The end of a command's time budget.
-struct Deadline(Instant<Monotonic>);
+/// The time a command has: [`TIMEOUT`] from when it was first posted.
+struct TimeBudget {
+    start: Instant<Monotonic>,
+}
 
-impl Deadline {
-    fn new() -> Self {
-        Self(Instant::now())
+impl TimeBudget {
+    fn start() -> Self {
+        Self {
+            start: Instant::now(),
+        }
     }
 
-    fn expired(&self) -> bool {
-        self.0.elapsed() >= TIMEOUT
+    fn spent(&self) -> bool {
+        self.start.elapsed() >= TIMEOUT
     }
 
     fn jiffies_left(&self) -> kernel::time::Jiffies {
-        let left = TIMEOUT - self.0.elapsed();
+        let left = TIMEOUT - self.start.elapsed();
         // CAST: `left` is at most 15 s; negative values wait for one jiffy.
         msecs_to_jiffies(left.as_millis_ceil().max(1) as u32)
     }

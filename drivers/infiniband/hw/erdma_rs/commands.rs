@@ -8,8 +8,11 @@
 
 use kernel::{
     bitfield,
+    num::Bounded,
     prelude::*, //
 };
+
+use crate::formats::MrAccess;
 
 /// The two command sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +31,43 @@ pub(crate) trait Command: IntoBytes + zerocopy::Immutable {
     const OPCODE: u8;
     /// Its name, for messages.
     const NAME: &'static str;
+}
+
+impl From<SubModule> for Bounded<u64, 2> {
+    fn from(value: SubModule) -> Self {
+        match value {
+            SubModule::Rdma => Bounded::<u64, 2>::new::<0>(),
+            SubModule::Common => Bounded::<u64, 2>::new::<1>(),
+        }
+    }
+}
+
+impl TryFrom<Bounded<u64, 2>> for SubModule {
+    type Error = u64;
+
+    fn try_from(value: Bounded<u64, 2>) -> Result<Self, u64> {
+        match value.get() {
+            0 => Ok(Self::Rdma),
+            1 => Ok(Self::Common),
+            n => Err(n),
+        }
+    }
+}
+
+bitfield! {
+    /// The header of a command: the first 8 bytes of its slot (erdma-hw 3.2).
+    pub(crate) struct CmdHeader(u64) {
+        /// Basic blocks of the command, less one.
+        54:52 wqebbs_minus_one;
+        /// The driver's wait slot.
+        47:32 cookie;
+        /// The command set.
+        25:24 submod ?=> SubModule;
+        /// The opcode in that set.
+        23:16 opcode;
+        /// The producer index after this command, in basic blocks.
+        15:0 wqebb_index;
+    }
 }
 
 /// What a successful command returns: two 64-bit response words.
@@ -52,7 +92,7 @@ command!(QueryDevice, Rdma, 0);
 
 /// COMMON 0: create a completion event queue.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct CreateEq {
     /// @8: DMA address of the ring.
     pub(crate) ring: u64,
@@ -62,7 +102,7 @@ pub(crate) struct CreateEq {
     pub(crate) eqn: u8,
     /// @18: log2 of the number of entries.
     pub(crate) depth_log2: u8,
-    /// @19: queue type, [`EQ_TYPE_CEQ`].
+    /// @19: queue type, [`crate::consts::EQ_TYPE_CEQ`].
     pub(crate) qtype: u8,
     /// @20: DMA address of the doorbell record, low half.
     pub(crate) dbrec_lo: u32,
@@ -72,12 +112,9 @@ pub(crate) struct CreateEq {
 }
 command!(CreateEq, Common, 0);
 
-/// Event-queue type of a completion event queue.
-pub(crate) const EQ_TYPE_CEQ: u8 = 1;
-
 /// COMMON 1: destroy a completion event queue.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct DestroyEq {
     pub(crate) reserved0: u64,
     /// @16: MSI-X vector.
@@ -85,83 +122,84 @@ pub(crate) struct DestroyEq {
     /// @17: event queue number.
     pub(crate) eqn: u8,
     pub(crate) reserved1: u8,
-    /// @19: queue type, [`EQ_TYPE_CEQ`].
+    /// @19: queue type, [`crate::consts::EQ_TYPE_CEQ`].
     pub(crate) qtype: u8,
     pub(crate) reserved2: u32,
 }
 command!(DestroyEq, Common, 1);
 
-/// COMMON 2: the firmware version, in bits 31:0 of the first response word.
+/// COMMON 2: the firmware version, decoded by [`FwInfo`].
 #[repr(C)]
 #[derive(IntoBytes, zerocopy_derive::Immutable)]
 pub(crate) struct QueryFwInfo {}
 command!(QueryFwInfo, Common, 2);
 
+bitfield! {
+    /// The first QUERY_FW_INFO response word.
+    pub(crate) struct FwInfo(u64) {
+        /// The firmware version: minor in bits 31:16, sub-minor in bits 15:0.
+        31:0 version;
+    }
+}
+
+bitfield! {
+    /// The configuration word of CONF_DEVICE.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct ConfDeviceCfg(u32) {
+        /// `page_shift` is valid.
+        31:31 page_size_enable => bool;
+        /// The host's `PAGE_SHIFT`, the unit of doorbell page indices.
+        4:0 page_shift;
+    }
+}
+
 /// COMMON 5: announce the host page size, the unit of doorbell page indices.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct ConfDevice {
-    /// @8: bit 31 enables the page size, bits 4:0 are the host's `PAGE_SHIFT`.
-    pub(crate) config: u32,
+    /// @8: the configuration.
+    pub(crate) cfg: ConfDeviceCfg,
     pub(crate) reserved: [u32; 5],
 }
 command!(ConfDevice, Common, 5);
 
-impl ConfDevice {
-    /// Announces pages of `1 << page_shift` bytes.
-    pub(crate) fn new(page_shift: u32) -> Self {
-        Self {
-            config: (1 << 31) | (page_shift & 0x1f),
-            reserved: [0; 5],
-        }
+bitfield! {
+    /// The configuration word of SET_GID.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct SetGidCfg(u32) {
+        /// Delete the entry rather than add it.
+        31:31 delete => bool;
+        /// The GID is IPv6, not IPv4-mapped.
+        16:16 ipv6 => bool;
+        /// The table index.
+        15:0 index;
     }
 }
 
 /// RDMA 14: add or delete a GID table entry (RoCE).
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct SetGid {
-    /// @8: bits 15:0 index, bit 16 network type (1 IPv6), bit 31 delete.
-    pub(crate) cfg: u32,
+    /// @8: the entry and the operation.
+    pub(crate) cfg: SetGidCfg,
     /// @12: the GID, as on the wire (ignored for delete).
     pub(crate) gid: [u8; 16],
 }
 command!(SetGid, Rdma, 14);
 
-impl SetGid {
-    const IPV6: u32 = 1 << 16;
-    const DELETE: u32 = 1 << 31;
-
-    /// Adds `gid` at `index`; `ipv6` for GIDs that are not IPv4-mapped.
-    pub(crate) fn add(index: u16, gid: [u8; 16], ipv6: bool) -> Self {
-        let net = if ipv6 { Self::IPV6 } else { 0 };
-        Self {
-            cfg: u32::from(index) | net,
-            gid,
-        }
-    }
-
-    /// Deletes the entry at `index`.
-    pub(crate) fn delete(index: u16) -> Self {
-        Self {
-            cfg: u32::from(index) | Self::DELETE,
-            gid: [0; 16],
-        }
-    }
-}
-
 /// COMMON 3: the MTU of the adapter's network device changed.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct ConfMtu {
     /// @8: the MTU in bytes.
     pub(crate) mtu: u32,
 }
 command!(ConfMtu, Common, 3);
 
-/// COMMON 4: DMA-write the traffic counters to a buffer.
+/// COMMON 4: DMA-write the traffic counters to a buffer laid out as [`StatsHeader`] and
+/// [`STATS_COUNTERS`] counters.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct GetStats {
     pub(crate) reserved0: u32,
     /// @12: which counter set (0).
@@ -174,22 +212,55 @@ pub(crate) struct GetStats {
 }
 command!(GetStats, Common, 4);
 
+bitfield! {
+    /// The first 8 bytes of a GET_STATS response buffer.
+    pub(crate) struct StatsHeader(u64) {
+        /// The counter set.
+        63:32 index;
+        /// The length.
+        31:24 length;
+        /// The format version.
+        23:16 version;
+        /// [`STATS_MAGIC`].
+        15:0 magic;
+    }
+}
+
 /// The magic a GET_STATS response buffer starts with.
 pub(crate) const STATS_MAGIC: u16 = 0x5566;
-/// The counters a GET_STATS response holds, from byte 16 on.
+/// The counters a GET_STATS response holds, in 64-bit words.
 pub(crate) const STATS_COUNTERS: usize = 11;
+/// The 64-bit word of the GET_STATS response buffer where the counters start (byte 16).
+pub(crate) const STATS_FIRST_COUNTER: usize = 2;
 /// The length of the GET_STATS response buffer.
 pub(crate) const STATS_BUF_LEN: usize = 256;
 
-/// Doorbell pages: SQ, RQ and CQ, all three enabled.
-const DB_ALL: u32 = 0b111;
+bitfield! {
+    /// Which doorbell pages ALLOC_DB and FREE_DB handle.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct DbEnable(u32) {
+        /// The CQ doorbell page.
+        2:2 cq => bool;
+        /// The RQ doorbell page.
+        1:1 rq => bool;
+        /// The SQ doorbell page.
+        0:0 sq => bool;
+    }
+}
 
-/// COMMON 8: allocate doorbell pages for a user context.
+impl DbEnable {
+    /// All three pages.
+    fn all() -> Self {
+        Self::zeroed().with_sq(true).with_rq(true).with_cq(true)
+    }
+}
+
+/// COMMON 8: allocate doorbell pages for a user context; the response is an [`AllocDbResp`].
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct AllocDb {
     /// @8: which doorbells.
-    pub(crate) enable: u32,
+    pub(crate) enable: DbEnable,
     pub(crate) reserved: [u32; 5],
 }
 command!(AllocDb, Common, 8);
@@ -198,9 +269,21 @@ impl AllocDb {
     /// Allocates all three pages.
     pub(crate) fn new() -> Self {
         Self {
-            enable: DB_ALL,
+            enable: DbEnable::all(),
             reserved: [0; 5],
         }
+    }
+}
+
+bitfield! {
+    /// The first ALLOC_DB response word: BAR0 page indices.
+    pub(crate) struct AllocDbResp(u64) {
+        /// The "RDB" page.
+        63:48 rdb;
+        /// The "CDB" page.
+        47:32 cdb;
+        /// The SQ doorbell page.
+        15:0 sq;
     }
 }
 
@@ -218,22 +301,22 @@ pub(crate) struct DbPages {
 impl DbPages {
     /// Decodes an ALLOC_DB response.
     pub(crate) fn from_response(resp: Response) -> Self {
-        let w = resp.0[0];
+        let r = AllocDbResp::from_raw(resp.0[0]);
         // CAST: each field is 16 bits wide.
         Self {
-            sq: w as u16,
-            cdb: (w >> 32) as u16,
-            rdb: (w >> 48) as u16,
+            sq: r.sq().get() as u16,
+            cdb: r.cdb().get() as u16,
+            rdb: r.rdb().get() as u16,
         }
     }
 }
 
 /// COMMON 9: release the doorbell pages of a user context.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct FreeDb {
     /// @8: which doorbells.
-    pub(crate) enable: u32,
+    pub(crate) enable: DbEnable,
     /// @12: the RQ doorbell page ("RDB").
     pub(crate) rq_page: u16,
     /// @14: the SQ doorbell page.
@@ -249,7 +332,7 @@ impl FreeDb {
     /// Releases the pages ALLOC_DB gave.
     pub(crate) fn new(pages: DbPages) -> Self {
         Self {
-            enable: DB_ALL,
+            enable: DbEnable::all(),
             rq_page: pages.rdb,
             sq_page: pages.sq,
             reserved0: 0,
@@ -259,56 +342,161 @@ impl FreeDb {
     }
 }
 
+bitfield! {
+    /// CREATE_CQ's first configuration word.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct CreateCqCfg0(u32) {
+        /// log2 of the number of entries.
+        31:24 depth_log2;
+        /// log2(page size) - 12.
+        23:20 page_code;
+        /// The CQ number.
+        19:0 cqn;
+    }
+}
+
+bitfield! {
+    /// CREATE_CQ's second configuration word.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct CreateCqCfg1(u32) {
+        /// Number of MTT entries.
+        31:16 mtt_count;
+        /// MTT level: 0 the buffer address, 1 the address of an array of page addresses.
+        15:15 mtt_level;
+        /// `db_page` of [`CreateCqCfg2`] is valid.
+        11:11 ext_db => bool;
+        /// The completion event queue.
+        9:0 eqn;
+    }
+}
+
+bitfield! {
+    /// CREATE_CQ's third configuration word.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct CreateCqCfg2(u32) {
+        /// The CQ doorbell page of the user context.
+        15:0 db_page;
+    }
+}
+
 /// RDMA 4: create a completion queue.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable, Default)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct CreateCq {
-    /// @8: bits 31:24 log2(depth), 23:20 page-size code, 19:0 CQN.
-    pub(crate) cfg0: u32,
+    /// @8: depth, page size and number.
+    pub(crate) cfg0: CreateCqCfg0,
     /// @12: buffer (level 0) or MTT (level 1) address, low half.
     pub(crate) addr_lo: u32,
     /// @16: the same, high half.
     pub(crate) addr_hi: u32,
-    /// @20: bits 31:16 MTT entries, 15 MTT level, 11 extended doorbell page, 9:0 EQN.
-    pub(crate) cfg1: u32,
+    /// @20: MTT and event queue.
+    pub(crate) cfg1: CreateCqCfg1,
     /// @24: DMA address of the doorbell record.
     pub(crate) dbrec: u64,
     /// @32: byte offset of the first entry in the first page.
     pub(crate) first_offset: u32,
-    /// @36: bits 15:0 the CQ doorbell page (with the extended doorbell bit).
-    pub(crate) cfg2: u32,
+    /// @36: the doorbell page.
+    pub(crate) cfg2: CreateCqCfg2,
 }
 command!(CreateCq, Rdma, 4);
 
 /// RDMA 5: destroy a completion queue.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct DestroyCq {
     /// @8: the CQN.
     pub(crate) cqn: u32,
 }
 command!(DestroyCq, Rdma, 5);
 
+bitfield! {
+    /// CREATE_QP's first configuration word.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct CreateQpCfg0(u32) {
+        /// log2 of the SQ depth in basic blocks.
+        31:20 sq_depth_log2;
+        /// The QP number.
+        19:0 qpn;
+    }
+}
+
+bitfield! {
+    /// CREATE_QP's second configuration word.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct CreateQpCfg1(u32) {
+        /// log2 of the RQ depth in entries.
+        31:20 rq_depth_log2;
+        /// The protection domain.
+        19:0 pdn;
+    }
+}
+
+bitfield! {
+    /// CREATE_QP's word for one queue.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct CreateQpQueueCfg(u32) {
+        /// log2(page size) - 12.
+        31:28 page_code;
+        /// `db_cfg` is valid (the SQ word only).
+        25:25 ext_db => bool;
+        /// The completion queue.
+        23:0 cqn;
+    }
+}
+
+bitfield! {
+    /// CREATE_QP's MTT word for one queue.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct QueueMttCfg(u32) {
+        /// Byte offset of the queue in its first page, in 4 KiB units.
+        31:12 page_offset_4k;
+        /// Number of MTT entries.
+        11:1 count;
+        /// MTT level: 0 inline, 1 an array of page addresses.
+        0:0 level;
+    }
+}
+
+bitfield! {
+    /// CREATE_QP's doorbell pages.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct QpDbCfg(u32) {
+        /// The SQ doorbell page.
+        31:16 sq_page;
+        /// The RQ doorbell page.
+        15:0 rq_page;
+    }
+}
+
+bitfield! {
+    /// CREATE_QP's last configuration word.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct CreateQpCfg2(u32) {
+        /// The QP type ([`crate::consts::qp_type`]).
+        3:0 qp_type;
+    }
+}
+
 /// RDMA 1: create a queue pair.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable, Default)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct CreateQp {
-    /// @8: bits 31:20 log2(SQ depth in WQEBBs), 19:0 QPN.
-    pub(crate) cfg0: u32,
-    /// @12: bits 31:20 log2(RQ depth), 19:0 PDN.
-    pub(crate) cfg1: u32,
-    /// @16: bits 31:28 page-size code, 25 extended doorbell page, 23:0 send CQN.
-    pub(crate) sq_cfg: u32,
-    /// @20: bits 31:28 page-size code, 23:0 receive CQN.
-    pub(crate) rq_cfg: u32,
+    /// @8: SQ depth and QPN.
+    pub(crate) cfg0: CreateQpCfg0,
+    /// @12: RQ depth and PDN.
+    pub(crate) cfg1: CreateQpCfg1,
+    /// @16: the send queue.
+    pub(crate) sq_cfg: CreateQpQueueCfg,
+    /// @20: the receive queue.
+    pub(crate) rq_cfg: CreateQpQueueCfg,
     /// @24: SQ MTT entry 0 (level 0) or MTT address (level 1).
     pub(crate) sq_addr: u64,
     /// @32: the same for the RQ.
     pub(crate) rq_addr: u64,
-    /// @40: bits 31:12 offset in the first page, 11:1 MTT entries, 0 level.
-    pub(crate) sq_mtt_cfg: u32,
-    /// @44: the same for the RQ.
-    pub(crate) rq_mtt_cfg: u32,
+    /// @40: the SQ's MTT.
+    pub(crate) sq_mtt_cfg: QueueMttCfg,
+    /// @44: the RQ's MTT.
+    pub(crate) rq_mtt_cfg: QueueMttCfg,
     /// @48: DMA address of the SQ doorbell record.
     pub(crate) sq_dbrec: u64,
     /// @56: DMA address of the RQ doorbell record.
@@ -317,28 +505,39 @@ pub(crate) struct CreateQp {
     pub(crate) sq_mtt: [u64; 3],
     /// @88: RQ MTT entries 1..3 (level 0).
     pub(crate) rq_mtt: [u64; 3],
-    /// @112: bits 31:16 SQ doorbell page, 15:0 RQ doorbell page.
-    pub(crate) db_cfg: u32,
-    /// @116: bits 3:0 QP type.
-    pub(crate) cfg2: u32,
+    /// @112: the doorbell pages of the user context.
+    pub(crate) db_cfg: QpDbCfg,
+    /// @116: the QP type.
+    pub(crate) cfg2: CreateQpCfg2,
 }
 command!(CreateQp, Rdma, 1);
 
 /// RDMA 2: destroy a queue pair.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct DestroyQp {
     /// @8: the QPN.
     pub(crate) qpn: u32,
 }
 command!(DestroyQp, Rdma, 2);
 
+bitfield! {
+    /// The first word of an address vector.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct AvFlow(u32) {
+        /// The destination is IPv6.
+        20:20 ipv6 => bool;
+        /// The flow label.
+        19:0 flow_label;
+    }
+}
+
 /// The RoCEv2 address vector of MODIFY_QP and CREATE_AH (36 bytes).
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable, Default, Clone, Copy, Debug)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct AddressVector {
-    /// @0: bits 19:0 flow label, 20 network type (1 IPv6).
-    pub(crate) flow: u32,
+    /// @0: flow label and network type.
+    pub(crate) flow: AvFlow,
     /// @4: traffic class.
     pub(crate) tclass: u8,
     /// @5: hop limit.
@@ -357,16 +556,46 @@ pub(crate) struct AddressVector {
     pub(crate) dgid: [u8; 16],
 }
 
+bitfield! {
+    /// MODIFY_QP's first word.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct ModifyQpCfg(u32) {
+        /// The target state (RoCE numbering, that of the verbs).
+        31:24 state;
+        /// The QP number.
+        19:0 qpn;
+    }
+}
+
+bitfield! {
+    /// Which attributes a RoCEv2 MODIFY_QP carries.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct ModifyQpMask(u32) {
+        /// `dst_qpn`.
+        5:5 dst_qpn => bool;
+        /// `rq_psn`.
+        4:4 rq_psn => bool;
+        /// `sq_psn`.
+        3:3 sq_psn => bool;
+        /// `av`.
+        2:2 av => bool;
+        /// `qkey`.
+        1:1 qkey => bool;
+        /// The state; always set.
+        0:0 state => bool;
+    }
+}
+
 /// RDMA 3: modify a queue pair, RoCEv2 layout.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable, Default)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct ModifyQpRoce {
-    /// @8: bits 31:24 target state, 19:0 QPN.
-    pub(crate) cfg: u32,
-    /// @12: destination QPN.
+    /// @8: target state and QPN.
+    pub(crate) cfg: ModifyQpCfg,
+    /// @12: bits 19:0 the destination QPN.
     pub(crate) dst_qpn: u32,
-    /// @16: which attributes ([`ModifyQpRoce::STATE`] ...).
-    pub(crate) mask: u32,
+    /// @16: which attributes.
+    pub(crate) mask: ModifyQpMask,
     /// @20: Q_Key.
     pub(crate) qkey: u32,
     /// @24: RQ PSN.
@@ -379,50 +608,119 @@ pub(crate) struct ModifyQpRoce {
 }
 command!(ModifyQpRoce, Rdma, 3);
 
-impl ModifyQpRoce {
-    pub(crate) const STATE: u32 = 1 << 0;
-    pub(crate) const QKEY: u32 = 1 << 1;
-    pub(crate) const AV: u32 = 1 << 2;
-    pub(crate) const SQ_PSN: u32 = 1 << 3;
-    pub(crate) const RQ_PSN: u32 = 1 << 4;
-    pub(crate) const DST_QPN: u32 = 1 << 5;
-}
-
-/// RDMA 17: a queue pair's PSNs and state (RoCE).
+/// RDMA 17: a queue pair's PSNs and state (RoCE), decoded by [`QueryQpResp`].
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct QueryQp {
     /// @8: the QPN.
     pub(crate) qpn: u32,
 }
 command!(QueryQp, Rdma, 17);
 
+bitfield! {
+    /// The first QUERY_QP response word.
+    pub(crate) struct QueryQpResp(u64) {
+        /// The send queue is draining.
+        56:56 sq_draining => bool;
+        /// The state (RoCE numbering).
+        55:48 state;
+        /// The receive PSN.
+        47:24 rq_psn;
+        /// The send PSN.
+        23:0 sq_psn;
+    }
+}
+
+bitfield! {
+    /// REG_MR's first configuration word.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct RegMrCfg0(u32) {
+        /// The region is usable (fast-registration regions only after a REG_MR WQE).
+        31:31 valid => bool;
+        /// Format version: 1 carries `mtt_page_code` and [`RegMrHigh`].
+        30:28 version;
+        /// The key of the STag.
+        27:20 key;
+        /// The MPT index of the STag.
+        19:0 mpt_index;
+    }
+}
+
+bitfield! {
+    /// REG_MR's second configuration word.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct RegMrCfg1(u32) {
+        /// The protection domain.
+        31:12 pdn;
+        /// The type ([`crate::consts::mr_type`]).
+        7:6 mr_type;
+        /// The access rights.
+        5:1 access => MrAccess;
+    }
+}
+
+bitfield! {
+    /// REG_MR's third configuration word.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct RegMrCfg2(u32) {
+        /// log2 of the page size (not less 12).
+        31:27 page_shift;
+        /// Version 1: log2 of the MTT pages' size, less 12.
+        26:24 mtt_page_code;
+        /// MTT level: 0 inline, 1 an array, more a multi-level table.
+        21:20 mtt_level;
+        /// Number of MTT entries, low 20 bits.
+        19:0 mtt_count;
+    }
+}
+
+bitfield! {
+    /// Version 1 of REG_MR: the high bits, in place of MTT entry 1.
+    pub(crate) struct RegMrHigh(u64) {
+        /// Number of MTT entries, bits 20 and up.
+        63:32 mtt_count_high;
+        /// The length, bits 63:32.
+        31:0 length_high;
+    }
+}
+
 /// RDMA 8: register a memory region.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable, Default)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct RegMr {
-    /// @8: bit 31 valid, 30:28 format version, 27:20 key, 19:0 MPT index.
-    pub(crate) cfg0: u32,
-    /// @12: bits 31:12 PDN, 7:6 type, 5:1 access.
-    pub(crate) cfg1: u32,
+    /// @8: validity, format and STag.
+    pub(crate) cfg0: RegMrCfg0,
+    /// @12: PDN, type and access.
+    pub(crate) cfg1: RegMrCfg1,
     /// @16: start IOVA.
     pub(crate) start_va: u64,
     /// @24: length, low 32 bits.
     pub(crate) size: u32,
-    /// @28: bits 31:27 log2(page size), 26:24 MTT page-size code, 21:20 level, 19:0 entries.
-    pub(crate) cfg2: u32,
+    /// @28: page size and MTT.
+    pub(crate) cfg2: RegMrCfg2,
     /// @32: inline entries (level 0) or the MTT address in entry 0; with format version 1,
-    /// entry 1 holds the length's high half and the entry count's high bits.
+    /// entry 1 is a [`RegMrHigh`].
     pub(crate) mtt: [u64; 4],
 }
 command!(RegMr, Rdma, 8);
 
+bitfield! {
+    /// DEREG_MR's word: the region's STag.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct DeregMrCfg(u32) {
+        /// The key of the STag.
+        27:20 key;
+        /// The MPT index of the STag.
+        19:0 mpt_index;
+    }
+}
+
 /// RDMA 9: deregister a memory region.
 #[repr(C)]
-#[derive(IntoBytes, zerocopy_derive::Immutable)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct DeregMr {
-    /// @8: bits 27:20 key, 19:0 MPT index.
-    pub(crate) stag: u32,
+    /// @8: the STag.
+    pub(crate) cfg: DeregMrCfg,
 }
 command!(DeregMr, Rdma, 9);
 
@@ -507,61 +805,263 @@ impl DeviceCaps {
         1024 * u32::from(self.qp_blocks)
     }
 }
-
 #[kunit_tests(erdma_rs_commands)]
 mod tests {
     use super::*;
+    use zerocopy::FromZeros;
+
+    /// The bytes of `cmd` at slot offset `at` (the body starts after the 8-byte header).
+    fn at<C: IntoBytes + zerocopy::Immutable>(cmd: &C, at: usize, len: usize) -> &[u8] {
+        &cmd.as_bytes()[at - 8..at - 8 + len]
+    }
 
     #[test]
-    fn body_layouts() {
-        assert_eq!(core::mem::size_of::<CreateEq>(), 24);
-        assert_eq!(core::mem::size_of::<DestroyEq>(), 16);
-        assert_eq!(core::mem::size_of::<ConfDevice>(), 24);
-        assert_eq!(core::mem::size_of::<QueryDevice>(), 0);
+    fn header_image() {
+        // erdma-hw 3.2: index 15:0, opcode 23:16, sub-module 25:24, cookie 47:32,
+        // WQEBBs-1 54:52.
+        let h = CmdHeader::zeroed()
+            .with_wqebb_index(0x0204u16)
+            .with_opcode(8u8)
+            .with_submod(SubModule::Common)
+            .with_cookie(0x7fu16)
+            .with_wqebbs_minus_one(Bounded::<u64, 3>::new::<3>());
+        assert_eq!(h.into_raw(), 0x0030_007f_0108_0204);
+        assert_eq!(
+            CmdHeader::from_raw(0x0100_0000).submod(),
+            Ok(SubModule::Common)
+        );
+        assert_eq!(CmdHeader::from_raw(0x0300_0000).submod(), Err(3));
+    }
+
+    #[test]
+    fn body_sizes() {
+        // Request sizes of erdma-hw 3.5-3.6 less the 8-byte header.
+        assert_eq!(size_of::<QueryDevice>(), 0);
+        assert_eq!(size_of::<CreateEq>(), 24);
+        assert_eq!(size_of::<DestroyEq>(), 16);
+        assert_eq!(size_of::<ConfDevice>(), 24);
+        assert_eq!(size_of::<SetGid>(), 20);
+        assert_eq!(size_of::<GetStats>(), 24);
+        assert_eq!(size_of::<AllocDb>(), 24);
+        assert_eq!(size_of::<FreeDb>(), 24);
+        assert_eq!(size_of::<CreateCq>(), 32);
+        assert_eq!(size_of::<CreateQp>(), 112);
+        assert_eq!(size_of::<AddressVector>(), 36);
+        assert_eq!(size_of::<ModifyQpRoce>(), 64);
+        assert_eq!(size_of::<RegMr>(), 56);
+    }
+
+    #[test]
+    fn eq_commands_image() {
         let c = CreateEq {
             ring: 0x1122_3344_5566_7788,
             vector: 3,
             eqn: 4,
             depth_log2: 12,
-            qtype: EQ_TYPE_CEQ,
+            qtype: crate::consts::EQ_TYPE_CEQ,
             dbrec_lo: 0xaabb_ccdd,
             dbrec_hi: 0x1,
             reserved: 0,
         };
-        let b = c.as_bytes();
-        // Offsets in the body are the slot offsets minus the 8-byte header.
-        assert_eq!(b[0], 0x88);
-        assert_eq!(&b[8..12], &[3, 4, 12, 1]);
-        assert_eq!(&b[12..16], &0xaabb_ccddu32.to_le_bytes());
-        assert_eq!(&b[16..20], &1u32.to_le_bytes());
-        assert_eq!(ConfDevice::new(12).config, 0x8000_000c);
-        assert_eq!(core::mem::size_of::<SetGid>(), 20);
-        assert_eq!(core::mem::size_of::<GetStats>(), 24);
-        assert_eq!(core::mem::size_of::<AllocDb>(), 24);
-        assert_eq!(core::mem::size_of::<FreeDb>(), 24);
-        // Request sizes of erdma-hw 3.5 minus the 8-byte header.
-        assert_eq!(core::mem::size_of::<CreateCq>(), 32);
-        assert_eq!(core::mem::size_of::<CreateQp>(), 112);
-        assert_eq!(core::mem::size_of::<AddressVector>(), 36);
-        assert_eq!(core::mem::size_of::<ModifyQpRoce>(), 64);
-        assert_eq!(core::mem::size_of::<RegMr>(), 56);
-        assert_eq!(core::mem::offset_of!(CreateQp, db_cfg) + 8, 112);
-        assert_eq!(core::mem::offset_of!(ModifyQpRoce, av) + 8, 32);
-        assert_eq!(core::mem::offset_of!(RegMr, mtt) + 8, 32);
-        let g = SetGid::add(3, [7; 16], true);
-        assert_eq!(&g.as_bytes()[..4], &0x0001_0003u32.to_le_bytes());
-        assert_eq!(SetGid::delete(2).cfg, 0x8000_0002);
+        assert_eq!(
+            at(&c, 8, 8),
+            &[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]
+        );
+        assert_eq!(
+            at(&c, 16, 12),
+            &[3, 4, 12, 1, 0xdd, 0xcc, 0xbb, 0xaa, 1, 0, 0, 0]
+        );
+        let d = DestroyEq {
+            reserved0: 0,
+            vector: 5,
+            eqn: 5,
+            reserved1: 0,
+            qtype: 1,
+            reserved2: 0,
+        };
+        assert_eq!(at(&d, 16, 4), &[5, 5, 0, 1]);
+    }
+
+    #[test]
+    fn device_commands_image() {
+        let c = ConfDevice {
+            cfg: ConfDeviceCfg::zeroed()
+                .with_page_size_enable(true)
+                .with_page_shift(Bounded::<u32, 5>::new::<12>()),
+            reserved: [0; 5],
+        };
+        assert_eq!(at(&c, 8, 4), &[0x0c, 0, 0, 0x80]);
+        let g = SetGid {
+            cfg: SetGidCfg::zeroed().with_index(3u16).with_ipv6(true),
+            gid: [7; 16],
+        };
+        assert_eq!(at(&g, 8, 5), &[3, 0, 1, 0, 7]);
+        let del = SetGidCfg::zeroed().with_index(2u16).with_delete(true);
+        assert_eq!(del.into_raw(), 0x8000_0002);
         let f = FreeDb::new(DbPages {
             sq: 1,
             cdb: 2,
             rdb: 3,
         });
-        // @12 RQ page ("RDB"), @14 SQ page, @18 CQ page ("CDB").
-        assert_eq!(&f.as_bytes()[4..12], &[3, 0, 1, 0, 0, 0, 2, 0]);
+        // @8 enable SQ/RQ/CQ, @12 RQ page ("RDB"), @14 SQ page, @18 CQ page ("CDB").
+        assert_eq!(at(&f, 8, 12), &[7, 0, 0, 0, 3, 0, 1, 0, 0, 0, 2, 0]);
+        assert_eq!(at(&AllocDb::new(), 8, 4), &[7, 0, 0, 0]);
+        let s = StatsHeader::from_raw(0x0000_0000_0110_5566);
+        assert_eq!(
+            (s.magic().get(), s.version().get(), s.length().get()),
+            (0x5566, 0x10, 1)
+        );
+        assert_eq!(
+            FwInfo::from_raw(0xffff_ffff_0001_0002).version().get(),
+            0x0001_0002
+        );
     }
 
     #[test]
-    fn alloc_db_decoding() {
+    fn create_cq_image() {
+        let c = CreateCq {
+            cfg0: CreateCqCfg0::zeroed()
+                .with_depth_log2(10u8)
+                .with_page_code(Bounded::<u32, 4>::new::<13>())
+                .with_cqn(Bounded::<u32, 20>::new::<0x12345>()),
+            addr_lo: 0x89ab_c000,
+            addr_hi: 0x1,
+            cfg1: CreateCqCfg1::zeroed()
+                .with_mtt_count(2u8)
+                .with_mtt_level(Bounded::<u32, 1>::new::<1>())
+                .with_ext_db(true)
+                .with_eqn(Bounded::<u32, 10>::new::<3>()),
+            dbrec: 0x5000,
+            first_offset: 0x40,
+            cfg2: CreateCqCfg2::zeroed().with_db_page(0x21u16),
+        };
+        // cfg0: 31:24 depth, 23:20 page code, 19:0 CQN.
+        assert_eq!(at(&c, 8, 4), &[0x45, 0x23, 0xd1, 0x0a]);
+        assert_eq!(at(&c, 12, 8), &[0, 0xc0, 0xab, 0x89, 1, 0, 0, 0]);
+        // cfg1: 31:16 entries, 15 level, 11 extended doorbell, 9:0 EQN.
+        assert_eq!(at(&c, 20, 4), &[0x03, 0x88, 0x02, 0x00]);
+        assert_eq!(at(&c, 24, 8), &[0, 0x50, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(at(&c, 32, 8), &[0x40, 0, 0, 0, 0x21, 0, 0, 0]);
+    }
+
+    #[test]
+    fn create_qp_image() {
+        let mut c = CreateQp::new_zeroed();
+        c.cfg0 = CreateQpCfg0::zeroed()
+            .with_sq_depth_log2(Bounded::<u32, 12>::new::<9>())
+            .with_qpn(0x123u16);
+        c.cfg1 = CreateQpCfg1::zeroed()
+            .with_rq_depth_log2(Bounded::<u32, 12>::new::<6>())
+            .with_pdn(0x45u16);
+        c.sq_cfg = CreateQpQueueCfg::zeroed()
+            .with_page_code(Bounded::<u32, 4>::new::<8>())
+            .with_ext_db(true)
+            .with_cqn(0x678u16);
+        c.rq_cfg = CreateQpQueueCfg::zeroed().with_cqn(0x9u16);
+        c.sq_addr = 0x1000;
+        c.sq_mtt_cfg = QueueMttCfg::zeroed()
+            .with_page_offset_4k(Bounded::<u32, 20>::new::<1>())
+            .with_count(3u8)
+            .with_level(Bounded::<u32, 1>::new::<1>());
+        c.sq_dbrec = 0x2000;
+        c.rq_mtt = [0, 0, 0x3000];
+        c.db_cfg = QpDbCfg::zeroed()
+            .with_sq_page(0x11u16)
+            .with_rq_page(0x22u16);
+        c.cfg2 = CreateQpCfg2::zeroed().with_qp_type(Bounded::<u32, 4>::new::<1>());
+        // @8 cfg0: 31:20 log2 SQ depth, 19:0 QPN; @12 cfg1: 31:20 log2 RQ depth, 19:0 PDN.
+        assert_eq!(
+            at(&c, 8, 8),
+            &[0x23, 0x01, 0x90, 0x00, 0x45, 0x00, 0x60, 0x00]
+        );
+        // @16 SQ cfg: 31:28 page code, 25 extended doorbell, 23:0 CQN.
+        assert_eq!(at(&c, 16, 8), &[0x78, 0x06, 0x00, 0x82, 0x09, 0, 0, 0]);
+        assert_eq!(at(&c, 24, 2), &[0, 0x10]);
+        // @40 SQ MTT cfg: 31:12 offset in 4 KiB units, 11:1 entries, 0 level.
+        assert_eq!(at(&c, 40, 4), &[0x07, 0x10, 0, 0]);
+        assert_eq!(at(&c, 48, 2), &[0, 0x20]);
+        assert_eq!(at(&c, 104, 2), &[0, 0x30]);
+        // @112 31:16 SQ page, 15:0 RQ page; @116 QP type.
+        assert_eq!(at(&c, 112, 8), &[0x22, 0, 0x11, 0, 1, 0, 0, 0]);
+    }
+
+    #[test]
+    fn modify_qp_image() {
+        let mut c = ModifyQpRoce::new_zeroed();
+        c.cfg = ModifyQpCfg::zeroed().with_state(3u8).with_qpn(0x12u8);
+        c.mask = ModifyQpMask::zeroed()
+            .with_state(true)
+            .with_av(true)
+            .with_dst_qpn(true);
+        c.dst_qpn = 0x34;
+        c.av = AddressVector {
+            flow: AvFlow::zeroed()
+                .with_ipv6(true)
+                .with_flow_label(Bounded::<u32, 20>::new::<0x12345>()),
+            tclass: 1,
+            hop_limit: 64,
+            sl: 2,
+            reserved: 0,
+            udp_sport: 0xc001,
+            sgid_index: 3,
+            dmac: [0x52, 0x54, 0, 0, 0, 1],
+            pad: [0; 2],
+            dgid: [0xfe; 16],
+        };
+        assert_eq!(
+            at(&c, 8, 12),
+            &[0x12, 0, 0, 3, 0x34, 0, 0, 0, 0x25, 0, 0, 0]
+        );
+        // The address vector at @32: flow word, TC, hop limit, SL, port, GID index, MAC.
+        assert_eq!(at(&c, 32, 4), &[0x45, 0x23, 0x11, 0]);
+        assert_eq!(at(&c, 36, 8), &[1, 64, 2, 0, 0x01, 0xc0, 3, 0]);
+        assert_eq!(at(&c, 44, 6), &[0x52, 0x54, 0, 0, 0, 1]);
+        assert_eq!(at(&c, 52, 1), &[0xfe]);
+    }
+
+    #[test]
+    fn mr_commands_image() {
+        let mut c = RegMr::new_zeroed();
+        c.cfg0 = RegMrCfg0::zeroed()
+            .with_valid(true)
+            .with_const_version::<1>()
+            .with_key(0xabu8)
+            .with_mpt_index(0x123u16);
+        c.cfg1 = RegMrCfg1::zeroed()
+            .with_pdn(0x5u8)
+            .with_mr_type(Bounded::<u32, 2>::new::<1>())
+            .with_access(
+                MrAccess::zeroed()
+                    .with_local_read(true)
+                    .with_remote_write(true),
+            );
+        c.size = 0x1000;
+        c.cfg2 = RegMrCfg2::zeroed()
+            .with_page_shift(Bounded::<u32, 5>::new::<12>())
+            .with_mtt_page_code(Bounded::<u32, 3>::new::<0>())
+            .with_mtt_level(Bounded::<u32, 2>::new::<2>())
+            .with_mtt_count(0x456u16);
+        c.mtt[1] = RegMrHigh::zeroed()
+            .with_length_high(1u8)
+            .with_mtt_count_high(2u8)
+            .into_raw();
+        // cfg0: 31 valid, 30:28 version, 27:20 key, 19:0 index.
+        assert_eq!(at(&c, 8, 4), &[0x23, 0x01, 0xb0, 0x9a]);
+        // cfg1: 31:12 PDN, 7:6 type, 5:1 access (LR 1, RW 4).
+        assert_eq!(at(&c, 12, 4), &[0x64, 0x50, 0, 0]);
+        // cfg2: 31:27 log2 page size, 21:20 level, 19:0 entries.
+        assert_eq!(at(&c, 28, 4), &[0x56, 0x04, 0x20, 0x60]);
+        assert_eq!(at(&c, 40, 8), &[1, 0, 0, 0, 2, 0, 0, 0]);
+        let d = DeregMr {
+            cfg: DeregMrCfg::zeroed()
+                .with_key(0xabu8)
+                .with_mpt_index(0x123u16),
+        };
+        assert_eq!(at(&d, 8, 4), &[0x23, 0x01, 0xb0, 0x0a]);
+    }
+
+    #[test]
+    fn responses_decoding() {
         let pages = DbPages::from_response(Response([0x0030_0020_0000_0010, 0]));
         assert_eq!(
             pages,
@@ -571,6 +1071,13 @@ mod tests {
                 rdb: 0x30
             }
         );
+        // QUERY_QP: 23:0 SQ PSN, 47:24 RQ PSN, 55:48 state, 56 draining.
+        let q = QueryQpResp::from_raw(0x0103_0000_0200_0001);
+        assert_eq!(
+            (q.sq_psn().get(), q.rq_psn().get(), q.state().get()),
+            (1, 2, 3)
+        );
+        assert!(q.sq_draining());
     }
 
     #[test]

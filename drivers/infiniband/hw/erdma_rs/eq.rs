@@ -18,20 +18,38 @@ use kernel::{
 };
 
 use crate::{
-    regs::EqDoorbell,
+    consts::EQE_SIZE,
+    formats::{
+        Aeqe,
+        Ceqe,
+        EqDoorbell,
+        EqeWord0, //
+    },
+    regs::Bar0,
     ring::{
         owner_valid,
+        read_entry,
         Doorbell, //
     },
-    Bar0, //
 };
 
-/// Size of an event-queue entry.
-pub(crate) const EQE_SIZE: usize = 16;
-
-/// An event-queue entry: four little-endian words; bit 31 of the first is the owner bit.
+/// The memory image of an event-queue entry.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Eqe(pub(crate) [u32; 4]);
+pub(crate) struct Eqe([u32; EQE_WORDS]);
+
+impl Eqe {
+    /// The entry of a completion event queue.
+    pub(crate) fn ceqe(&self) -> Option<Ceqe> {
+        Ceqe::read_from_prefix(self.0.as_bytes())
+            .ok()
+            .map(|(e, _)| e)
+    }
+
+    /// The entry of the asynchronous event queue.
+    pub(crate) fn aeqe(&self) -> Option<Aeqe> {
+        Aeqe::read_from_bytes(self.0.as_bytes()).ok()
+    }
+}
 
 /// An event-queue ring and its 8-byte doorbell record.
 ///
@@ -91,18 +109,13 @@ impl EqRing {
 
     fn try_pop(&mut self) -> Result<Option<Eqe>> {
         let base = usize::from(self.ci & (self.depth - 1)) * EQE_WORDS;
-        let word0: u32 = io_read!(&self.ring, [try: base]);
-        if !owner_valid(word0 >> 31, self.ci.into(), self.depth.into()) {
+        let word0 = EqeWord0::from_raw(io_read!(&self.ring, [try: base]));
+        if !owner_valid(word0.owner().into(), self.ci.into(), self.depth.into()) {
             return Ok(None);
         }
-        // Read the rest of the entry only after seeing its owner bit.
+        // Read the entry only after seeing its owner bit.
         dma_mb(Read);
-        let eqe = Eqe([
-            word0,
-            io_read!(&self.ring, [try: base + 1]),
-            io_read!(&self.ring, [try: base + 2]),
-            io_read!(&self.ring, [try: base + 3]),
-        ]);
+        let eqe = Eqe(read_entry(&self.ring, base)?);
         self.ci = self.ci.wrapping_add(1);
         Ok(Some(eqe))
     }

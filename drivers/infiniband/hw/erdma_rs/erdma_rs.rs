@@ -36,42 +36,48 @@ use kernel::{
         Mutex,
         SpinLockIrq, //
     },
-    time::{
-        delay::fsleep,
-        Delta, //
-    },
 };
 
 mod cmdq;
 mod commands;
+mod consts;
+mod cq;
 mod eq;
+mod formats;
+mod hw;
+mod ibdev;
 mod ids;
 mod kverbs;
-mod objects;
+mod mr;
+mod mtt;
+mod pd;
+mod qp;
 mod regs;
+mod report;
 mod ring;
 mod verbs;
 
-use cmdq::{
-    Cmdq,
-    Wait, //
-};
+use cmdq::Wait;
 use commands::{
     ConfDevice,
+    ConfDeviceCfg,
     CreateEq,
     DestroyEq,
     DeviceCaps,
+    FwInfo,
     QueryDevice,
-    QueryFwInfo,
-    EQ_TYPE_CEQ, //
+    QueryFwInfo, //
+};
+use consts::{
+    EQ_TYPE_CEQ,
+    MAX_CEQS, //
 };
 use eq::EqRing;
-use kernel::{rbtree::RBTree, rdma::qp::QpEvent};
-use kverbs::{
-    CqEntry,
-    QpEntry, //
-};
+use formats::low32;
+use hw::Hw;
+use ibdev::IbData;
 use regs::{
+    Bar0,
     MacAddr,
     Protocol, //
 };
@@ -79,126 +85,15 @@ use ring::{
     lower,
     upper, //
 };
-use verbs::{
-    IbData,
-    IbDevice, //
-};
+use verbs::IbDevice;
 
 /// PCI device ID of the eRDMA function.
 const PCI_DEVICE_ID_ERDMA: u32 = 0x107f;
-
-/// BAR0, mapped whole; accesses inside the register page are checked at compile time.
-pub(crate) type Bar0<'bound> = pci::Bar<'bound, { regs::REG_PAGE_SIZE }>;
 
 /// Depth of the asynchronous event queue.
 const AEQ_DEPTH: u16 = 4096;
 /// Depth of each completion event queue.
 const CEQ_DEPTH: u16 = 4096;
-/// Completion event queues at most: one per MSI-X vector after vector 0.
-const MAX_CEQS: u32 = 31;
-/// Event-queue entries handled per interrupt before re-arming.
-const EQ_BUDGET: usize = 16;
-/// How often, and how many times, `DEV_STATUS.INIT_DONE` is polled.
-const INIT_POLL_INTERVAL: Delta = Delta::from_millis(20);
-const INIT_POLL_TRIES: u32 = 500;
-
-/// The adapter's registers and control queues, shared with the interrupt handlers.
-#[pin_data]
-struct Hw<'bound> {
-    pdev: &'bound pci::Device<Bound>,
-    bar: Bar0<'bound>,
-    #[pin]
-    cmdq: Cmdq,
-    #[pin]
-    aeq: SpinLockIrq<EqRing>,
-    /// Event handles of the completion queues, by CQN, for the CEQ handlers.
-    #[pin]
-    cqs: SpinLockIrq<RBTree<u32, Arc<CqEntry>>>,
-    /// Event handles of the queue pairs, by QPN, for the AEQ handler.
-    #[pin]
-    qps: SpinLockIrq<RBTree<u32, Arc<QpEntry>>>,
-}
-
-impl<'bound> Hw<'bound> {
-    fn dev(&self) -> &device::Device {
-        self.pdev.as_ref()
-    }
-
-    /// Returns the function to its power-on state. The adapter does not signal completion to
-    /// the driver (`DEV_STATUS.reset_done` is informational).
-    fn reset(&self) {
-        self.bar
-            .write_reg(regs::DEV_CTRL::zeroed().with_reset(true));
-    }
-
-    /// Describes the AEQ and the command queue to the adapter and lets it latch them.
-    fn init(&self) -> Result {
-        {
-            let aeq = self.aeq.lock();
-            let addr = aeq.dma_addr();
-            self.bar.write_reg(regs::AEQ_ADDR_H::from_raw(upper(addr)));
-            self.bar.write_reg(regs::AEQ_ADDR_L::from_raw(lower(addr)));
-            self.bar
-                .write_reg(regs::AEQ_DEPTH::from_raw(aeq.depth().into()));
-            // Cannot fail: the offset lies in the register page.
-            let _ = self.bar.try_write64(aeq.dbrec_addr(), regs::AEQ_DBREC_ADDR);
-        }
-        self.cmdq.program(&self.bar);
-        self.bar.write_reg(regs::DEV_CTRL::zeroed().with_init(true));
-        for _ in 0..INIT_POLL_TRIES {
-            if self.bar.read(regs::DEV_STATUS).init_done() {
-                return Ok(());
-            }
-            fsleep(INIT_POLL_INTERVAL);
-        }
-        dev_err!(
-            self.dev(),
-            "the adapter did not complete initialisation within {} ms\n",
-            INIT_POLL_INTERVAL.as_millis() * i64::from(INIT_POLL_TRIES)
-        );
-        Err(ETIMEDOUT)
-    }
-
-    fn exec<C: commands::Command>(&self, cmd: &C, wait: Wait) -> Result<commands::Response> {
-        self.cmdq.exec(self.dev(), &self.bar, cmd, wait)
-    }
-
-    /// Drains up to [`EQ_BUDGET`] asynchronous events and re-arms the AEQ.
-    fn handle_aeq(&self) {
-        let mut aeq = self.aeq.lock();
-        for _ in 0..EQ_BUDGET {
-            let Some(eqe) = aeq.pop() else {
-                break;
-            };
-            let kind = (eqe.0[0] >> 16) & 0xff;
-            let subtype = eqe.0[0] & 0xff;
-            let object = eqe.0[1];
-            let (what, found) = match kind {
-                // Every QP event is fatal to the QP (erdma-hw 4.2).
-                0 | 1 | 2 | 4 => {
-                    let qps = self.qps.lock();
-                    let found = qps.get(&object).map(|q| q.events.event(QpEvent::Fatal));
-                    ("error on QP", found.is_some())
-                }
-                3 => {
-                    let cqs = self.cqs.lock();
-                    (
-                        "error on CQ",
-                        cqs.get(&object).map(|c| c.events.error()).is_some(),
-                    )
-                }
-                _ => ("unknown event for object", false),
-            };
-            if !found {
-                dev_warn!(
-                    self.dev(),
-                    "async event {kind}.{subtype}: {what} {object}, which does not exist\n"
-                );
-            }
-        }
-        aeq.arm(&self.bar);
-    }
-}
 
 /// Vector 0: command completions, then asynchronous events.
 struct CommonIrq<'bound> {
@@ -207,8 +102,7 @@ struct CommonIrq<'bound> {
 
 impl irq::Handler for CommonIrq<'_> {
     fn handle(&self) -> IrqReturn {
-        self.hw.cmdq.handle_interrupt(self.hw.dev(), &self.hw.bar);
-        self.hw.handle_aeq();
+        self.hw.handle_common_irq();
         IrqReturn::Handled
     }
 }
@@ -222,29 +116,7 @@ struct CeqIrq<'bound> {
 
 impl irq::Handler for CeqIrq<'_> {
     fn handle(&self) -> IrqReturn {
-        let mut ring = self.ring.lock();
-        for _ in 0..EQ_BUDGET {
-            let Some(eqe) = ring.pop() else {
-                break;
-            };
-            let cqn = eqe.0[0] & 0xf_ffff;
-            let found = self.hw.cqs.lock().get(&cqn).map(|c| {
-                if let Some(k) = &c.kernel {
-                    k.event();
-                }
-                c.events.completion();
-            });
-            if found.is_none() {
-                // A CQ destroyed after the adapter queued its event.
-                dev_dbg!(
-                    self.hw.dev(),
-                    "CEQ {}: event for CQ {}, which does not exist\n",
-                    self.eqn,
-                    cqn
-                );
-            }
-        }
-        ring.arm(&self.hw.bar);
+        self.hw.handle_ceq(&self.ring, self.eqn);
         IrqReturn::Handled
     }
 }
@@ -365,7 +237,7 @@ impl ErdmaDriver {
             return Err(EINVAL);
         }
 
-        let bar = pdev.iomap_region_sized::<{ regs::REG_PAGE_SIZE }>(0, c"erdma_rs/bar0")?;
+        let bar: Bar0<'bound> = pdev.iomap_region_sized(0, c"erdma_rs/bar0")?;
 
         let version = bar.read(regs::VERSION).version().get();
         if version == 0 {
@@ -401,17 +273,7 @@ impl ErdmaDriver {
         let vectors = pdev.alloc_msix_vectors_bound(1, max_vectors)?;
 
         let dev: &device::Device<Bound> = pdev.as_ref();
-        let hw = Arc::pin_init(
-            try_pin_init!(Hw {
-                pdev,
-                bar,
-                cmdq <- Cmdq::new(dev)?,
-                aeq <- new_spinlock_irq!(EqRing::new(dev, AEQ_DEPTH, regs::AEQ_DB)?),
-                cqs <- new_spinlock_irq!(RBTree::new()),
-                qps <- new_spinlock_irq!(RBTree::new()),
-            }),
-            GFP_KERNEL,
-        )?;
+        let hw = Arc::pin_init(Hw::new(pdev, bar, AEQ_DEPTH)?, GFP_KERNEL)?;
 
         // Start from the power-on state, whatever a previous driver left.
         hw.reset();
@@ -484,10 +346,19 @@ impl ErdmaDriver {
         hw.cmdq.enable_interrupts(&hw.bar);
 
         let caps = DeviceCaps::from_response(hw.exec(&QueryDevice {}, Wait::Sleep)?);
-        // CAST: the firmware version is the low half of the first response word.
-        let fw = hw.exec(&QueryFwInfo {}, Wait::Sleep)?.0[0] as u32;
+        // CAST: a 32-bit field.
+        let fw = FwInfo::from_raw(hw.exec(&QueryFwInfo {}, Wait::Sleep)?.0[0])
+            .version()
+            .get() as u32;
         if caps.extend_db {
-            hw.exec(&ConfDevice::new(PAGE_SHIFT as u32), Wait::Sleep)?;
+            let cmd = ConfDevice {
+                cfg: ConfDeviceCfg::zeroed()
+                    .with_page_size_enable(true)
+                    // CAST: PAGE_SHIFT is small.
+                    .with_page_shift(low32(PAGE_SHIFT as u32)),
+                reserved: [0; 5],
+            };
+            hw.exec(&cmd, Wait::Sleep)?;
         }
 
         let ib = IbDevice::register(

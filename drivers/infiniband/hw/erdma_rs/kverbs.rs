@@ -35,61 +35,142 @@ use kernel::{
 };
 
 use crate::{
-    objects::{
-        mr_access,
-        Mr,
+    consts::{
+        cqe_queue,
+        frmr_mtt,
+        opcode,
+        KERNEL_CQ_DB,
+        KERNEL_RQ_DB,
+        KERNEL_SQ_DB,
         MAX_INLINE,
-        MAX_SEND_SGE, //
+        MAX_SEND_SGE,
+        MAX_SQE_WQEBBS,
+        RQE_SIZE,
+        WQEBB_SIZE, //
     },
+    formats::{
+        low32,
+        low64,
+        AtomicSqe,
+        CqDoorbell,
+        Cqe,
+        CqeHeader,
+        LocalInvSqe,
+        MrAccess,
+        ReadSqe,
+        RegMrSqe,
+        RegMrSqeAttrs,
+        RqDoorbell,
+        Rqe,
+        SendSqe,
+        Sge,
+        SqDoorbell,
+        SqeHeader,
+        WriteSqe, //
+    },
+    regs::Bar0,
     ring::{
+        lower,
         owner_valid,
         read32,
         read64,
+        read_entry,
+        upper,
+        words64,
         write64,
         Doorbell, //
     },
-    Bar0,
 };
 
-/// BAR0 offsets of the doorbells every kernel queue shares (erdma-hw 5.8): the SQ doorbell
-/// page 95, and the first RQ and CQ doorbell slots.
-const KERNEL_SQ_DB: usize = 95 * 4096;
-const KERNEL_RQ_DB: usize = 0x61000;
-const KERNEL_CQ_DB: usize = 0x79000;
+/// 64-bit words of a send-queue basic block and of a receive-queue entry; 32-bit words of a
+/// completion entry.
+const WQEBB_WORDS: usize = WQEBB_SIZE / 8;
+const RQE_WORDS: usize = RQE_SIZE / 8;
+const CQE_WORDS: usize = crate::consts::CQE_SIZE / 4;
+/// Bytes of the largest send-queue entry.
+const MAX_SQE_SIZE: usize = MAX_SQE_WQEBBS * WQEBB_SIZE;
 
-/// Words of a send-queue basic block, of a receive-queue entry and of a completion entry.
-const WQEBB_WORDS: usize = 4;
-const RQE_WORDS: usize = 4;
-const CQE_WORDS: usize = 8;
-/// Basic blocks of the largest work queue entry.
-const MAX_WQEBBS: usize = 4;
-/// Pages a fast-registration WQE carries inline.
-const INLINE_PAGES: usize = 4;
-
-/// Opcodes of SQEs and CQEs (erdma-hw 5.3).
-mod op {
-    pub(super) const WRITE: u32 = 0;
-    pub(super) const READ: u32 = 1;
-    pub(super) const SEND: u32 = 2;
-    pub(super) const SEND_WITH_IMM: u32 = 3;
-    pub(super) const RECV_IMM: u32 = 5;
-    pub(super) const RECV_INV: u32 = 6;
-    pub(super) const WRITE_WITH_IMM: u32 = 9;
-    pub(super) const INVALIDATE: u32 = 11;
-    pub(super) const RSP_SEND_IMM: u32 = 12;
-    pub(super) const SEND_WITH_INV: u32 = 13;
-    pub(super) const REG_MR: u32 = 14;
-    pub(super) const LOCAL_INV: u32 = 15;
-    pub(super) const READ_WITH_INV: u32 = 16;
-    pub(super) const ATOMIC_CAS: u32 = 17;
-    pub(super) const ATOMIC_FAA: u32 = 18;
+/// The page list of a fast-registration region: an MTT the adapter reads when a
+/// fast-registration work request names the region (erdma-hw 6).
+pub(crate) struct Frmr {
+    pages: Coherent<[u64]>,
+    npages: AtomicU32,
 }
 
-/// SQE header bits (erdma-hw 5.2).
-const HDR_CE: u64 = 1 << 22;
-const HDR_SE: u64 = 1 << 23;
-const HDR_FENCE: u64 = 1 << 24;
-const HDR_INLINE: u64 = 1 << 25;
+impl Frmr {
+    /// An empty list of up to `max_pages` pages.
+    pub(crate) fn new(dev: &device::Device<device::Bound>, max_pages: u32) -> Result<Self> {
+        Ok(Self {
+            pages: Coherent::zeroed_slice(dev, max_pages as usize, GFP_KERNEL)?,
+            npages: AtomicU32::new(0),
+        })
+    }
+
+    /// DMA address of the list.
+    pub(crate) fn dma_address(&self) -> u64 {
+        self.pages.dma_address()
+    }
+
+    /// The number of pages mapped last.
+    fn npages(&self) -> u32 {
+        self.npages.load(Ordering::Relaxed)
+    }
+
+    /// Page `i` of the list.
+    fn page(&self, i: usize) -> Result<u64> {
+        read64(&self.pages, i)
+    }
+
+    /// Starts a new list.
+    pub(crate) fn map_start(&self) {
+        self.npages.store(0, Ordering::Relaxed);
+    }
+
+    /// Appends a page to the list.
+    pub(crate) fn set_page(&self, addr: u64) -> Result {
+        let n = self.npages.load(Ordering::Relaxed);
+        write64(&self.pages, n as usize, addr).map_err(|_| ENOMEM)?;
+        self.npages.store(n + 1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A memory region that fast-registration work requests may name.
+pub(crate) trait FastReg {
+    /// Its page list, if it is a fast-registration region.
+    fn frmr(&self) -> Option<&Frmr>;
+}
+
+/// A send-queue entry being built: its memory image.
+struct SqeImage([u8; MAX_SQE_SIZE]);
+
+impl SqeImage {
+    /// Places `part` at byte `at`.
+    fn put<P: IntoBytes + zerocopy::Immutable + ?Sized>(&mut self, at: usize, part: &P) -> Result {
+        let bytes = part.as_bytes();
+        self.0
+            .get_mut(at..at + bytes.len())
+            .ok_or(EINVAL)?
+            .copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// The image as the 64-bit words the ring holds.
+    fn words(&self) -> [u64; MAX_SQE_SIZE / 8] {
+        let mut words = [0; MAX_SQE_SIZE / 8];
+        for (dst, src) in words.iter_mut().zip(words64(&self.0)) {
+            *dst = src;
+        }
+        words
+    }
+}
+
+/// What [`KernelQp::build_sqe`] made: the header fields of the body, and the entry's length.
+struct SqeBody {
+    opcode: u8,
+    len: usize,
+    hdr: SqeHeader,
+}
 
 /// The verbs status and vendor error of a completion status code (erdma-hw 5.7).
 fn wc_status(code: u32) -> (WcStatus, u32) {
@@ -161,30 +242,29 @@ impl KernelCq {
         self.cmdsn.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The entry at `ci` in CPU order, if the adapter has written it.
-    fn cqe(&self, ci: u32) -> Option<[u32; CQE_WORDS]> {
+    /// The entry at `ci`, if the adapter has written it.
+    fn cqe(&self, ci: u32) -> Option<Cqe> {
         let base = (ci & (self.depth - 1)) as usize * CQE_WORDS;
-        let w0 = u32::from_be(read32(&self.ring, base).ok()?);
-        if !owner_valid(w0 >> 31, ci, self.depth) {
+        let hdr = CqeHeader::from_raw(u32::from_be(read32(&self.ring, base).ok()?));
+        if !owner_valid(hdr.owner().into(), ci, self.depth) {
             return None;
         }
         dma_mb(Read);
-        let mut cqe = [w0; CQE_WORDS];
-        for (i, w) in cqe.iter_mut().enumerate().skip(1) {
-            *w = read32(&self.ring, base + i).ok()?;
-        }
-        Some(cqe)
+        let words: [u32; CQE_WORDS] = read_entry(&self.ring, base).ok()?;
+        Cqe::read_from_bytes(words.as_bytes()).ok()
     }
 
     /// Arms the CQ (erdma-hw 4.4); with `report_missed`, whether completions already wait.
     pub(crate) fn arm(&self, bar: &Bar0<'_>, solicited: bool, report_missed: bool) -> bool {
         let mut st = self.state.lock();
-        let value = (u64::from(st.arm_sn & 0xff) << 56)
-            | (u64::from(self.cqn.load(Ordering::Relaxed)) << 32)
-            | (1 << 31)
-            | (u64::from(solicited) << 30)
-            | (u64::from(self.cmdsn.load(Ordering::Relaxed) & 3) << 28)
-            | u64::from(st.ci & 0xff_ffff);
+        let value = CqDoorbell::zeroed()
+            .with_seq(low64(st.arm_sn.into()))
+            .with_cqn(low64(self.cqn.load(Ordering::Relaxed).into()))
+            .with_arm(true)
+            .with_solicited(solicited)
+            .with_cmdsn(low64(self.cmdsn.load(Ordering::Relaxed).into()))
+            .with_ci(low64(st.ci.into()))
+            .into_raw();
         st.arm_sn = st.arm_sn.wrapping_add(1);
         self.doorbell.ring(bar, value);
         report_missed && self.cqe(st.ci).is_some()
@@ -205,7 +285,7 @@ impl KernelCq {
                 break;
             };
             st.ci = st.ci.wrapping_add(1);
-            let qpn = u32::from_be(cqe[2]);
+            let qpn = cqe.qpn.get();
             let qps = qps.lock();
             // CQEs of QPs that are gone, or not the kernel's, complete nothing.
             let Some(entry) = qps.get(&qpn) else {
@@ -351,11 +431,14 @@ impl KernelQp {
     }
 
     /// Posts send work requests; on failure, the error and the index of the first not posted.
-    pub(crate) fn post_send<T: kernel::rdma::Driver<Mr = Mr>>(
+    pub(crate) fn post_send<T: kernel::rdma::Driver>(
         &self,
         bar: &Bar0<'_>,
         wrs: SendWrs<'_, T>,
-    ) -> core::result::Result<(), (Error, usize)> {
+    ) -> core::result::Result<(), (Error, usize)>
+    where
+        T::Mr: FastReg,
+    {
         if self.ud {
             return Err((EOPNOTSUPP, 0));
         }
@@ -364,9 +447,9 @@ impl KernelQp {
         }
         let mut sq = self.sq.lock();
         for (i, wr) in wrs.enumerate() {
-            let mut wqe = [0u64; MAX_WQEBBS * WQEBB_WORDS];
-            let (opcode, len, flags) = self.build_sqe(&wr, &mut wqe).map_err(|e| (e, i))?;
-            let blocks = len.div_ceil(32);
+            let mut wqe = SqeImage([0; MAX_SQE_SIZE]);
+            let body = self.build_sqe(&wr, &mut wqe).map_err(|e| (e, i))?;
+            let blocks = body.len.div_ceil(WQEBB_SIZE);
             if usize::from(sq.pi.wrapping_sub(sq.ci)) + blocks > usize::from(self.sq_depth) {
                 return Err((ENOMEM, i));
             }
@@ -374,67 +457,63 @@ impl KernelQp {
             let pi = sq.pi;
             // CAST: at most 4 blocks.
             let next = pi.wrapping_add(blocks as u16);
-            let mut hdr = u64::from(next)
-                | (u64::from(opcode) << 27)
-                | (u64::from(self.qpn()) << 32)
-                | ((blocks as u64 - 1) << 52)
-                | flags;
-            if wr.flags() & send_flags::SIGNALED != 0 || self.sq_sig_all {
-                hdr |= HDR_CE;
-            }
-            wqe[0] = hdr;
-            // The body first, then the header (erdma-hw 10.7); a WQE may wrap the ring.
-            for w in Iterator::chain(1..blocks * WQEBB_WORDS, core::iter::once(0)) {
+            let hdr = body
+                .hdr
+                .with_wqebb_index(next)
+                .with_opcode(low64(body.opcode.into()))
+                .with_qpn(low64(self.qpn().into()))
+                .with_wqebbs_minus_one(low64(blocks as u64 - 1))
+                .with_signaled(wr.flags() & send_flags::SIGNALED != 0 || self.sq_sig_all)
+                .with_solicited(wr.flags() & send_flags::SOLICITED != 0)
+                .with_fence(wr.flags() & send_flags::FENCE != 0);
+            wqe.put(0, &hdr).map_err(|e| (e, i))?;
+            let words = wqe.words();
+            // The body first, then the header (erdma-hw 10.7); an entry may wrap the ring.
+            let order = Iterator::chain(1..blocks * WQEBB_WORDS, core::iter::once(0));
+            for (w, word) in order.filter_map(|w| Some((w, *words.get(w)?))) {
                 // CAST: `w / 4` is below 4.
                 let block = usize::from(pi.wrapping_add((w / WQEBB_WORDS) as u16) & mask);
-                let at = block * WQEBB_WORDS + w % WQEBB_WORDS;
                 // Cannot fail: `block` is below the depth.
-                let _ = write64(&self.sq_ring, at, wqe[w]);
+                let _ = write64(&self.sq_ring, block * WQEBB_WORDS + w % WQEBB_WORDS, word);
             }
             sq.wr_ids[usize::from(pi & mask)] = wr.wr_id();
             sq.pi = next;
-            self.sq_db
-                .ring(bar, (u64::from(self.qpn()) << 32) | u64::from(next));
+            let db = SqDoorbell::zeroed()
+                .with_qpn(low64(self.qpn().into()))
+                .with_pi(next);
+            self.sq_db.ring(bar, db.into_raw());
         }
         Ok(())
     }
 
-    /// Writes the body of the WQE for `wr` into `wqe`; returns its opcode, its length in bytes
-    /// and the header flags it needs.
-    fn build_sqe<T: kernel::rdma::Driver<Mr = Mr>>(
+    /// Builds the body of the entry for `wr` in `wqe`; the caller completes the header.
+    fn build_sqe<T: kernel::rdma::Driver>(
         &self,
         wr: &SendWr<'_, T>,
-        wqe: &mut [u64; MAX_WQEBBS * WQEBB_WORDS],
-    ) -> Result<(u32, usize, u64)> {
-        let opcode = wr.opcode().ok_or(EINVAL)?;
-        let mut flags = 0;
-        if wr.flags() & send_flags::SOLICITED != 0 {
-            flags |= HDR_SE;
-        }
-        if wr.flags() & send_flags::FENCE != 0 {
-            flags |= HDR_FENCE;
-        }
-        let word = |lo: u32, hi: u32| u64::from(lo) | (u64::from(hi) << 32);
-        let (code, sgl_at) = match opcode {
+        wqe: &mut SqeImage,
+    ) -> Result<SqeBody>
+    where
+        T::Mr: FastReg,
+    {
+        let hdr = SqeHeader::zeroed();
+        let op = wr.opcode().ok_or(EINVAL)?;
+        let (code, sgl_at) = match op {
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteImm => {
-                let (raddr, rkey) = wr.rdma().ok_or(EINVAL)?;
-                // CAST: the halves of the remote address.
-                wqe[2] = word(rkey, raddr as u32);
-                wqe[3] = (raddr >> 32) & 0xffff_ffff;
-                let code = if opcode == WrOpcode::RdmaWrite {
-                    op::WRITE
+                wr.rdma().ok_or(EINVAL)?;
+                let code = if op == WrOpcode::RdmaWrite {
+                    opcode::WRITE
                 } else {
-                    op::WRITE_WITH_IMM
+                    opcode::WRITE_WITH_IMM
                 };
-                (code, 32)
+                (code, size_of::<WriteSqe>())
             }
             WrOpcode::Send | WrOpcode::SendImm | WrOpcode::SendInv => {
-                let code = match opcode {
-                    WrOpcode::Send => op::SEND,
-                    WrOpcode::SendImm => op::SEND_WITH_IMM,
-                    _ => op::SEND_WITH_INV,
+                let code = match op {
+                    WrOpcode::Send => opcode::SEND,
+                    WrOpcode::SendImm => opcode::SEND_WITH_IMM,
+                    _ => opcode::SEND_WITH_INV,
                 };
-                (code, 16)
+                (code, size_of::<SendSqe>())
             }
             WrOpcode::RdmaRead | WrOpcode::RdmaReadInv => {
                 let (raddr, rkey) = wr.rdma().ok_or(EINVAL)?;
@@ -443,23 +522,33 @@ impl KernelQp {
                 if sges.next().is_some() {
                     return Err(EINVAL);
                 }
-                let inv = if opcode == WrOpcode::RdmaReadInv {
-                    wr.invalidate_rkey()
+                let (code, inv_key) = if op == WrOpcode::RdmaRead {
+                    (opcode::READ, 0)
                 } else {
-                    0
+                    (opcode::READ_WITH_INV, wr.invalidate_rkey())
                 };
-                wqe[1] = word(inv, sink.length);
-                // CAST: the halves of the sink address.
-                wqe[2] = word(sink.lkey, sink.addr as u32);
-                wqe[3] = sink.addr >> 32;
-                wqe[4] = raddr;
-                wqe[5] = word(sink.length, rkey);
-                let code = if opcode == WrOpcode::RdmaRead {
-                    op::READ
-                } else {
-                    op::READ_WITH_INV
-                };
-                return Ok((code, 48, flags));
+                wqe.put(
+                    0,
+                    &ReadSqe {
+                        hdr,
+                        inv_key,
+                        length: sink.length,
+                        sink_lkey: sink.lkey,
+                        sink_addr_lo: lower(sink.addr),
+                        sink_addr_hi: upper(sink.addr),
+                        reserved: 0,
+                        remote: Sge {
+                            addr: raddr,
+                            length: sink.length,
+                            key: rkey,
+                        },
+                    },
+                )?;
+                return Ok(SqeBody {
+                    opcode: code,
+                    len: size_of::<ReadSqe>(),
+                    hdr,
+                });
             }
             WrOpcode::AtomicCmpSwp | WrOpcode::AtomicFetchAdd => {
                 let (raddr, rkey, compare_add, swap) = wr.atomic().ok_or(EINVAL)?;
@@ -468,61 +557,100 @@ impl KernelQp {
                 if sges.next().is_some() {
                     return Err(EINVAL);
                 }
-                let code = if opcode == WrOpcode::AtomicCmpSwp {
-                    wqe[2] = swap;
-                    wqe[3] = compare_add;
-                    op::ATOMIC_CAS
+                let (code, swap_or_add, compare) = if op == WrOpcode::AtomicCmpSwp {
+                    (opcode::ATOMIC_CAS, swap, compare_add)
                 } else {
-                    wqe[2] = compare_add;
-                    op::ATOMIC_FAA
+                    (opcode::ATOMIC_FAA, compare_add, 0)
                 };
-                wqe[4] = raddr;
-                wqe[5] = word(8, rkey);
-                wqe[6] = local.addr;
-                wqe[7] = word(local.length, local.lkey);
-                return Ok((code, 64, flags));
+                wqe.put(
+                    0,
+                    &AtomicSqe {
+                        hdr,
+                        reserved: 0,
+                        swap_or_add,
+                        compare,
+                        remote: Sge {
+                            addr: raddr,
+                            length: 8,
+                            key: rkey,
+                        },
+                        local: Sge {
+                            addr: local.addr,
+                            length: local.length,
+                            key: local.lkey,
+                        },
+                    },
+                )?;
+                return Ok(SqeBody {
+                    opcode: code,
+                    len: size_of::<AtomicSqe>(),
+                    hdr,
+                });
             }
             WrOpcode::LocalInv => {
-                wqe[2] = word(0, wr.invalidate_rkey());
-                return Ok((op::LOCAL_INV, 32, flags));
+                wqe.put(
+                    0,
+                    &LocalInvSqe {
+                        hdr,
+                        reserved0: [0; 3],
+                        key: wr.invalidate_rkey(),
+                        reserved1: [0; 2],
+                    },
+                )?;
+                return Ok(SqeBody {
+                    opcode: opcode::LOCAL_INV,
+                    len: size_of::<LocalInvSqe>(),
+                    hdr,
+                });
             }
             WrOpcode::RegMr => {
                 let (mr, key, access) = wr.reg().ok_or(EINVAL)?;
-                let frmr = mr.data().frmr.as_ref().ok_or(EINVAL)?;
+                let frmr = mr.data().frmr().ok_or(EINVAL)?;
                 let npages = frmr.npages();
-                wqe[1] = mr.iova();
-                // CAST: the low half of the length (erdma-hw 5.4).
-                wqe[2] = word(mr.length() as u32, key);
-                let mut attrs = (mr_access(access) << 1) | (npages << 12);
-                let mut size = 32;
-                if npages as usize <= INLINE_PAGES {
-                    for k in 0..npages as usize {
-                        wqe[4 + k] = frmr.page(k)?;
+                let mut sqe = RegMrSqe {
+                    hdr,
+                    iova: mr.iova(),
+                    // CAST: the low half of the length (erdma-hw 5.4).
+                    length: mr.length() as u32,
+                    stag: key,
+                    attrs: RegMrSqeAttrs::zeroed()
+                        .with_access(MrAccess::from_verbs(access))
+                        .with_npages(low32(npages)),
+                    reserved: 0,
+                    pages: [0; 4],
+                };
+                // The fixed part, then the inline pages if they fit.
+                let mut len = size_of::<RegMrSqe>() - size_of_val(&sqe.pages);
+                if npages as usize <= sqe.pages.len() {
+                    for (k, page) in sqe.pages.iter_mut().take(npages as usize).enumerate() {
+                        *page = frmr.page(k)?;
                     }
-                    size += 8 * npages as usize;
+                    len += 8 * npages as usize;
                 } else {
-                    attrs |= 1 << 6;
+                    sqe.attrs = sqe.attrs.with_mtt_type(low32(frmr_mtt::REGISTERED.into()));
                 }
-                wqe[3] = u64::from(attrs);
-                return Ok((op::REG_MR, size, flags));
+                wqe.put(0, &sqe)?;
+                return Ok(SqeBody {
+                    opcode: opcode::REG_MR,
+                    len,
+                    hdr,
+                });
             }
         };
 
         // Sends and writes: the immediate or the key to invalidate, then the payload.
-        let ex = match opcode {
+        let ex = match op {
             WrOpcode::RdmaWriteImm | WrOpcode::SendImm => wr.imm_data_be(),
             WrOpcode::SendInv => wr.invalidate_rkey(),
             _ => 0,
         };
-        let (len, n) = if wr.flags() & send_flags::INLINE != 0 {
+        let mut hdr = hdr;
+        let (length, n) = if wr.flags() & send_flags::INLINE != 0 {
             let mut buf = [0u8; MAX_INLINE as usize];
             let n = wr.copy_inline(&mut buf)?;
-            // The payload follows the fixed part byte for byte (little-endian words).
-            for (j, b) in buf[..n].iter().enumerate() {
-                let at = sgl_at + j;
-                wqe[at / 8] |= u64::from(*b) << (8 * (at % 8));
-            }
-            flags |= HDR_INLINE;
+            // The payload follows the fixed part byte for byte.
+            wqe.put(sgl_at, &buf[..n])?;
+            hdr = hdr.with_inline(true);
             (n as u32, n)
         } else {
             if wr.num_sge() > MAX_SEND_SGE as usize {
@@ -530,22 +658,51 @@ impl KernelQp {
             }
             let mut total = 0u32;
             for (k, sge) in wr.sges().enumerate() {
-                let at = sgl_at / 8 + 2 * k;
-                wqe[at] = sge.addr;
-                wqe[at + 1] = word(sge.length, sge.lkey);
+                let entry = Sge {
+                    addr: sge.addr,
+                    length: sge.length,
+                    key: sge.lkey,
+                };
+                wqe.put(sgl_at + k * size_of::<Sge>(), &entry)?;
                 total = total.wrapping_add(sge.length);
             }
             (total, wr.num_sge())
         };
-        wqe[1] = word(ex, len);
+        if let Some((raddr, rkey)) = wr.rdma() {
+            wqe.put(
+                0,
+                &WriteSqe {
+                    hdr,
+                    imm: ex,
+                    length,
+                    rkey,
+                    raddr_lo: lower(raddr),
+                    raddr_hi: upper(raddr),
+                    reserved: 0,
+                },
+            )?;
+        } else {
+            wqe.put(
+                0,
+                &SendSqe {
+                    hdr,
+                    imm_or_inv: ex,
+                    length,
+                },
+            )?;
+        }
         // CAST: at most 96 bytes or 6 entries.
-        flags |= (n as u64) << 56;
-        let size = if flags & HDR_INLINE != 0 {
+        let hdr = hdr.with_sgl_len(low64(n as u64));
+        let len = if hdr.inline() {
             sgl_at + n
         } else {
-            sgl_at + 16 * n
+            sgl_at + size_of::<Sge>() * n
         };
-        Ok((code, size.max(32), flags))
+        Ok(SqeBody {
+            opcode: code,
+            len: len.max(WQEBB_SIZE),
+            hdr,
+        })
     }
 
     /// Posts receive work requests.
@@ -569,58 +726,63 @@ impl KernelQp {
             }
             let pi = rq.pi;
             let next = pi.wrapping_add(1);
-            let first = u64::from(next) | (u64::from(self.qpn()) << 32);
+            let head = RqDoorbell::zeroed().with_pi(next).with_qpn(self.qpn());
+            let rqe = Rqe {
+                head,
+                reserved: 0,
+                sge: sge.map_or(
+                    Sge {
+                        addr: 0,
+                        length: 0,
+                        key: 0,
+                    },
+                    |s| Sge {
+                        addr: s.addr,
+                        length: s.length,
+                        key: s.lkey,
+                    },
+                ),
+            };
             let base = usize::from(pi & (self.rq_depth - 1)) * RQE_WORDS;
-            let (addr, len, lkey) = sge.map_or((0, 0, 0), |s| (s.addr, s.length, s.lkey));
+            let mut words = [0; RQE_WORDS];
+            for (dst, src) in words.iter_mut().zip(words64(rqe.as_bytes())) {
+                *dst = src;
+            }
             // Cannot fail: `base` is below the depth. The first word goes last.
-            let _ = write64(&self.rq_ring, base + 2, addr);
-            let _ = write64(
-                &self.rq_ring,
-                base + 3,
-                u64::from(len) | (u64::from(lkey) << 32),
-            );
-            let _ = write64(&self.rq_ring, base + 1, 0);
-            let _ = write64(&self.rq_ring, base, first);
+            for (k, word) in words.iter().enumerate().rev() {
+                let _ = write64(&self.rq_ring, base + k, *word);
+            }
             rq.wr_ids[usize::from(pi & (self.rq_depth - 1))] = wr.wr_id();
             rq.pi = next;
-            self.rq_db.ring(bar, first);
+            self.rq_db.ring(bar, head.into_raw());
         }
         Ok(())
     }
 
     /// Turns a CQE of this QP into a work completion; false for one that completes nothing
     /// (an index the queue does not hold).
-    fn complete(&self, events: &QpEvents, cqe: &[u32; CQE_WORDS], wc: &mut Wc) -> bool {
-        let hdr = cqe[0];
-        let opcode = (hdr >> 16) & 0xff;
-        let is_rq = (hdr >> 8) & 0xff == 1;
-        let (status, vendor) = wc_status(hdr & 0xff);
+    fn complete(&self, events: &QpEvents, cqe: &Cqe, wc: &mut Wc) -> bool {
+        let hdr = cqe.header();
+        // CAST: an 8-bit field.
+        let op = hdr.opcode().get() as u8;
+        let (status, vendor) = wc_status(hdr.status().get());
         // CAST: queue counters are 16 bits wide.
-        let idx = u32::from_be(cqe[1]) as u16;
-        let byte_len = u32::from_be(cqe[4]);
-        let raw_imm = u32::from_le(cqe[3]);
-        if is_rq {
+        let idx = cqe.wqe_index.get() as u16;
+        let byte_len = cqe.byte_len.get();
+        if hdr.queue().get() == u32::from(cqe_queue::RQ) {
             let mut rq = self.rq.lock();
             if idx.wrapping_sub(rq.ci) >= rq.pi.wrapping_sub(rq.ci) {
                 return false;
             }
             let wr_id = rq.wr_ids[usize::from(idx & (self.rq_depth - 1))];
             rq.ci = idx.wrapping_add(1);
-            let (opcode, flags, ex) = match opcode {
-                op::RECV_IMM => (
-                    WcOpcode::RecvRdmaWithImm,
-                    wc_flags::WITH_IMM,
-                    u32::from_ne_bytes(raw_imm.to_be_bytes()),
-                ),
-                op::RSP_SEND_IMM => (
-                    WcOpcode::Recv,
-                    wc_flags::WITH_IMM,
-                    u32::from_ne_bytes(raw_imm.to_be_bytes()),
-                ),
-                op::RECV_INV => (
+            let (opcode, flags, ex) = match op {
+                opcode::RECV_IMM => (WcOpcode::RecvRdmaWithImm, wc_flags::WITH_IMM, cqe.imm()),
+                opcode::RSP_SEND_IMM => (WcOpcode::Recv, wc_flags::WITH_IMM, cqe.imm()),
+                opcode::RECV_INV => (
                     WcOpcode::Recv,
                     wc_flags::WITH_INVALIDATE,
-                    u32::from_be(cqe[3]),
+                    cqe.invalidated_key(),
                 ),
                 _ => (WcOpcode::Recv, 0, 0),
             };
@@ -639,16 +801,16 @@ impl KernelQp {
             let hdr_word =
                 read64(&self.sq_ring, usize::from(idx & mask) * WQEBB_WORDS).unwrap_or(0);
             // CAST: a 3-bit field.
-            let blocks = ((hdr_word >> 52) & 7) as u16 + 1;
+            let blocks = SqeHeader::from_raw(hdr_word).wqebbs_minus_one().get() as u16 + 1;
             let wr_id = sq.wr_ids[usize::from(idx & mask)];
             sq.ci = idx.wrapping_add(blocks);
-            let opcode = match opcode {
-                op::WRITE | op::WRITE_WITH_IMM => WcOpcode::RdmaWrite,
-                op::READ | op::READ_WITH_INV => WcOpcode::RdmaRead,
-                op::ATOMIC_CAS => WcOpcode::CompSwap,
-                op::ATOMIC_FAA => WcOpcode::FetchAdd,
-                op::LOCAL_INV | op::INVALIDATE => WcOpcode::LocalInv,
-                op::REG_MR => WcOpcode::RegMr,
+            let opcode = match op {
+                opcode::WRITE | opcode::WRITE_WITH_IMM => WcOpcode::RdmaWrite,
+                opcode::READ | opcode::READ_WITH_INV => WcOpcode::RdmaRead,
+                opcode::ATOMIC_CAS => WcOpcode::CompSwap,
+                opcode::ATOMIC_FAA => WcOpcode::FetchAdd,
+                opcode::LOCAL_INV | opcode::INVALIDATE => WcOpcode::LocalInv,
+                opcode::REG_MR => WcOpcode::RegMr,
                 _ => WcOpcode::Send,
             };
             wc.set(events, wr_id, status, opcode, vendor, byte_len, 0, 0);

@@ -6,11 +6,15 @@ use kernel::{
     fmt,
     io::register,
     num::Bounded,
+    pci,
     prelude::*, //
 };
 
 /// Size of the register page at the start of BAR0.
 pub(crate) const REG_PAGE_SIZE: usize = 0x1000;
+
+/// BAR0, mapped whole; accesses inside the register page are checked at compile time.
+pub(crate) type Bar0<'bound> = pci::Bar<'bound, REG_PAGE_SIZE>;
 
 /// The only memory BARs the adapter has: BAR0 (registers and doorbells) and BAR2 (MSI-X).
 pub(crate) const MEMORY_BARS: u32 = (1 << 0) | (1 << 2);
@@ -89,48 +93,20 @@ pub(crate) const CMDQ_EQ_DBREC_ADDR: usize = 0x070;
 /// DMA address of the AEQ's doorbell record (64-bit).
 pub(crate) const AEQ_DBREC_ADDR: usize = 0x078;
 
-/// AEQ doorbell (64-bit, an [`EqDoorbell`]).
+/// AEQ doorbell (64-bit, an [`EqDoorbell`](crate::formats::EqDoorbell)).
 pub(crate) const AEQ_DB: usize = 0x050;
 
-/// Doorbell of event queue `eqn` (64-bit, an [`EqDoorbell`]): 0 is the CMDQ EQ, `n` is CEQ
+/// Doorbell of event queue `eqn` (64-bit, an [`EqDoorbell`](crate::formats::EqDoorbell)): 0 is the CMDQ EQ, `n` is CEQ
 /// `n - 1`.
 pub(crate) const fn eq_db(eqn: u16) -> usize {
     0x100 + 8 * eqn as usize
 }
 
-/// CMDQ submission doorbell (64-bit): bits 15:0 are the new producer index, in WQEBBs.
+/// CMDQ submission doorbell (64-bit, a [`CmdqSqDoorbell`](crate::formats::CmdqSqDoorbell)).
 pub(crate) const CMDQ_SQ_DB: usize = 0x200;
 
-/// CMDQ completion-ring doorbell (64-bit, a [`CqDoorbell`]).
+/// CMDQ completion-ring doorbell (64-bit, a [`CqDoorbell`](crate::formats::CqDoorbell)).
 pub(crate) const CMDQ_CQ_DB: usize = 0x300;
-
-kernel::bitfield! {
-    /// An event-queue doorbell value (erdma-hw 4.1): also stored in the doorbell record.
-    pub(crate) struct EqDoorbell(u64) {
-        /// Re-arm: raise the EQ's interrupt for the next event.
-        31:31 arm => bool;
-        /// The driver's consumer index.
-        23:0 ci;
-    }
-}
-
-kernel::bitfield! {
-    /// A CQ doorbell value (erdma-hw 4.4), also used to arm the CMDQ completion ring.
-    pub(crate) struct CqDoorbell(u64) {
-        /// Arm sequence number.
-        63:56 seq;
-        /// CQ number (0 for the CMDQ).
-        55:32 cqn;
-        /// Request a completion event.
-        31:31 arm => bool;
-        /// Only for solicited (or error) completions.
-        30:30 solicited => bool;
-        /// Number of completion events consumed, modulo 4.
-        29:28 cmdsn;
-        /// The driver's consumer index.
-        23:0 ci;
-    }
-}
 
 /// The wire protocol an adapter is configured for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,7 +22,7 @@ use kernel::{
     },
 };
 
-use crate::Bar0;
+use crate::regs::Bar0;
 
 /// Whether the entry at consumer index `ci` of a ring of `depth` entries (a power of two) is
 /// valid: the adapter writes owner bit 1 on the first lap, 0 on the second, and so on.
@@ -56,6 +56,25 @@ pub(crate) fn read64(ring: &Coherent<[u64]>, i: usize) -> Result<u64> {
 pub(crate) fn write64(ring: &Coherent<[u64]>, i: usize, v: u64) -> Result {
     io_write!(ring, [try: i], v);
     Ok(())
+}
+
+/// Reads the `N` 32-bit words of an entry at word `base` of a ring in coherent memory: the
+/// entry's memory image, for a format's `read_from_bytes`.
+pub(crate) fn read_entry<const N: usize>(ring: &Coherent<[u32]>, base: usize) -> Result<[u32; N]> {
+    let mut words = [0u32; N];
+    for (i, w) in words.iter_mut().enumerate() {
+        *w = read32(ring, base + i)?;
+    }
+    Ok(words)
+}
+
+/// The memory image `bytes` as 64-bit words, the last one padded with zeroes.
+pub(crate) fn words64(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes.chunks(8).map(|chunk| {
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        u64::from_ne_bytes(b)
+    })
 }
 
 /// A 64-bit MMIO doorbell and its doorbell record: 8 bytes of host memory where the adapter can
@@ -110,6 +129,14 @@ mod tests {
         // Across the wrap of a 16-bit counter (depths divide 65536).
         assert!(owner_valid(1, 65536, 128));
         assert!(owner_valid(0, 65535, 128));
+    }
+
+    #[test]
+    fn memory_images() {
+        let mut words = words64(&[1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(words.next(), Some(0x0807_0605_0403_0201));
+        assert_eq!(words.next(), Some(9));
+        assert_eq!(words.next(), None);
     }
 
     #[test]

@@ -1,0 +1,485 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The adapter as an RDMA device: what the device's callbacks share ([`IbData`]), and the
+//! operations on the device itself: attributes, ports, GIDs, user contexts, counters and
+//! network-device events. The verbs objects are in their own modules.
+
+use core::sync::atomic::{
+    AtomicU32,
+    Ordering, //
+};
+use kernel::{
+    capability::{
+        capable,
+        Capability, //
+    },
+    device,
+    dma::Coherent,
+    io::io_read,
+    net::device::{
+        Event as NetdevEvent,
+        NetDevice, //
+    },
+    new_mutex,
+    page::{
+        PAGE_SHIFT,
+        PAGE_SIZE, //
+    },
+    prelude::*,
+    rdma::{
+        self,
+        attr::{
+            core_cap,
+            device_cap,
+            kernel_cap,
+            port_cap,
+            AtomicCap,
+            Mtu,
+            PhysState,
+            PortState,
+            MGMT_MAD_SIZE, //
+        },
+        DeviceAttr,
+        Gid,
+        GidAttr,
+        GidType,
+        Guid,
+        PortAttr,
+        PortImmutable,
+        StatDesc,
+        UContextSetup,
+        UData, //
+    },
+    sync::{
+        Arc,
+        Mutex, //
+    },
+};
+
+use crate::{
+    cmdq::Wait,
+    commands::{
+        AllocDb,
+        ConfMtu,
+        DbPages,
+        DeviceCaps,
+        FreeDb,
+        GetStats,
+        SetGid,
+        SetGidCfg,
+        StatsHeader,
+        STATS_BUF_LEN,
+        STATS_COUNTERS,
+        STATS_FIRST_COUNTER,
+        STATS_MAGIC, //
+    },
+    consts::{
+        CQDB_SPACE,
+        FAST_REG_PAGE_LIST_LEN,
+        MAX_CONTEXTS,
+        MAX_PD,
+        MAX_RD_ATOM,
+        MAX_RECV_SGE,
+        MAX_SEND_SGE,
+        MAX_SEND_WR,
+        MR_PAGE_SIZES,
+        RQDB_SPACE,
+        SQDB_SPACE, //
+    },
+    hw::Hw,
+    ids::Ids,
+    regs::{
+        MacAddr,
+        Protocol, //
+    },
+};
+
+/// The one port.
+pub(crate) const PORT: u32 = 1;
+
+/// The port counters: those of GET_STATS, in its order, then the driver's count of
+/// [`DeviceReports`](crate::report::DeviceReports).
+pub(crate) static HW_STATS: [StatDesc; STATS_COUNTERS + 1] = [
+    StatDesc::new(c"tx_reqs_cnt"),
+    StatDesc::new(c"tx_packets_cnt"),
+    StatDesc::new(c"tx_bytes_cnt"),
+    StatDesc::new(c"tx_disable_drop_cnt"),
+    StatDesc::new(c"tx_bps_limit_drop_cnt"),
+    StatDesc::new(c"tx_pps_limit_drop_cnt"),
+    StatDesc::new(c"rx_packets_cnt"),
+    StatDesc::new(c"rx_bytes_cnt"),
+    StatDesc::new(c"rx_disable_drop_cnt"),
+    StatDesc::new(c"rx_bps_limit_drop_cnt"),
+    StatDesc::new(c"rx_pps_limit_drop_cnt"),
+    StatDesc::new(c"adapter_errors_cnt"),
+];
+
+/// The response to GET_CONTEXT (`struct erdma_uresp_alloc_ctx`).
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable)]
+struct AllocCtxResp {
+    dev_id: u32,
+    pad: u32,
+    sdb_type: u32,
+    sdb_offset: u32,
+    sdb: u64,
+    rdb: u64,
+    cdb: u64,
+}
+
+/// The numbers the driver hands out for adapter objects.
+pub(crate) struct ObjIds {
+    pub(crate) pd: Ids,
+    pub(crate) cq: Ids,
+    pub(crate) qp: Ids,
+    pub(crate) mr: Ids,
+}
+
+/// What the device's callbacks use.
+pub(crate) struct IbData<'bound> {
+    pub(crate) hw: Arc<Hw<'bound>>,
+    pub(crate) caps: DeviceCaps,
+    pub(crate) fw_version: u32,
+    pub(crate) mac: MacAddr,
+    pub(crate) protocol: Protocol,
+    /// Completion vectors (CEQs).
+    pub(crate) ceqs: u32,
+    pub(crate) ids: Arc<Mutex<ObjIds>>,
+    contexts: AtomicU32,
+}
+
+/// A user context: the doorbell pages it was given, if the adapter hands them out.
+pub(crate) struct UCtx {
+    pub(crate) db: Option<DbPages>,
+}
+
+impl<'bound> IbData<'bound> {
+    pub(crate) fn new(
+        hw: Arc<Hw<'bound>>,
+        caps: DeviceCaps,
+        fw_version: u32,
+        mac: MacAddr,
+        protocol: Protocol,
+        ceqs: u32,
+    ) -> Result<Self> {
+        let max_qp = caps.max_qp();
+        // QPN, CQN and MPT index 0 are never used (erdma-hw 6, 9.1).
+        let ids = ObjIds {
+            pd: Ids::new(1, MAX_PD)?,
+            cq: Ids::new(1, 2 * max_qp)?,
+            qp: Ids::new(1, max_qp)?,
+            mr: Ids::new(1, 2 * max_qp)?,
+        };
+        Ok(Self {
+            hw,
+            caps,
+            fw_version,
+            mac,
+            protocol,
+            ceqs,
+            ids: Arc::pin_init(new_mutex!(ids), GFP_KERNEL)?,
+            contexts: AtomicU32::new(0),
+        })
+    }
+
+    pub(crate) fn dev(&self) -> &device::Device {
+        self.hw.dev()
+    }
+
+    /// The bound device, for DMA allocations.
+    pub(crate) fn bound(&self) -> &device::Device<device::Bound> {
+        self.hw.bound()
+    }
+
+    pub(crate) fn roce(&self) -> bool {
+        self.protocol == Protocol::RoceV2
+    }
+
+    fn gid_table_len(&self) -> u32 {
+        if self.roce() {
+            1 << self.caps.max_gid_log2
+        } else {
+            1
+        }
+    }
+
+    pub(crate) fn query_device(&self, attr: &mut DeviceAttr) -> Result {
+        let caps = &self.caps;
+        let qps = caps.max_qp();
+        let pdev = self.hw.pdev;
+        attr.set_fw_ver(self.fw_version.into())
+            .set_sys_image_guid(Guid::from_mac(self.mac.0))
+            .set_vendor_id(pdev.vendor_id().as_raw().into())
+            .set_vendor_part_id(pdev.device_id().into())
+            .set_hw_ver(pdev.revision_id().into())
+            .set_max_mr_size(1u64 << caps.max_mr_size_log2.min(63))
+            .set_page_size_cap(MR_PAGE_SIZES)
+            .set_max_qp(qps - 1)
+            .set_max_qp_wr(MAX_SEND_WR.min(1 << caps.max_recv_wr_log2.min(31)))
+            .set_max_send_sge(MAX_SEND_SGE)
+            .set_max_recv_sge(MAX_RECV_SGE)
+            .set_max_sge_rd(1)
+            .set_max_cq(2 * qps - 1)
+            .set_max_cqe(1 << caps.max_cqe_log2.min(31))
+            .set_max_mr(2 * qps)
+            .set_max_pd(MAX_PD)
+            .set_max_mw(1 << caps.max_mw_log2.min(31))
+            .set_max_qp_rd_atom(MAX_RD_ATOM)
+            .set_max_qp_init_rd_atom(MAX_RD_ATOM)
+            .set_max_res_rd_atom(qps.saturating_mul(MAX_RD_ATOM))
+            .set_max_fast_reg_page_list_len(FAST_REG_PAGE_LIST_LEN)
+            .set_device_cap_flags(device_cap::MEM_MGT_EXTENSIONS)
+            .set_kernel_cap_flags(kernel_cap::LOCAL_DMA_LKEY)
+            .set_atomic_cap(if caps.atomic {
+                AtomicCap::Glob
+            } else {
+                AtomicCap::None
+            });
+        if self.roce() {
+            attr.set_max_pkeys(1)
+                .set_max_ah(1 << caps.max_ah_log2.min(31));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn query_port<T: rdma::Driver>(
+        &self,
+        dev: &rdma::Device<T>,
+        port: u32,
+        attr: &mut PortAttr,
+    ) -> Result {
+        // Without its network device (unregistered for now) the port is down.
+        attr.set_state(PortState::Down, PhysState::Disabled);
+        if let Some(ndev) = dev.netdev(port) {
+            // Without ethtool link settings the core falls back to a default itself.
+            if let Ok((speed, width)) = dev.eth_speed(port) {
+                attr.set_active_speed(speed).set_active_width(width);
+            }
+            let mtu = Mtu::from_bytes(ndev.mtu());
+            attr.set_mtu(mtu, mtu);
+            if ndev.is_running() && ndev.carrier_ok() {
+                attr.set_state(PortState::Active, PhysState::LinkUp);
+            }
+        }
+        // CAST: the GID table has at most 2^15 entries.
+        attr.set_gid_tbl_len(self.gid_table_len() as i32)
+            .set_port_cap_flags(port_cap::CM_SUP | port_cap::DEVICE_MGMT_SUP)
+            .set_max_msg_sz(u32::MAX);
+        if self.roce() {
+            attr.set_ip_gids(true).set_pkey_tbl_len(1);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn get_port_immutable(&self, immutable: &mut PortImmutable) {
+        // CAST: the GID table has at most 2^15 entries.
+        immutable.set_gid_tbl_len(self.gid_table_len() as i32);
+        if self.roce() {
+            immutable
+                .set_core_cap_flags(core_cap::ROCE_UDP_ENCAP)
+                .set_pkey_tbl_len(1)
+                .set_max_mad_size(MGMT_MAD_SIZE);
+        } else {
+            immutable.set_core_cap_flags(core_cap::IWARP);
+        }
+    }
+
+    pub(crate) fn query_gid(&self, index: u32) -> Result<Gid> {
+        if index != 0 {
+            return Err(EINVAL);
+        }
+        Ok(Gid::from_mac(self.mac.0))
+    }
+
+    pub(crate) fn set_gid(&self, attr: &GidAttr, add: bool) -> Result {
+        if attr.port() != PORT || u32::from(attr.index()) >= self.gid_table_len() {
+            return Err(EINVAL);
+        }
+        let cfg = SetGidCfg::zeroed().with_index(attr.index());
+        let cmd = if add {
+            // Only RoCEv2 entries (IPv4-mapped or IPv6) reach the wire.
+            if attr.gid_type() != Some(GidType::RoceV2) {
+                return Err(EINVAL);
+            }
+            let gid = attr.gid();
+            let ipv4 = gid.0[..10].iter().all(|&b| b == 0) && gid.0[10..12] == [0xff, 0xff];
+            SetGid {
+                cfg: cfg.with_ipv6(!ipv4),
+                gid: gid.0,
+            }
+        } else {
+            SetGid {
+                cfg: cfg.with_delete(true),
+                gid: [0; 16],
+            }
+        };
+        self.hw.exec(&cmd, Wait::Sleep).map(|_| ())
+    }
+
+    pub(crate) fn alloc_ucontext(
+        &self,
+        setup: &UContextSetup<'_>,
+        udata: &mut UData<'_>,
+    ) -> Result<UCtx> {
+        if udata.out_len() < size_of::<AllocCtxResp>() {
+            return Err(EINVAL);
+        }
+        if self.contexts.fetch_add(1, Ordering::Relaxed) >= MAX_CONTEXTS {
+            self.contexts.fetch_sub(1, Ordering::Relaxed);
+            return Err(ENOMEM);
+        }
+        let ctx = self.open_context(setup, udata);
+        if ctx.is_err() {
+            self.contexts.fetch_sub(1, Ordering::Relaxed);
+        }
+        ctx
+    }
+
+    fn open_context(&self, setup: &UContextSetup<'_>, udata: &mut UData<'_>) -> Result<UCtx> {
+        let ctx = if self.caps.extend_db {
+            let resp = self.hw.exec(&AllocDb::new(), Wait::Sleep)?;
+            UCtx {
+                db: Some(DbPages::from_response(resp)),
+            }
+        } else {
+            // The doorbell pages are shared with every other context.
+            if !capable(Capability::SYS_RAWIO) {
+                return Err(EPERM);
+            }
+            UCtx { db: None }
+        };
+        let ret = self.map_doorbells(setup, udata, &ctx);
+        if ret.is_err() {
+            self.release_context(&ctx);
+        }
+        ret.map(|()| ctx)
+    }
+
+    fn map_doorbells(
+        &self,
+        setup: &UContextSetup<'_>,
+        udata: &mut UData<'_>,
+        ctx: &UCtx,
+    ) -> Result {
+        let page = |index: u16| u64::from(index) << PAGE_SHIFT;
+        // The RQ doorbell goes on the page of the "CDB" field and the CQ doorbell on the
+        // page of the "RDB" field: the ABI every provider expects (erdma-hw 3.6).
+        let (sdb, rdb, cdb) = match ctx.db {
+            Some(db) => (page(db.sq), page(db.cdb), page(db.rdb)),
+            // CAST: BAR0 offsets.
+            None => (SQDB_SPACE as u64, RQDB_SPACE as u64, CQDB_SPACE as u64),
+        };
+        let pdev = self.hw.pdev;
+        let map = |offset| setup.insert_bar_mmap(pdev, 0, offset, PAGE_SIZE);
+        let resp = AllocCtxResp {
+            dev_id: pdev.device_id().into(),
+            pad: 0,
+            sdb_type: 0,
+            sdb_offset: 0,
+            sdb: map(sdb)?,
+            rdb: map(rdb)?,
+            cdb: map(cdb)?,
+        };
+        udata.respond(&resp)
+    }
+
+    fn release_context(&self, ctx: &UCtx) {
+        if let Some(db) = ctx.db {
+            if let Err(e) = self.hw.exec(&FreeDb::new(db), Wait::Sleep) {
+                dev_warn!(
+                    self.dev(),
+                    "FREE_DB of pages {}/{}/{} failed: {}\n",
+                    db.sq,
+                    db.cdb,
+                    db.rdb,
+                    e.to_errno()
+                );
+            }
+        }
+    }
+
+    pub(crate) fn dealloc_ucontext(&self, ctx: &UCtx) {
+        self.release_context(ctx);
+        self.contexts.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get_hw_stats(&self, port: u32, values: &mut [u64]) -> Result<usize> {
+        if port != PORT {
+            return Ok(0);
+        }
+        let buf: Coherent<[u64]> =
+            Coherent::zeroed_slice(self.bound(), STATS_BUF_LEN / 8, GFP_KERNEL)?;
+        let cmd = GetStats {
+            reserved0: 0,
+            index: 0,
+            buf: buf.dma_address(),
+            // CAST: 256.
+            len: STATS_BUF_LEN as u32,
+            reserved1: 0,
+        };
+        self.hw.exec(&cmd, Wait::Sleep)?;
+        let head = StatsHeader::from_raw(io_read!(&buf, [try: 0]));
+        let magic = head.magic().get();
+        if magic != u64::from(STATS_MAGIC) {
+            self.hw.reports.report(
+                self.dev(),
+                fmt!(
+                    "GET_STATS returned magic {magic:#x}, expected {STATS_MAGIC:#x}: counters \
+                     not updated\n"
+                ),
+            );
+            return Err(EIO);
+        }
+        let n = values.len().min(STATS_COUNTERS);
+        for (i, value) in values.iter_mut().take(n).enumerate() {
+            *value = io_read!(&buf, [try: STATS_FIRST_COUNTER + i]);
+        }
+        let Some(errors) = values.get_mut(STATS_COUNTERS) else {
+            return Ok(n);
+        };
+        *errors = self.hw.reports.count();
+        Ok(STATS_COUNTERS + 1)
+    }
+
+    pub(crate) fn netdev_event<T: rdma::Driver>(
+        &self,
+        dev: &rdma::Device<T>,
+        port: Option<u32>,
+        event: NetdevEvent,
+        ndev: &NetDevice,
+    ) {
+        let Some(port) = port else {
+            // A network device with the adapter's MAC comes back: attach it.
+            if event == NetdevEvent::Register
+                && ndev.perm_addr() == self.mac.0
+                && dev.netdev(PORT).is_none()
+            {
+                match dev.set_netdev(PORT, Some(ndev)) {
+                    Ok(()) => dev_info!(self.dev(), "{}: network device is back\n", dev.name()),
+                    Err(e) => dev_warn!(
+                        self.dev(),
+                        "{}: cannot attach the network device: {}\n",
+                        dev.name(),
+                        e.to_errno()
+                    ),
+                }
+            }
+            return;
+        };
+        match event {
+            NetdevEvent::Unregister => {
+                // Let it go; the port is down until it comes back.
+                let _ = dev.set_netdev(port, None);
+                dev_info!(self.dev(), "{}: network device unregistered\n", dev.name());
+            }
+            NetdevEvent::ChangeMtu => {
+                let mtu = ndev.mtu();
+                if let Err(e) = self.hw.exec(&ConfMtu { mtu }, Wait::Sleep) {
+                    dev_warn!(self.dev(), "CONF_MTU {} failed: {}\n", mtu, e.to_errno());
+                }
+            }
+            // The core turns the netdev's state changes into port events itself.
+            NetdevEvent::Up | NetdevEvent::Down | NetdevEvent::Change | NetdevEvent::Register => {}
+        }
+    }
+}

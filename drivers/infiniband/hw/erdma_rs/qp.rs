@@ -1,0 +1,523 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Queue pairs (erdma-hw 3.5, 7.2): RC QPs for user space and kernel consumers, and the GSI QP
+//! of RoCE adapters. User queues live in user memory; kernel queues are driven by
+//! [`crate::kverbs`].
+
+use kernel::{
+    new_mutex,
+    prelude::*,
+    rbtree::RBTreeNode,
+    rdma::{
+        self,
+        qp::{
+            self as ibqp,
+            udp_sport, //
+        },
+        umem::access,
+        QpAttr,
+        QpAttrMask,
+        QpAttrOut,
+        QpCap,
+        QpInitAttr,
+        QpState,
+        QpType,
+        RecvWrs,
+        SendWrs,
+        UData,
+        Umem, //
+    },
+    sync::{
+        Arc,
+        Mutex, //
+    },
+};
+use zerocopy::FromZeros;
+
+use crate::{
+    cmdq::Wait,
+    commands::{
+        AddressVector,
+        AvFlow,
+        CreateQp,
+        CreateQpCfg0,
+        CreateQpCfg1,
+        CreateQpCfg2,
+        CreateQpQueueCfg,
+        DestroyQp,
+        ModifyQpCfg,
+        ModifyQpMask,
+        ModifyQpRoce,
+        QpDbCfg,
+        QueryQp,
+        QueryQpResp,
+        QueueMttCfg, //
+    },
+    consts::{
+        qp_type,
+        GSI_QPN,
+        INLINE_MTT,
+        KERNEL_QP_PAGE_CODE,
+        MAX_INLINE,
+        MAX_RD_ATOM,
+        MAX_RECV_SGE,
+        MAX_SEND_SGE,
+        MAX_SEND_WR,
+        QP_PAGE_SIZES,
+        WQEBBS_PER_WR,
+        WQEBB_SIZE, //
+    },
+    cq::Cq,
+    formats::low32,
+    ibdev::{
+        IbData,
+        UCtx, //
+    },
+    kverbs::{
+        FastReg,
+        KernelQp,
+        QpEntry, //
+    },
+    mtt::{
+        CreateReq,
+        DbRecord,
+        Mtt, //
+    },
+    pd::Pd,
+};
+
+/// The response to CREATE_QP (`struct erdma_uresp_create_qp`).
+#[repr(C)]
+#[derive(IntoBytes, zerocopy_derive::Immutable)]
+struct CreateQpResp {
+    qpn: u32,
+    sq_depth: u32,
+    rq_depth: u32,
+    rq_offset: u32,
+}
+
+/// The state of a queue pair the driver keeps for modify and query.
+struct QpShadow {
+    state: QpState,
+    dest_qpn: u32,
+    qkey: u32,
+}
+
+/// The user memory of a user queue pair.
+struct UserQp {
+    rq_offset: u64,
+    _sq_mtt: Mtt,
+    _rq_mtt: Mtt,
+    _sq: Umem,
+    _rq: Umem,
+    _dbrec: DbRecord,
+}
+
+/// What a queue pair holds in the adapter.
+pub(crate) struct QpHw {
+    qpn: u32,
+    qp_type: QpType,
+    sq_depth: u32,
+    rq_depth: u32,
+    sq_sig_all: bool,
+    kernel: Option<Arc<KernelQp>>,
+    _user: Option<UserQp>,
+}
+
+/// A queue pair.
+#[pin_data]
+pub(crate) struct Qp {
+    hw: QpHw,
+    #[pin]
+    shadow: Mutex<QpShadow>,
+}
+
+/// The MTT word of CREATE_QP for a queue described by `mtt`.
+fn mtt_cfg(mtt: &Mtt) -> QueueMttCfg {
+    // CAST: an offset inside a page of at most 512 KiB.
+    QueueMttCfg::zeroed()
+        .with_page_offset_4k(low32((mtt.offset >> 12) as u32))
+        .with_count(low32(mtt.count))
+        .with_level(low32(mtt.level))
+}
+
+/// Checks the sizes a queue pair asks for against the adapter's limits (erdma-hw 9.1).
+fn check_cap(data: &IbData<'_>, cap: &QpCap) -> Result {
+    let max_recv = 1u32 << data.caps.max_recv_wr_log2;
+    if cap.max_send_wr == 0
+        || cap.max_send_wr > MAX_SEND_WR
+        || cap.max_recv_wr == 0
+        || cap.max_recv_wr > max_recv
+        || cap.max_send_sge > MAX_SEND_SGE
+        || cap.max_recv_sge > MAX_RECV_SGE
+        || cap.max_inline_data > MAX_INLINE
+    {
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
+impl Qp {
+    /// A queue pair in RESET around what [`Qp::create_hw`] made.
+    pub(crate) fn new(hw: Result<QpHw>) -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            hw: hw?,
+            shadow <- new_mutex!(QpShadow {
+                state: QpState::Reset,
+                dest_qpn: 0,
+                qkey: 0,
+            }),
+        }? Error)
+    }
+
+    /// Creates the queue pair in the adapter.
+    pub(crate) fn create_hw<T: rdma::Driver<UContext = UCtx, Pd = Pd, Cq = Cq>>(
+        data: &IbData<'_>,
+        dev: &rdma::Device<T>,
+        setup: &rdma::QpSetup<'_, T>,
+        attr: &QpInitAttr<'_, T>,
+        udata: &mut UData<'_>,
+    ) -> Result<QpHw> {
+        let qp_type = attr.qp_type().ok_or(EOPNOTSUPP)?;
+        match qp_type {
+            QpType::Rc => {}
+            // The RoCE GSI QP of the core's MAD layer: a kernel UD QP with number 1
+            // (erdma-hw 7.2). Other UD QPs need address handles from user space, which the
+            // provider does not offer.
+            QpType::Gsi if data.roce() && !udata.is_user() => {}
+            _ => return Err(EOPNOTSUPP),
+        }
+        if attr.has_srq() || attr.create_flags() != 0 {
+            return Err(EOPNOTSUPP);
+        }
+        let cap = attr.cap();
+        check_cap(data, &cap)?;
+        let (Some(scq), Some(rcq)) = (attr.send_cq(), attr.recv_cq()) else {
+            return Err(EINVAL);
+        };
+        let sq_depth = (cap.max_send_wr * WQEBBS_PER_WR)
+            .checked_next_power_of_two()
+            .ok_or(EINVAL)?;
+        let rq_depth = cap.max_recv_wr.checked_next_power_of_two().ok_or(EINVAL)?;
+        let sq_bytes = u64::from(sq_depth) * WQEBB_SIZE as u64;
+        let rq_bytes = u64::from(rq_depth) * WQEBB_SIZE as u64;
+        let mut cmd = CreateQp {
+            cfg0: CreateQpCfg0::zeroed(),
+            cfg1: CreateQpCfg1::zeroed()
+                .with_rq_depth_log2(low32(rq_depth.trailing_zeros()))
+                .with_pdn(low32(setup.pd().data().pdn)),
+            sq_cfg: CreateQpQueueCfg::zeroed().with_cqn(low32(scq.data().cqn)),
+            rq_cfg: CreateQpQueueCfg::zeroed().with_cqn(low32(rcq.data().cqn)),
+            sq_addr: 0,
+            rq_addr: 0,
+            sq_mtt_cfg: QueueMttCfg::zeroed(),
+            rq_mtt_cfg: QueueMttCfg::zeroed(),
+            sq_dbrec: 0,
+            rq_dbrec: 0,
+            sq_mtt: [0; 3],
+            rq_mtt: [0; 3],
+            db_cfg: QpDbCfg::zeroed(),
+            cfg2: CreateQpCfg2::zeroed(),
+        };
+
+        let (kernel, user) = if udata.is_user() {
+            let ctx = setup.ucontext().ok_or(EINVAL)?;
+            let req: CreateReq = udata.read_in(size_of::<CreateReq>())?;
+            let rq_offset = sq_bytes.next_multiple_of(4096);
+            // The buffer must hold both queues (the C driver does not check the receive
+            // queue), and queue offsets reach the adapter in 4 KiB units.
+            let need = rq_offset + rq_bytes;
+            if !req.qbuf_va.is_multiple_of(4096)
+                || u64::from(req.qbuf_len) < need
+                || req.qbuf_va.checked_add(need).is_none()
+            {
+                return Err(EINVAL);
+            }
+            let rq_va = req.qbuf_va + rq_offset;
+            let sq = Umem::get(dev, req.qbuf_va, sq_bytes as usize, access::LOCAL_WRITE)?;
+            let rq = Umem::get(dev, rq_va, rq_bytes as usize, access::LOCAL_WRITE)?;
+            let sq_mtt = Mtt::new(data.bound(), &sq, req.qbuf_va, QP_PAGE_SIZES, INLINE_MTT)?;
+            let rq_mtt = Mtt::new(data.bound(), &rq, rq_va, QP_PAGE_SIZES, INLINE_MTT)?;
+            let dbrec = DbRecord::pin(dev, req.db_va, 16)?;
+            cmd.sq_cfg = cmd.sq_cfg.with_page_code(low32(sq_mtt.page_code()));
+            cmd.rq_cfg = cmd.rq_cfg.with_page_code(low32(rq_mtt.page_code()));
+            cmd.sq_addr = sq_mtt.entries[0];
+            cmd.rq_addr = rq_mtt.entries[0];
+            cmd.sq_mtt_cfg = mtt_cfg(&sq_mtt);
+            cmd.rq_mtt_cfg = mtt_cfg(&rq_mtt);
+            cmd.sq_dbrec = dbrec.dma;
+            cmd.rq_dbrec = dbrec.dma + 8;
+            cmd.sq_mtt = [sq_mtt.entries[1], sq_mtt.entries[2], sq_mtt.entries[3]];
+            cmd.rq_mtt = [rq_mtt.entries[1], rq_mtt.entries[2], rq_mtt.entries[3]];
+            if let Some(db) = ctx.db {
+                // CREATE_QP names the "RDB" page for the receive queue (erdma-hw 3.6).
+                cmd.sq_cfg = cmd.sq_cfg.with_ext_db(true);
+                cmd.db_cfg = QpDbCfg::zeroed().with_sq_page(db.sq).with_rq_page(db.rdb);
+            }
+            let user = UserQp {
+                rq_offset,
+                _sq_mtt: sq_mtt,
+                _rq_mtt: rq_mtt,
+                _sq: sq,
+                _rq: rq,
+                _dbrec: dbrec,
+            };
+            (None, Some(user))
+        } else {
+            // One contiguous buffer per queue, described as one "page" of 1 MiB.
+            // CAST: depths of at most 32768 and 8192 (checked above).
+            let k = KernelQp::new(
+                data.bound(),
+                sq_depth as u16,
+                rq_depth as u16,
+                attr.sq_sig_all(),
+                qp_type == QpType::Gsi,
+            )?;
+            let k = Arc::pin_init(k, GFP_KERNEL)?;
+            let one_page = QueueMttCfg::zeroed().with_count(1u8);
+            cmd.sq_cfg = cmd.sq_cfg.with_page_code(low32(KERNEL_QP_PAGE_CODE));
+            cmd.rq_cfg = cmd.rq_cfg.with_page_code(low32(KERNEL_QP_PAGE_CODE));
+            cmd.sq_addr = k.sq_addr();
+            cmd.rq_addr = k.rq_addr();
+            cmd.sq_mtt_cfg = one_page;
+            cmd.rq_mtt_cfg = one_page;
+            cmd.sq_dbrec = k.sq_dbrec();
+            cmd.rq_dbrec = k.rq_dbrec();
+            (Some(k), None)
+        };
+
+        let entry = Arc::new(
+            QpEntry {
+                events: setup.events(),
+                kernel: kernel.clone(),
+            },
+            GFP_KERNEL,
+        )?;
+        let qpn = if qp_type == QpType::Gsi {
+            cmd.cfg2 = cmd.cfg2.with_qp_type(low32(qp_type::UD.into()));
+            GSI_QPN
+        } else {
+            let mut ids = data.ids.lock();
+            loop {
+                let qpn = ids.qp.alloc()?;
+                if !(data.roce() && qpn == GSI_QPN) {
+                    break qpn;
+                }
+            }
+        };
+        let free_qpn = |data: &IbData<'_>| {
+            if qpn != GSI_QPN {
+                data.ids.lock().qp.free(qpn);
+            }
+        };
+        if let Some(k) = &kernel {
+            k.set_qpn(qpn);
+        }
+        let node = match RBTreeNode::new(qpn, entry, GFP_KERNEL) {
+            Ok(node) => node,
+            Err(e) => {
+                free_qpn(data);
+                return Err(e);
+            }
+        };
+        cmd.cfg0 = CreateQpCfg0::zeroed()
+            .with_sq_depth_log2(low32(sq_depth.trailing_zeros()))
+            .with_qpn(low32(qpn));
+        if let Err(e) = data.hw.exec(&cmd, Wait::Sleep) {
+            free_qpn(data);
+            return Err(e);
+        }
+        data.hw.qps.lock().insert(node);
+        setup.set_qp_num(qpn);
+        if let Some(u) = &user {
+            let resp = CreateQpResp {
+                qpn,
+                sq_depth,
+                rq_depth,
+                // CAST: at most 1 MiB.
+                rq_offset: u.rq_offset as u32,
+            };
+            if let Err(e) = udata.respond(&resp) {
+                let _ = data.hw.exec(&DestroyQp { qpn }, Wait::Sleep);
+                drop(data.hw.qps.lock().remove(&qpn));
+                free_qpn(data);
+                return Err(e);
+            }
+        }
+        Ok(QpHw {
+            qpn,
+            qp_type,
+            sq_depth,
+            rq_depth,
+            sq_sig_all: attr.sq_sig_all(),
+            kernel,
+            _user: user,
+        })
+    }
+
+    /// Destroys the queue pair in the adapter; its memory goes with `self`.
+    pub(crate) fn destroy(&self, data: &IbData<'_>) {
+        let state = self.shadow.lock().state;
+        let qpn = self.hw.qpn;
+        if state != QpState::Err && state != QpState::Reset {
+            // Stop the queue pair before it goes (erdma-hw 10.11).
+            let cmd = ModifyQpRoce {
+                cfg: ModifyQpCfg::zeroed()
+                    .with_state(low32(QpState::Err.to_raw()))
+                    .with_qpn(low32(qpn)),
+                mask: ModifyQpMask::zeroed().with_state(true),
+                ..ModifyQpRoce::new_zeroed()
+            };
+            let _ = data.hw.exec(&cmd, Wait::Sleep);
+        }
+        if let Err(e) = data.hw.exec(&DestroyQp { qpn }, Wait::Sleep) {
+            dev_warn!(data.dev(), "DESTROY_QP {} failed: {}\n", qpn, e.to_errno());
+        }
+        drop(data.hw.qps.lock().remove(&qpn));
+        if qpn != GSI_QPN {
+            data.ids.lock().qp.free(qpn);
+        }
+    }
+
+    /// Modifies a RoCEv2 queue pair (erdma-hw 7.2): checks the transition against the verbs
+    /// state machine, then sends the state, Q_Key, address vector, PSNs and destination QPN.
+    pub(crate) fn modify(&self, data: &IbData<'_>, attr: &QpAttr<'_>, mask: QpAttrMask) -> Result {
+        let mut shadow = self.shadow.lock();
+        let cur = if mask.has(QpAttrMask::CUR_STATE) {
+            attr.cur_state().ok_or(EINVAL)?
+        } else {
+            shadow.state
+        };
+        let next = if mask.has(QpAttrMask::STATE) {
+            attr.state().ok_or(EINVAL)?
+        } else {
+            cur
+        };
+        if !ibqp::modify_is_ok(cur, next, self.hw.qp_type, mask) {
+            return Err(EINVAL);
+        }
+        if mask.has(QpAttrMask::PKEY_INDEX) && attr.pkey_index() != 0 {
+            return Err(EINVAL);
+        }
+        let dest_qpn = if mask.has(QpAttrMask::DEST_QPN) {
+            attr.dest_qp_num()
+        } else {
+            shadow.dest_qpn
+        };
+        // The adapter numbers states as the verbs do (erdma-hw 3.5).
+        let mut cmd = ModifyQpRoce {
+            cfg: ModifyQpCfg::zeroed()
+                .with_state(low32(next.to_raw()))
+                .with_qpn(low32(self.hw.qpn)),
+            mask: ModifyQpMask::zeroed().with_state(true),
+            ..ModifyQpRoce::new_zeroed()
+        };
+        if mask.has(QpAttrMask::QKEY) {
+            cmd.mask = cmd.mask.with_qkey(true);
+            cmd.qkey = attr.qkey();
+        }
+        if mask.has(QpAttrMask::RQ_PSN) {
+            cmd.mask = cmd.mask.with_rq_psn(true);
+            cmd.rq_psn = attr.rq_psn() & 0xff_ffff;
+        }
+        if mask.has(QpAttrMask::SQ_PSN) {
+            cmd.mask = cmd.mask.with_sq_psn(true);
+            cmd.sq_psn = attr.sq_psn() & 0xff_ffff;
+        }
+        if mask.has(QpAttrMask::DEST_QPN) {
+            cmd.mask = cmd.mask.with_dst_qpn(true);
+            cmd.dst_qpn = dest_qpn & 0xff_ffff;
+        }
+        if mask.has(QpAttrMask::AV) {
+            cmd.mask = cmd.mask.with_av(true);
+            cmd.av = address_vector(attr, self.hw.qpn, dest_qpn)?;
+        }
+        data.hw.exec(&cmd, Wait::Sleep)?;
+        if let Some(k) = &self.hw.kernel {
+            k.set_state(next);
+        }
+        shadow.state = next;
+        shadow.dest_qpn = dest_qpn;
+        if mask.has(QpAttrMask::QKEY) {
+            shadow.qkey = attr.qkey();
+        }
+        Ok(())
+    }
+
+    /// Asks the adapter for the PSNs and state.
+    pub(crate) fn query(&self, data: &IbData<'_>, out: &mut QpAttrOut<'_>) -> Result {
+        let qpn = self.hw.qpn;
+        let resp = QueryQpResp::from_raw(data.hw.exec(&QueryQp { qpn }, Wait::Sleep)?.0[0]);
+        // CAST: an 8-bit field.
+        let state = QpState::from_raw(resp.state().get() as u32).ok_or(EIO)?;
+        let shadow = self.shadow.lock();
+        // CAST: fields of 24 bits.
+        out.set_state(state, resp.sq_draining())
+            .set_psns(resp.sq_psn().get() as u32, resp.rq_psn().get() as u32)
+            .set_dest_qp_num(shadow.dest_qpn)
+            .set_qkey(shadow.qkey)
+            .set_port(1)
+            // CAST: 128 fits.
+            .set_rd_atomic(MAX_RD_ATOM as u8, MAX_RD_ATOM as u8)
+            .set_sq_sig_all(self.hw.sq_sig_all)
+            .set_cap(QpCap {
+                // The send queue's depth in basic blocks, as the C driver reports it.
+                max_send_wr: self.hw.sq_depth,
+                max_recv_wr: self.hw.rq_depth,
+                max_send_sge: MAX_SEND_SGE,
+                max_recv_sge: MAX_RECV_SGE,
+                max_inline_data: MAX_INLINE,
+            });
+        Ok(())
+    }
+
+    /// Posts a kernel consumer's send work requests.
+    pub(crate) fn post_send<T: rdma::Driver>(
+        &self,
+        data: &IbData<'_>,
+        wrs: SendWrs<'_, T>,
+    ) -> core::result::Result<(), (Error, usize)>
+    where
+        T::Mr: FastReg,
+    {
+        let k = self.hw.kernel.as_ref().ok_or((EINVAL, 0))?;
+        k.post_send(&data.hw.bar, wrs)
+    }
+
+    /// Posts a kernel consumer's receive work requests.
+    pub(crate) fn post_recv(
+        &self,
+        data: &IbData<'_>,
+        wrs: RecvWrs<'_>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        let k = self.hw.kernel.as_ref().ok_or((EINVAL, 0))?;
+        k.post_recv(&data.hw.bar, wrs)
+    }
+}
+
+/// The address vector of a RoCEv2 path: a GRH whose source GID is a RoCEv2 one.
+fn address_vector(attr: &QpAttr<'_>, qpn: u32, dest_qpn: u32) -> Result<AddressVector> {
+    let ah = attr.ah_attr();
+    let grh = ah.grh().ok_or(EINVAL)?;
+    let sgid = grh.sgid_attr().ok_or(EINVAL)?;
+    if sgid.gid_type() != Some(rdma::GidType::RoceV2) {
+        return Err(EINVAL);
+    }
+    let g = sgid.gid().0;
+    let ipv4 = g[..10].iter().all(|&b| b == 0) && g[10] == 0xff && g[11] == 0xff;
+    let flow_label = grh.flow_label() & 0xf_ffff;
+    Ok(AddressVector {
+        flow: AvFlow::zeroed()
+            .with_flow_label(low32(flow_label))
+            .with_ipv6(!ipv4),
+        tclass: grh.traffic_class(),
+        hop_limit: grh.hop_limit(),
+        sl: ah.sl(),
+        reserved: 0,
+        udp_sport: udp_sport(flow_label, qpn, dest_qpn),
+        sgid_index: grh.sgid_index().into(),
+        dmac: ah.dmac(),
+        pad: [0; 2],
+        dgid: grh.dgid().0,
+    })
+}

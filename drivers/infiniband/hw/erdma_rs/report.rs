@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Reports of what the adapter did wrong: completions for commands not in flight, events for
+//! objects that do not exist, malformed responses. A misbehaving (or hostile) adapter can make
+//! them at any rate, so they are rate-limited in the log and counted; the count is the port
+//! counter `bad_device_reports`.
+
+use core::sync::atomic::{
+    AtomicU64,
+    Ordering, //
+};
+use kernel::{
+    device,
+    fmt,
+    prelude::*,
+    rdma::ratelimit::Ratelimit, //
+};
+
+/// The adapter's misbehaviour, as logged and counted.
+pub(crate) struct DeviceReports {
+    limit: Ratelimit,
+    count: AtomicU64,
+}
+
+impl DeviceReports {
+    /// No reports yet; the log takes the kernel's default rate.
+    pub(crate) fn new() -> Self {
+        Self {
+            limit: Ratelimit::new(Ratelimit::DEFAULT_INTERVAL, Ratelimit::DEFAULT_BURST),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts a report and logs `what` unless the adapter reported too much lately.
+    pub(crate) fn report(&self, dev: &device::Device, what: fmt::Arguments<'_>) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        if let Some(missed) = self.limit.check() {
+            if missed > 0 {
+                dev_warn!(dev, "{missed} reports of adapter errors suppressed\n");
+            }
+            dev_warn!(dev, "{what}");
+        }
+    }
+
+    /// The reports made so far.
+    pub(crate) fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
