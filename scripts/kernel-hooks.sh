@@ -113,6 +113,7 @@ edit_rust_helpers() {
 edit_rust_lib() {
 	insert_after "$1" '^pub mod rbtree;$' '#[cfg(CONFIG_INFINIBAND = "y")]\npub mod rdma;'
 	insert_after "$1" '^pub mod build_assert;$' 'pub mod capability;'
+	insert_before "$1" '^pub mod rbtree;$' 'pub mod ratelimit;'
 }
 
 edit_rust_net() {

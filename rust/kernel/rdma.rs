@@ -23,10 +23,6 @@ pub mod device;
 pub mod mr;
 pub mod object;
 pub mod qp;
-// `kernel::ratelimit` is not RDMA-specific and belongs in `lib.rs`; until the build's hooks
-// declare it there, it is compiled as part of this module.
-#[path = "ratelimit.rs"]
-pub mod ratelimit;
 pub mod stats;
 pub mod ucontext;
 pub mod udata;

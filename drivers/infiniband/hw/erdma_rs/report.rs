@@ -13,7 +13,7 @@ use kernel::{
     device,
     fmt,
     prelude::*,
-    rdma::ratelimit::Ratelimit, //
+    ratelimit::Ratelimit, //
 };
 
 /// The adapter's misbehaviour, as logged and counted.
