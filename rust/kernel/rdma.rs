@@ -5,11 +5,14 @@
 //! C headers: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h),
 //! [`include/rdma/uverbs_ioctl.h`](srctree/include/rdma/uverbs_ioctl.h).
 //!
-//! A driver implements [`Driver`], allocates a [`UniqueDevice`], describes it (node type, GUID,
-//! ports, network devices) and hands it to [`Registration::new`] together with the data its
-//! callbacks need. The RDMA core then calls the driver through the operations table built from
-//! the trait: an operation the driver does not implement stays `NULL`, so the core sees exactly
-//! what the driver provides.
+//! A driver implements [`Driver`] (the operations common to its devices) and, for operations
+//! that differ between its devices, [`DeviceOps`] on marker types. It allocates an
+//! [`UnregisteredDevice`], adds the [`DeviceOps`] that device needs, describes it (node type,
+//! GUID, ports, network devices) and hands it to [`Registration::new`] together with the data
+//! its callbacks need. The RDMA core then calls the driver through the operations tables built
+//! from the traits: an operation the driver does not implement stays `NULL`, so the core sees
+//! exactly what the driver provides. The [`driver`] module states where each operation is
+//! called from.
 //!
 //! Verbs objects (user contexts, protection domains, completion queues, queue pairs) are
 //! allocated by the core with the driver's data embedded after the core's header, so every
@@ -17,12 +20,16 @@
 //! allocations itself without running Rust destructors: the abstractions drop the driver's part
 //! in the destroy callbacks and on failed creation.
 
+mod adapter;
 pub mod attr;
 pub mod cq;
 pub mod device;
+pub mod driver;
 pub mod mr;
+mod netdev;
 pub mod object;
 pub mod qp;
+pub mod registration;
 pub mod stats;
 pub mod ucontext;
 pub mod udata;
@@ -45,9 +52,11 @@ pub use self::cq::{
 };
 pub use self::device::{
     Device,
-    Driver,
-    Registration,
-    UniqueDevice, //
+    UnregisteredDevice, //
+};
+pub use self::driver::{
+    DeviceOps,
+    Driver, //
 };
 pub use self::mr::{
     Mr,
@@ -66,8 +75,10 @@ pub use self::qp::{
     QpState,
     QpType, //
 };
+pub use self::registration::Registration;
 pub use self::stats::StatDesc;
 pub use self::ucontext::{
+    MmapCaching,
     UContext,
     UContextSetup, //
 };

@@ -60,6 +60,10 @@ impl<C, D> Object<C, D> {
     /// Initialises the driver's part of the object the core is creating through `init_data`,
     /// with an event handle if `with_events`. On failure nothing is left initialised.
     ///
+    /// `init_data` receives the event handle and a pointer to the driver's part, valid for
+    /// writes and pinned; it must initialise it when it returns `Ok`, and leave it
+    /// uninitialised otherwise.
+    ///
     /// # Safety
     ///
     /// `ptr` must be the header of a zeroed allocation of `size_of::<Self>()` bytes that the core

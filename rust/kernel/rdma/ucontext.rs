@@ -4,11 +4,11 @@
 //!
 //! A user context is what a process gets when it opens the device through libibverbs. The core
 //! allocates it with the driver's part embedded ([`UContext`]); the driver may give it memory
-//! mappings of device registers ([`UContextSetup::insert_bar_mmap`]), which user space then
-//! `mmap`s at the offsets returned. The mappings are removed, and the driver's part dropped,
+//! mappings of device memory ([`UContextSetup::insert_bar_mmap`], with the caching a
+//! [`MmapCaching`] names), which user space then `mmap`s at the offsets returned. The mappings are removed, and the driver's part dropped,
 //! when the context is deallocated; unregistering the device zaps any mapping still in place.
 
-use super::device::Driver;
+use super::driver::Driver;
 use crate::{
     bindings,
     error::{
@@ -61,6 +61,9 @@ impl<T: Driver> UContext<T> {
 
     /// Initialises the Rust part of the context the core allocated: the mapping list, then the
     /// driver's part through `init_data`. On failure everything set up is undone.
+    ///
+    /// `init_data` receives a pointer to the driver's part, valid for writes and pinned; it
+    /// must initialise it when it returns `Ok`, and leave it uninitialised otherwise.
     ///
     /// # Safety
     ///
@@ -131,15 +134,16 @@ pub struct UContextSetup<'a> {
 }
 
 impl UContextSetup<'_> {
-    /// Lets user space map `len` bytes at `offset` of memory BAR `bar` of `pdev`, uncached,
-    /// and returns the offset to pass to `mmap`. Both `offset` and `len` must be multiples of
-    /// the page size and lie inside the BAR.
+    /// Lets user space map `len` bytes at `offset` of memory BAR `bar` of `pdev` with the
+    /// caching `caching`, and returns the offset to pass to `mmap`. Both `offset` and `len`
+    /// must be multiples of the page size and lie inside the BAR.
     pub fn insert_bar_mmap(
         &self,
         pdev: &pci::Device<crate::device::Bound>,
         bar: u32,
         offset: u64,
         len: usize,
+        caching: MmapCaching,
     ) -> Result<u64> {
         let page = PAGE_SIZE as u64;
         let len64 = u64::try_from(len)?;
@@ -157,6 +161,7 @@ impl UContextSetup<'_> {
                 rdma: Opaque::zeroed(),
                 pfn: (phys / page).try_into()?,
                 len,
+                caching,
             },
             GFP_KERNEL,
         )?;
@@ -181,12 +186,23 @@ impl UContextSetup<'_> {
     }
 }
 
+/// How the CPU caches a mapping of device memory ([`UContextSetup::insert_bar_mmap`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmapCaching {
+    /// Uncached device memory (`pgprot_device()`): registers, doorbells.
+    Device,
+    /// Uncached, writes combined (`pgprot_writecombine()`): write-only buffers such as
+    /// on-device work queues or push doorbells.
+    WriteCombine,
+}
+
 /// A mapping of device memory offered to user space.
 #[repr(C)]
 struct IoMmapEntry {
     rdma: Opaque<bindings::rdma_user_mmap_entry>,
     pfn: crate::ffi::c_ulong,
     len: usize,
+    caching: MmapCaching,
 }
 
 impl IoMmapEntry {
@@ -196,7 +212,7 @@ impl IoMmapEntry {
     }
 }
 
-/// `ops.mmap`: maps the entry the offset names, uncached.
+/// `ops.mmap`: maps the entry the offset names, with its caching.
 pub(crate) unsafe extern "C" fn mmap(
     uctx: *mut bindings::ib_ucontext,
     vma: *mut bindings::vm_area_struct,
@@ -208,9 +224,15 @@ pub(crate) unsafe extern "C" fn mmap(
         // SAFETY: Every entry of our contexts is the `rdma` field (offset 0) of an
         // `IoMmapEntry`, and the reference taken above keeps it alive.
         let io = unsafe { entry.cast::<IoMmapEntry>().as_ref() };
+        // SAFETY: The VMA being set up is valid; its protection is a plain value.
+        let prot = unsafe {
+            match io.caching {
+                MmapCaching::Device => bindings::pgprot_device((*vma).vm_page_prot),
+                MmapCaching::WriteCombine => bindings::pgprot_writecombine((*vma).vm_page_prot),
+            }
+        };
         // SAFETY: As above; `rdma_user_mmap_io` checks the VMA's size against `len`.
         let ret = unsafe {
-            let prot = bindings::pgprot_device((*vma).vm_page_prot);
             let ret = bindings::rdma_user_mmap_io(uctx, vma, io.pfn, io.len, prot, entry.as_ptr());
             bindings::rdma_user_mmap_entry_put(entry.as_ptr());
             ret

@@ -366,7 +366,6 @@ impl ErdmaDriver {
             IbData::new(hw.clone(), caps, fw, mac, protocol, nceqs as u32)?,
             &ndev,
             nceqs,
-            &THIS_MODULE,
         )?;
 
         dev_info!(
@@ -418,9 +417,6 @@ impl pci::Driver for ErdmaDriver {
         pdev.disable_device();
     }
 }
-
-/// This module, which the RDMA core pins while user space has the device open.
-const THIS_MODULE: kernel::ThisModule = <LocalModule as kernel::ModuleMetadata>::THIS_MODULE;
 
 kernel::module_pci_driver! {
     type: ErdmaDriver,

@@ -44,6 +44,7 @@ use kernel::{
         GidAttr,
         GidType,
         Guid,
+        MmapCaching,
         PortAttr,
         PortImmutable,
         StatDesc,
@@ -370,7 +371,7 @@ impl<'bound> IbData<'bound> {
             None => (SQDB_SPACE as u64, RQDB_SPACE as u64, CQDB_SPACE as u64),
         };
         let pdev = self.hw.pdev;
-        let map = |offset| setup.insert_bar_mmap(pdev, 0, offset, PAGE_SIZE);
+        let map = |offset| setup.insert_bar_mmap(pdev, 0, offset, PAGE_SIZE, MmapCaching::Device);
         let resp = AllocCtxResp {
             dev_id: pdev.device_id().into(),
             pad: 0,

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The adapter's [`rdma::Driver`]s: the operations the RDMA core calls, dispatched to the device
+//! The adapter's [`rdma::Driver`]: the operations the RDMA core calls, dispatched to the device
 //! ([`IbData`]) and to the verbs objects ([`Pd`], [`Cq`], [`Qp`], [`Mr`]).
 //!
-//! The two protocols the adapter speaks differ in their device operations (RoCEv2 has a GID
-//! table the core manages, a P_Key and a link-layer query; iWARP has neither), so each has its
-//! own [`rdma::Driver`]: [`Roce`] and [`Iwarp`].
+//! The two protocols the adapter speaks differ in a few device operations (RoCEv2 has a GID
+//! table the core manages, a P_Key and a link-layer query; iWARP has neither): those are the
+//! [`rdma::DeviceOps`] of [`Roce`] and [`Iwarp`], added to a device by its protocol. Every other
+//! operation is [`Erdma`]'s, the same for both.
 
 use kernel::{
-    device,
     net::device::{
         Event as NetdevEvent,
         NetDevice, //
@@ -40,7 +40,6 @@ use kernel::{
         UserMrReq,
         Wc, //
     },
-    ThisModule,
 };
 
 use crate::{
@@ -61,19 +60,26 @@ use crate::{
 const ABI_VERSION: u32 = 1;
 const NODE_DESC: &[u8] = b"Elastic RDMA Adapter stack";
 
-/// The RoCEv2 personality.
+/// The adapter's driver: the operations devices of both protocols have.
+pub(crate) struct Erdma;
+/// The operations only RoCEv2 devices have: a GID table the core manages, a P_Key and a
+/// link-layer query.
 pub(crate) struct Roce;
-/// The iWARP personality.
+/// The operations only iWARP devices have (none yet: the connection manager is to come).
 pub(crate) struct Iwarp;
+/// Queue pairs, fast-registration and DMA regions, and the kernel verbs: RoCEv2 devices only
+/// until iWARP has its connection manager.
+pub(crate) struct DataPath;
 
 #[vtable]
-impl rdma::Driver for Roce {
+impl rdma::Driver for Erdma {
     type Data<'a> = IbData<'a>;
     type UContext = UCtx;
     type Pd = Pd;
     type Cq = Cq;
     type Qp = Qp;
     type Mr = Mr;
+    type Ops = Self;
     const DRIVER_ID: DriverId = DriverId::ERDMA;
     const UVERBS_ABI_VERSION: u32 = ABI_VERSION;
     const HW_PORT_STATS: &'static [StatDesc] = &HW_STATS;
@@ -106,12 +112,25 @@ impl rdma::Driver for Roce {
         Ok(())
     }
 
-    fn get_link_layer(_dev: &rdma::Device<Self>, _data: &IbData<'_>, _port: u32) -> LinkLayer {
-        LinkLayer::Ethernet
+    fn dereg_mr(_dev: &rdma::Device<Self>, data: &IbData<'_>, mr: Mr) {
+        mr.dereg(data);
     }
 
+    fn netdev_event(
+        dev: &rdma::Device<Self>,
+        data: &IbData<'_>,
+        port: Option<u32>,
+        event: NetdevEvent,
+        ndev: &NetDevice,
+    ) {
+        data.netdev_event(dev, port, event, ndev)
+    }
+}
+
+#[vtable]
+impl rdma::DeviceOps<Erdma> for Erdma {
     fn query_gid(
-        _dev: &rdma::Device<Self>,
+        _dev: &rdma::Device<Erdma>,
         data: &IbData<'_>,
         _port: u32,
         index: u32,
@@ -119,8 +138,73 @@ impl rdma::Driver for Roce {
         data.query_gid(index)
     }
 
+    fn alloc_ucontext(
+        _dev: &rdma::Device<Erdma>,
+        data: &<Erdma as rdma::Driver>::Data<'_>,
+        setup: &UContextSetup<'_>,
+        udata: &mut UData<'_>,
+    ) -> impl PinInit<UCtx, Error> {
+        data.alloc_ucontext(setup, udata)
+    }
+
+    fn dealloc_ucontext(_dev: &rdma::Device<Erdma>, data: &IbData<'_>, ctx: Pin<&mut UCtx>) {
+        data.dealloc_ucontext(&ctx);
+    }
+
+    fn alloc_pd(
+        _dev: &rdma::Device<Erdma>,
+        data: &<Erdma as rdma::Driver>::Data<'_>,
+        _setup: &PdSetup<'_, Erdma>,
+        _udata: &mut UData<'_>,
+    ) -> impl PinInit<Pd, Error> {
+        Pd::alloc(data)
+    }
+
+    fn dealloc_pd(_dev: &rdma::Device<Erdma>, data: &IbData<'_>, pd: Pin<&mut Pd>) {
+        pd.dealloc(data);
+    }
+
+    fn create_cq(
+        dev: &rdma::Device<Erdma>,
+        data: &<Erdma as rdma::Driver>::Data<'_>,
+        setup: &CqSetup<'_, Erdma>,
+        udata: &mut UData<'_>,
+    ) -> impl PinInit<Cq, Error> {
+        Cq::create(data, dev, setup, udata)
+    }
+
+    fn destroy_cq(_dev: &rdma::Device<Erdma>, data: &IbData<'_>, cq: Pin<&mut Cq>) {
+        cq.destroy(data);
+    }
+
+    fn reg_user_mr(
+        dev: &rdma::Device<Erdma>,
+        data: &IbData<'_>,
+        pd: &rdma::Pd<Erdma>,
+        req: &UserMrReq,
+        _udata: &mut UData<'_>,
+    ) -> Result<NewMr<Mr>> {
+        Mr::reg_user(data, dev, pd, req)
+    }
+
+    fn get_hw_stats(
+        _dev: &rdma::Device<Erdma>,
+        data: &IbData<'_>,
+        port: u32,
+        values: &mut [u64],
+    ) -> Result<usize> {
+        data.get_hw_stats(port, values)
+    }
+}
+
+#[vtable]
+impl rdma::DeviceOps<Erdma> for Roce {
+    fn get_link_layer(_dev: &rdma::Device<Erdma>, _data: &IbData<'_>, _port: u32) -> LinkLayer {
+        LinkLayer::Ethernet
+    }
+
     fn query_pkey(
-        _dev: &rdma::Device<Self>,
+        _dev: &rdma::Device<Erdma>,
         _data: &IbData<'_>,
         _port: u32,
         index: u16,
@@ -131,81 +215,31 @@ impl rdma::Driver for Roce {
         Ok(0xffff)
     }
 
-    fn add_gid(_dev: &rdma::Device<Self>, data: &IbData<'_>, attr: &GidAttr) -> Result {
+    fn add_gid(_dev: &rdma::Device<Erdma>, data: &IbData<'_>, attr: &GidAttr) -> Result {
         data.set_gid(attr, true)
     }
 
-    fn del_gid(_dev: &rdma::Device<Self>, data: &IbData<'_>, attr: &GidAttr) -> Result {
+    fn del_gid(_dev: &rdma::Device<Erdma>, data: &IbData<'_>, attr: &GidAttr) -> Result {
         data.set_gid(attr, false)
     }
+}
 
-    fn alloc_ucontext(
-        _dev: &rdma::Device<Self>,
-        data: &Self::Data<'_>,
-        setup: &UContextSetup<'_>,
-        udata: &mut UData<'_>,
-    ) -> impl PinInit<UCtx, Error> {
-        data.alloc_ucontext(setup, udata)
-    }
-
-    fn dealloc_ucontext(_dev: &rdma::Device<Self>, data: &IbData<'_>, ctx: Pin<&mut UCtx>) {
-        data.dealloc_ucontext(&ctx);
-    }
-
-    fn alloc_pd(
-        _dev: &rdma::Device<Self>,
-        data: &Self::Data<'_>,
-        _setup: &PdSetup<'_, Self>,
-        _udata: &mut UData<'_>,
-    ) -> impl PinInit<Pd, Error> {
-        Pd::alloc(data)
-    }
-
-    fn dealloc_pd(_dev: &rdma::Device<Self>, data: &IbData<'_>, pd: Pin<&mut Pd>) {
-        pd.dealloc(data);
-    }
-
-    fn create_cq(
-        dev: &rdma::Device<Self>,
-        data: &Self::Data<'_>,
-        setup: &CqSetup<'_, Self>,
-        udata: &mut UData<'_>,
-    ) -> impl PinInit<Cq, Error> {
-        Cq::create(data, dev, setup, udata)
-    }
-
-    fn destroy_cq(_dev: &rdma::Device<Self>, data: &IbData<'_>, cq: Pin<&mut Cq>) {
-        cq.destroy(data);
-    }
-
-    fn reg_user_mr(
-        dev: &rdma::Device<Self>,
-        data: &IbData<'_>,
-        pd: &rdma::Pd<Self>,
-        req: &UserMrReq,
-        _udata: &mut UData<'_>,
-    ) -> Result<NewMr<Mr>> {
-        Mr::reg_user(data, dev, pd, req)
-    }
-
-    fn dereg_mr(_dev: &rdma::Device<Self>, data: &IbData<'_>, mr: Mr) {
-        mr.dereg(data);
-    }
-
+#[vtable]
+impl rdma::DeviceOps<Erdma> for DataPath {
     fn create_qp(
-        dev: &rdma::Device<Self>,
-        data: &Self::Data<'_>,
-        setup: &QpSetup<'_, Self>,
-        attr: &QpInitAttr<'_, Self>,
+        dev: &rdma::Device<Erdma>,
+        data: &<Erdma as rdma::Driver>::Data<'_>,
+        setup: &QpSetup<'_, Erdma>,
+        attr: &QpInitAttr<'_, Erdma>,
         udata: &mut UData<'_>,
     ) -> impl PinInit<Qp, Error> {
         Qp::new(Qp::create_hw(data, dev, setup, attr, udata))
     }
 
     fn modify_qp(
-        _dev: &rdma::Device<Self>,
+        _dev: &rdma::Device<Erdma>,
         data: &IbData<'_>,
-        qp: &rdma::Qp<Self>,
+        qp: &rdma::Qp<Erdma>,
         attr: &QpAttr<'_>,
         mask: QpAttrMask,
         _udata: &mut UData<'_>,
@@ -214,283 +248,115 @@ impl rdma::Driver for Roce {
     }
 
     fn query_qp(
-        _dev: &rdma::Device<Self>,
+        _dev: &rdma::Device<Erdma>,
         data: &IbData<'_>,
-        qp: &rdma::Qp<Self>,
+        qp: &rdma::Qp<Erdma>,
         out: &mut QpAttrOut<'_>,
     ) -> Result {
         qp.data().query(data, out)
     }
 
-    fn destroy_qp(_dev: &rdma::Device<Self>, data: &IbData<'_>, qp: Pin<&mut Qp>) {
+    fn destroy_qp(_dev: &rdma::Device<Erdma>, data: &IbData<'_>, qp: Pin<&mut Qp>) {
         qp.destroy(data);
     }
 
     fn get_dma_mr(
-        _dev: &rdma::Device<Self>,
+        _dev: &rdma::Device<Erdma>,
         data: &IbData<'_>,
-        pd: &rdma::Pd<Self>,
+        pd: &rdma::Pd<Erdma>,
         access: u32,
     ) -> Result<NewMr<Mr>> {
-        Mr::get_dma::<Self>(data, pd, access)
+        Mr::get_dma::<Erdma>(data, pd, access)
     }
 
     fn alloc_mr(
-        _dev: &rdma::Device<Self>,
+        _dev: &rdma::Device<Erdma>,
         data: &IbData<'_>,
-        pd: &rdma::Pd<Self>,
+        pd: &rdma::Pd<Erdma>,
         max_num_sg: u32,
     ) -> Result<NewMr<Mr>> {
-        Mr::alloc_frmr::<Self>(data, pd, max_num_sg)
+        Mr::alloc_frmr::<Erdma>(data, pd, max_num_sg)
     }
 
-    fn mr_map_start(mr: &rdma::Mr<Self>) -> Result {
+    fn mr_map_start(mr: &rdma::Mr<Erdma>) -> Result {
         mr.data().map_start()
     }
 
-    fn mr_set_page(mr: &rdma::Mr<Self>, addr: u64) -> Result {
+    fn mr_set_page(mr: &rdma::Mr<Erdma>, addr: u64) -> Result {
         mr.data().set_page(addr)
     }
 
     fn post_send(
-        _dev: &rdma::Device<Self>,
+        _dev: &rdma::Device<Erdma>,
         data: &IbData<'_>,
-        qp: &rdma::Qp<Self>,
-        wrs: SendWrs<'_, Self>,
+        qp: &rdma::Qp<Erdma>,
+        wrs: SendWrs<'_, Erdma>,
     ) -> core::result::Result<(), (Error, usize)> {
         qp.data().post_send(data, wrs)
     }
 
     fn post_recv(
-        _dev: &rdma::Device<Self>,
+        _dev: &rdma::Device<Erdma>,
         data: &IbData<'_>,
-        qp: &rdma::Qp<Self>,
+        qp: &rdma::Qp<Erdma>,
         wrs: RecvWrs<'_>,
     ) -> core::result::Result<(), (Error, usize)> {
         qp.data().post_recv(data, wrs)
     }
 
     fn poll_cq(
-        _dev: &rdma::Device<Self>,
+        _dev: &rdma::Device<Erdma>,
         data: &IbData<'_>,
-        cq: &rdma::Cq<Self>,
+        cq: &rdma::Cq<Erdma>,
         wc: &mut [Wc],
     ) -> usize {
         cq.data().poll(data, wc)
     }
 
     fn req_notify_cq(
-        _dev: &rdma::Device<Self>,
+        _dev: &rdma::Device<Erdma>,
         data: &IbData<'_>,
-        cq: &rdma::Cq<Self>,
+        cq: &rdma::Cq<Erdma>,
         solicited: bool,
         report_missed: bool,
     ) -> Result<bool> {
         cq.data().req_notify(data, solicited, report_missed)
     }
-
-    fn get_hw_stats(
-        _dev: &rdma::Device<Self>,
-        data: &IbData<'_>,
-        port: u32,
-        values: &mut [u64],
-    ) -> Result<usize> {
-        data.get_hw_stats(port, values)
-    }
-
-    fn netdev_event(
-        dev: &rdma::Device<Self>,
-        data: &IbData<'_>,
-        port: Option<u32>,
-        event: NetdevEvent,
-        ndev: &NetDevice,
-    ) {
-        data.netdev_event(dev, port, event, ndev)
-    }
 }
 
 #[vtable]
-impl rdma::Driver for Iwarp {
-    type Data<'a> = IbData<'a>;
-    type UContext = UCtx;
-    type Pd = Pd;
-    type Cq = Cq;
-    type Qp = Qp;
-    type Mr = Mr;
-    const DRIVER_ID: DriverId = DriverId::ERDMA;
-    const UVERBS_ABI_VERSION: u32 = ABI_VERSION;
-    const HW_PORT_STATS: &'static [StatDesc] = &HW_STATS;
+impl rdma::DeviceOps<Erdma> for Iwarp {}
 
-    fn query_device(
-        _dev: &rdma::Device<Self>,
-        data: &IbData<'_>,
-        attr: &mut DeviceAttr,
-        _udata: &mut UData<'_>,
-    ) -> Result {
-        data.query_device(attr)
-    }
-
-    fn query_port(
-        dev: &rdma::Device<Self>,
-        data: &IbData<'_>,
-        port: u32,
-        attr: &mut PortAttr,
-    ) -> Result {
-        data.query_port(dev, port, attr)
-    }
-
-    fn get_port_immutable(
-        _dev: &rdma::Device<Self>,
-        data: &IbData<'_>,
-        _port: u32,
-        immutable: &mut PortImmutable,
-    ) -> Result {
-        data.get_port_immutable(immutable);
-        Ok(())
-    }
-
-    fn query_gid(
-        _dev: &rdma::Device<Self>,
-        data: &IbData<'_>,
-        _port: u32,
-        index: u32,
-    ) -> Result<Gid> {
-        data.query_gid(index)
-    }
-
-    fn alloc_ucontext(
-        _dev: &rdma::Device<Self>,
-        data: &Self::Data<'_>,
-        setup: &UContextSetup<'_>,
-        udata: &mut UData<'_>,
-    ) -> impl PinInit<UCtx, Error> {
-        data.alloc_ucontext(setup, udata)
-    }
-
-    fn dealloc_ucontext(_dev: &rdma::Device<Self>, data: &IbData<'_>, ctx: Pin<&mut UCtx>) {
-        data.dealloc_ucontext(&ctx);
-    }
-
-    fn alloc_pd(
-        _dev: &rdma::Device<Self>,
-        data: &Self::Data<'_>,
-        _setup: &PdSetup<'_, Self>,
-        _udata: &mut UData<'_>,
-    ) -> impl PinInit<Pd, Error> {
-        Pd::alloc(data)
-    }
-
-    fn dealloc_pd(_dev: &rdma::Device<Self>, data: &IbData<'_>, pd: Pin<&mut Pd>) {
-        pd.dealloc(data);
-    }
-
-    fn create_cq(
-        dev: &rdma::Device<Self>,
-        data: &Self::Data<'_>,
-        setup: &CqSetup<'_, Self>,
-        udata: &mut UData<'_>,
-    ) -> impl PinInit<Cq, Error> {
-        Cq::create(data, dev, setup, udata)
-    }
-
-    fn destroy_cq(_dev: &rdma::Device<Self>, data: &IbData<'_>, cq: Pin<&mut Cq>) {
-        cq.destroy(data);
-    }
-
-    fn reg_user_mr(
-        dev: &rdma::Device<Self>,
-        data: &IbData<'_>,
-        pd: &rdma::Pd<Self>,
-        req: &UserMrReq,
-        _udata: &mut UData<'_>,
-    ) -> Result<NewMr<Mr>> {
-        Mr::reg_user(data, dev, pd, req)
-    }
-
-    fn dereg_mr(_dev: &rdma::Device<Self>, data: &IbData<'_>, mr: Mr) {
-        mr.dereg(data);
-    }
-
-    fn get_hw_stats(
-        _dev: &rdma::Device<Self>,
-        data: &IbData<'_>,
-        port: u32,
-        values: &mut [u64],
-    ) -> Result<usize> {
-        data.get_hw_stats(port, values)
-    }
-
-    fn netdev_event(
-        dev: &rdma::Device<Self>,
-        data: &IbData<'_>,
-        port: Option<u32>,
-        event: NetdevEvent,
-        ndev: &NetDevice,
-    ) {
-        data.netdev_event(dev, port, event, ndev)
-    }
-}
-
-/// A registered device of either personality.
-pub(crate) enum IbDevice<'bound> {
-    Roce(rdma::Registration<'bound, Roce>),
-    Iwarp(rdma::Registration<'bound, Iwarp>),
-}
+/// The registered device.
+pub(crate) struct IbDevice<'bound>(rdma::Registration<'bound, Erdma>);
 
 impl<'bound> IbDevice<'bound> {
     /// Registers the adapter as `erdma_<n>`, on `ndev`, with `ceqs` completion vectors.
-    pub(crate) fn register(
-        data: IbData<'bound>,
-        ndev: &NetDevice,
-        ceqs: u32,
-        module: &'static ThisModule,
-    ) -> Result<Self> {
+    pub(crate) fn register(data: IbData<'bound>, ndev: &NetDevice, ceqs: u32) -> Result<Self> {
         let pdev = data.hw.pdev;
-        Ok(match data.protocol {
-            Protocol::RoceV2 => Self::Roce(Self::register_as(
-                pdev,
-                rdma::NodeType::IbCa,
-                data,
-                ndev,
-                ceqs,
-                module,
-            )?),
-            Protocol::Iwarp => Self::Iwarp(Self::register_as(
-                pdev,
-                rdma::NodeType::Rnic,
-                data,
-                ndev,
-                ceqs,
-                module,
-            )?),
-        })
-    }
-
-    fn register_as<T: for<'a> rdma::Driver<Data<'a> = IbData<'a>>>(
-        pdev: &'bound kernel::pci::Device<device::Bound>,
-        node_type: rdma::NodeType,
-        data: IbData<'bound>,
-        ndev: &NetDevice,
-        ceqs: u32,
-        module: &'static ThisModule,
-    ) -> Result<rdma::Registration<'bound, T>> {
-        let mut dev = rdma::UniqueDevice::<T>::new(pdev.as_ref(), module)?;
-        dev.set_node_type(node_type)
-            .set_node_guid(Guid::from_mac(data.mac.0))
+        let mut dev = rdma::UnregisteredDevice::<Erdma>::new(pdev.as_ref())?;
+        match data.protocol {
+            Protocol::RoceV2 => dev
+                .add_ops::<Roce>()
+                .add_ops::<DataPath>()
+                .set_node_type(rdma::NodeType::IbCa),
+            Protocol::Iwarp => dev.add_ops::<Iwarp>().set_node_type(rdma::NodeType::Rnic),
+        };
+        dev.set_node_guid(Guid::from_mac(data.mac.0))
             .set_node_desc(NODE_DESC)
             .set_num_comp_vectors(ceqs)
             .set_local_dma_lkey(data.caps.local_dma_lkey)
             .set_netdev(PORT, ndev)?;
         // SAFETY: The registration is kept in the driver's bound data and dropped at unbind (or
         // on the probe error path), never leaked.
-        unsafe { rdma::Registration::new(dev, c"erdma_%d", pdev.as_ref(), Ok::<_, Error>(data)) }
+        let reg = unsafe {
+            rdma::Registration::new(dev, c"erdma_%d", pdev.as_ref(), Ok::<_, Error>(data))
+        }?;
+        Ok(Self(reg))
     }
 
     /// The device's name.
     pub(crate) fn name(&self) -> &CStr {
-        match self {
-            Self::Roce(r) => r.device().name(),
-            Self::Iwarp(r) => r.device().name(),
-        }
+        self.0.device().name()
     }
 }

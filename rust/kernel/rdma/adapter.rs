@@ -1,0 +1,736 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The operations tables the core calls, and the `extern "C"` functions in them that turn the
+//! core's pointers into the typed views of [`Driver`] and [`DeviceOps`] callbacks.
+//!
+//! Each operation has one trampoline, in the adapter of the trait it belongs to: [`Adapter`]
+//! for [`Driver`], [`OpsAdapter`] for [`DeviceOps`]. The `unsafe` blocks hold the pointer
+//! conversions and FFI calls; the driver's callbacks are called outside them.
+
+use super::{
+    attr::{
+        DeviceAttr,
+        GidAttr,
+        PortAttr,
+        PortImmutable, //
+    },
+    cq::{
+        Cq,
+        CqAttr,
+        CqEvents,
+        CqSetup,
+        Pd,
+        PdSetup, //
+    },
+    device::Device,
+    driver::{
+        DeviceOps,
+        Driver, //
+    },
+    mr::{
+        Mr,
+        UserMrReq, //
+    },
+    object::Events,
+    qp::{
+        self,
+        Qp,
+        QpAttrMask,
+        QpEvents,
+        QpSetup, //
+    },
+    stats,
+    ucontext::{
+        self,
+        UContext,
+        UContextSetup, //
+    },
+    udata::UData,
+    wr::{
+        RecvWrs,
+        SendWrs,
+        Wc, //
+    },
+    LinkLayer,
+};
+use crate::{bindings, error::from_result, module::this_module, prelude::*};
+use core::marker::PhantomData;
+use pin_init::PinInit;
+
+/// Turns the result of posting a chain of work requests into the core's: 0, or the error with
+/// `*bad_wr` set to the first request not posted.
+///
+/// # Safety
+///
+/// `wr` must head a valid chain whose `index`-th element exists for an error at `index`, `next`
+/// must read a request's successor, and `bad_wr` must be `NULL` or writable.
+unsafe fn post_result<W>(
+    ret: core::result::Result<(), (Error, usize)>,
+    wr: *const W,
+    bad_wr: *mut *const W,
+    next: impl Fn(*const W) -> *const W,
+) -> c_int {
+    match ret {
+        Ok(()) => 0,
+        Err((e, index)) => {
+            let mut bad = wr;
+            for _ in 0..index {
+                bad = next(bad);
+            }
+            if !bad_wr.is_null() {
+                // SAFETY: Guaranteed by the caller.
+                unsafe { *bad_wr = bad };
+            }
+            e.to_errno()
+        }
+    }
+}
+
+/// Returns 0 for a callback that succeeded on a registered device, the error otherwise
+/// (`ENODEV` outside registration).
+fn status(ret: Option<Result>) -> c_int {
+    match ret.unwrap_or(Err(ENODEV)) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// The device of a raw pointer the core passed to a callback.
+///
+/// # Safety
+///
+/// `ib` must be a live device of `T` for `'a`.
+unsafe fn device<'a, T: Driver>(ib: *mut bindings::ib_device) -> &'a Device<T> {
+    // SAFETY: Guaranteed by the caller.
+    unsafe { Device::from_raw(ib) }
+}
+
+/// Builds the core's operations table for the [`Driver`] `T`: the operations it requires.
+pub(crate) struct Adapter<T: Driver>(PhantomData<T>);
+
+impl<T: Driver> Adapter<T> {
+    /// The table [`UnregisteredDevice::new`](super::UnregisteredDevice::new) installs first.
+    pub(crate) const OPS: bindings::ib_device_ops = {
+        let mut ops: bindings::ib_device_ops = pin_init::zeroed();
+        ops.owner = this_module::<T::OwnerModule>().as_ptr();
+        ops.driver_id = T::DRIVER_ID.to_raw();
+        ops.uverbs_abi_ver = T::UVERBS_ABI_VERSION;
+        ops.query_device = Some(Self::query_device);
+        ops.query_port = Some(Self::query_port);
+        ops.get_port_immutable = Some(Self::get_port_immutable);
+        ops
+    };
+
+    unsafe extern "C" fn query_device(
+        ib: *mut bindings::ib_device,
+        attr: *mut bindings::ib_device_attr,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes its live device, its attribute structure and a valid or
+        // `NULL` udata for the duration of the call.
+        let (dev, attr, mut udata) = unsafe {
+            (
+                device::<T>(ib),
+                DeviceAttr::from_raw(attr),
+                UData::from_raw(udata),
+            )
+        };
+        status(dev.with_data(|dev, data| T::query_device(dev, data, attr, &mut udata)))
+    }
+
+    unsafe extern "C" fn query_port(
+        ib: *mut bindings::ib_device,
+        port: u32,
+        attr: *mut bindings::ib_port_attr,
+    ) -> c_int {
+        // SAFETY: The core passes its live device and its attribute structure.
+        let (dev, attr) = unsafe { (device::<T>(ib), PortAttr::from_raw(attr)) };
+        status(dev.with_data(|dev, data| T::query_port(dev, data, port, attr)))
+    }
+
+    unsafe extern "C" fn get_port_immutable(
+        ib: *mut bindings::ib_device,
+        port: u32,
+        immutable: *mut bindings::ib_port_immutable,
+    ) -> c_int {
+        // SAFETY: The core passes its live device and its structure.
+        let (dev, immutable) = unsafe { (device::<T>(ib), PortImmutable::from_raw(immutable)) };
+        status(dev.with_data(|dev, data| T::get_port_immutable(dev, data, port, immutable)))
+    }
+}
+
+/// `ops.dereg_mr`, installed by every table with an operation that makes memory regions: they
+/// all make regions of `T`, which [`Driver::dereg_mr`] releases.
+///
+/// # Safety
+///
+/// `mr` must be a region such an operation made for a device of `T`, not used afterwards.
+unsafe extern "C" fn dereg_mr<T: Driver>(
+    mr: *mut bindings::ib_mr,
+    _udata: *mut bindings::ib_udata,
+) -> c_int {
+    // SAFETY: The core passes a region `reg_user_mr`, `get_dma_mr` or `alloc_mr` made, of a
+    // live device; this is its last use.
+    let (dev, mr) = unsafe { (device::<T>((*mr).device), Mr::<T>::from_raw(mr)) };
+    let data = mr.into_data();
+    dev.with_data(|dev, d| T::dereg_mr(dev, d, data));
+    0
+}
+
+/// Builds the core's operations table for the [`DeviceOps`] `P` of devices of `T` and bridges
+/// each operation to it.
+///
+/// Its first instance on a device is `OpsAdapter<T, T::Ops>`, installed at allocation.
+pub(crate) struct OpsAdapter<T: Driver, P: DeviceOps<T>>(PhantomData<(T, P)>);
+
+impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
+    /// The table [`UnregisteredDevice::new`](super::UnregisteredDevice::new) and
+    /// [`UnregisteredDevice::add_ops`](super::UnregisteredDevice::add_ops) add.
+    pub(crate) const OPS: bindings::ib_device_ops = {
+        let mut ops: bindings::ib_device_ops = pin_init::zeroed();
+        if P::HAS_GET_LINK_LAYER {
+            ops.get_link_layer = Some(Self::get_link_layer);
+        }
+        if P::HAS_QUERY_PKEY {
+            ops.query_pkey = Some(Self::query_pkey);
+        }
+        if P::HAS_ADD_GID {
+            ops.add_gid = Some(Self::add_gid);
+        }
+        if P::HAS_DEL_GID {
+            ops.del_gid = Some(Self::del_gid);
+        }
+        if P::HAS_QUERY_GID {
+            ops.query_gid = Some(Self::query_gid);
+        }
+        if P::HAS_ALLOC_UCONTEXT {
+            ops.alloc_ucontext = Some(Self::alloc_ucontext);
+            ops.dealloc_ucontext = Some(Self::dealloc_ucontext);
+            ops.disassociate_ucontext = Some(ucontext::disassociate);
+            ops.mmap = Some(ucontext::mmap);
+            ops.mmap_free = Some(ucontext::mmap_free);
+            ops.size_ib_ucontext = size_of::<UContext<T>>();
+        }
+        if P::HAS_ALLOC_PD {
+            ops.alloc_pd = Some(Self::alloc_pd);
+            ops.dealloc_pd = Some(Self::dealloc_pd);
+            ops.size_ib_pd = size_of::<Pd<T>>();
+        }
+        if P::HAS_CREATE_CQ {
+            ops.create_cq = Some(Self::create_cq);
+            ops.destroy_cq = Some(Self::destroy_cq);
+            ops.size_ib_cq = size_of::<Cq<T>>();
+        }
+        if P::HAS_CREATE_QP {
+            ops.create_qp = Some(Self::create_qp);
+            ops.destroy_qp = Some(Self::destroy_qp);
+            ops.size_ib_qp = size_of::<Qp<T>>();
+        }
+        if P::HAS_MODIFY_QP {
+            ops.modify_qp = Some(Self::modify_qp);
+        }
+        if P::HAS_QUERY_QP {
+            ops.query_qp = Some(Self::query_qp);
+        }
+        if P::HAS_REG_USER_MR {
+            ops.reg_user_mr = Some(Self::reg_user_mr);
+        }
+        if P::HAS_GET_DMA_MR {
+            ops.get_dma_mr = Some(Self::get_dma_mr);
+        }
+        if P::HAS_ALLOC_MR && P::HAS_MR_MAP_START && P::HAS_MR_SET_PAGE {
+            ops.alloc_mr = Some(Self::alloc_mr);
+            ops.map_mr_sg = Some(Self::map_mr_sg);
+        }
+        if P::HAS_REG_USER_MR || P::HAS_GET_DMA_MR || P::HAS_ALLOC_MR {
+            ops.dereg_mr = Some(dereg_mr::<T>);
+        }
+        if P::HAS_POST_SEND {
+            ops.post_send = Some(Self::post_send);
+        }
+        if P::HAS_POST_RECV {
+            ops.post_recv = Some(Self::post_recv);
+        }
+        if P::HAS_POLL_CQ {
+            ops.poll_cq = Some(Self::poll_cq);
+        }
+        if P::HAS_REQ_NOTIFY_CQ {
+            ops.req_notify_cq = Some(Self::req_notify_cq);
+        }
+        if P::HAS_GET_HW_STATS && !T::HW_PORT_STATS.is_empty() {
+            ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats);
+            ops.get_hw_stats = Some(Self::get_hw_stats);
+        }
+        ops
+    };
+
+    unsafe extern "C" fn query_gid(
+        ib: *mut bindings::ib_device,
+        port: u32,
+        index: c_int,
+        gid: *mut bindings::ib_gid,
+    ) -> c_int {
+        // SAFETY: The core passes its live device.
+        let dev = unsafe { device::<T>(ib) };
+        let Ok(index) = u32::try_from(index) else {
+            return EINVAL.to_errno();
+        };
+        match dev
+            .with_data(|dev, data| P::query_gid(dev, data, port, index))
+            .unwrap_or(Err(ENODEV))
+        {
+            Ok(value) => {
+                // SAFETY: `gid` is writable; any byte pattern is valid for the union.
+                unsafe { (*gid).raw = value.0 };
+                0
+            }
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    unsafe extern "C" fn alloc_ucontext(
+        uctx: *mut bindings::ib_ucontext,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a context of a live device and the call's udata.
+        let (dev, mut udata) = unsafe { (device::<T>((*uctx).device), UData::from_raw(udata)) };
+        status(dev.with_data(|dev, data| {
+            let init_data = |setup: &UContextSetup<'_>, slot: *mut T::UContext| {
+                let init = P::alloc_ucontext(dev, data, setup, &mut udata);
+                // SAFETY: `UContext::init` passes a slot valid for writes and pinned.
+                unsafe { init.__init(slot) }
+            };
+            // SAFETY: The core passes a zeroed context of `size_ib_ucontext` bytes whose header
+            // it initialised.
+            unsafe { UContext::<T>::init(uctx, init_data) }
+        }))
+    }
+
+    unsafe extern "C" fn dealloc_ucontext(uctx: *mut bindings::ib_ucontext) {
+        // SAFETY: The core passes a context of a live device.
+        let dev = unsafe { device::<T>((*uctx).device) };
+        let release = |ctx: Pin<&mut T::UContext>| {
+            dev.with_data(|dev, data| P::dealloc_ucontext(dev, data, ctx));
+        };
+        // SAFETY: The context is one `alloc_ucontext` initialised; this is its last use.
+        unsafe { UContext::<T>::destroy(uctx, release) };
+    }
+
+    unsafe extern "C" fn alloc_hw_port_stats(
+        _ib: *mut bindings::ib_device,
+        _port: u32,
+    ) -> *mut bindings::rdma_hw_stats {
+        stats::alloc(T::HW_PORT_STATS)
+    }
+
+    unsafe extern "C" fn get_hw_stats(
+        ib: *mut bindings::ib_device,
+        stats: *mut bindings::rdma_hw_stats,
+        port: u32,
+        _index: c_int,
+    ) -> c_int {
+        // SAFETY: The core passes its live device and a counter set `alloc_hw_port_stats` made,
+        // whose `value` array holds `num_counters` entries; it holds the set's lock.
+        let (dev, values) = unsafe {
+            let n = usize::try_from((*stats).num_counters).unwrap_or(0);
+            (
+                device::<T>(ib),
+                core::slice::from_raw_parts_mut((*stats).value.as_mut_ptr(), n),
+            )
+        };
+        let n = values.len();
+        let ret = dev
+            .with_data(|dev, data| P::get_hw_stats(dev, data, port, values))
+            .unwrap_or(Err(ENODEV));
+        from_result(|| Ok(ret?.min(n).try_into()?))
+    }
+
+    unsafe extern "C" fn alloc_pd(
+        pd: *mut bindings::ib_pd,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a PD of a live device and the call's udata.
+        let (dev, mut udata) = unsafe { (device::<T>((*pd).device), UData::from_raw(udata)) };
+        let setup = PdSetup {
+            ucontext: udata.ucontext::<T>(),
+        };
+        status(dev.with_data(|dev, data| {
+            let init_data = |_: Option<&Events<bindings::ib_pd>>, slot: *mut T::Pd| {
+                let init = P::alloc_pd(dev, data, &setup, &mut udata);
+                // SAFETY: `Object::init` passes a slot valid for writes and pinned.
+                unsafe { init.__init(slot) }
+            };
+            // SAFETY: The core passes a zeroed PD of `size_ib_pd` bytes whose header it
+            // initialised.
+            unsafe { Pd::<T>::init(pd, false, init_data) }
+        }))
+    }
+
+    unsafe extern "C" fn dealloc_pd(
+        pd: *mut bindings::ib_pd,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a PD of a live device.
+        let dev = unsafe { device::<T>((*pd).device) };
+        let release = |p: Pin<&mut T::Pd>| {
+            dev.with_data(|dev, data| P::dealloc_pd(dev, data, p));
+        };
+        // SAFETY: The PD is one `alloc_pd` initialised; this is its last use.
+        unsafe { Pd::<T>::destroy(pd, release) };
+        0
+    }
+
+    unsafe extern "C" fn create_cq(
+        cq: *mut bindings::ib_cq,
+        attr: *const bindings::ib_cq_init_attr,
+        attrs: *mut bindings::uverbs_attr_bundle,
+    ) -> c_int {
+        // SAFETY: The core passes a CQ of a live device, valid attributes and the call's
+        // attribute bundle (`NULL` for kernel users); the union view holding `driver_udata` is
+        // the one uverbs fills.
+        let (dev, attr, mut udata) = unsafe {
+            let udata = if attrs.is_null() {
+                core::ptr::null_mut()
+            } else {
+                &raw mut (*attrs).__bindgen_anon_1.__bindgen_anon_1.driver_udata
+            };
+            (
+                device::<T>((*cq).device),
+                CqAttr {
+                    cqe: (*attr).cqe,
+                    comp_vector: (*attr).comp_vector,
+                    flags: (*attr).flags,
+                },
+                UData::from_raw(udata),
+            )
+        };
+        let ucontext = udata.ucontext::<T>();
+        status(dev.with_data(|dev, data| {
+            let init_data = |events: Option<&CqEvents>, slot: *mut T::Cq| {
+                let setup = CqSetup {
+                    cq,
+                    attr,
+                    events: events.ok_or(EINVAL)?,
+                    ucontext,
+                };
+                let init = P::create_cq(dev, data, &setup, &mut udata);
+                // SAFETY: `Object::init` passes a slot valid for writes and pinned.
+                unsafe { init.__init(slot) }
+            };
+            // SAFETY: The core passes a zeroed CQ of `size_ib_cq` bytes whose header it
+            // initialised.
+            unsafe { Cq::<T>::init(cq, true, init_data) }
+        }))
+    }
+
+    unsafe extern "C" fn destroy_cq(
+        cq: *mut bindings::ib_cq,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a CQ of a live device.
+        let dev = unsafe { device::<T>((*cq).device) };
+        let release = |c: Pin<&mut T::Cq>| {
+            dev.with_data(|dev, data| P::destroy_cq(dev, data, c));
+        };
+        // SAFETY: The CQ is one `create_cq` initialised; this is its last use.
+        unsafe { Cq::<T>::destroy(cq, release) };
+        0
+    }
+
+    unsafe extern "C" fn create_qp(
+        qp: *mut bindings::ib_qp,
+        attr: *mut bindings::ib_qp_init_attr,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a QP of a live device, its header initialised (device, PD,
+        // CQs, handlers), valid attributes and the call's udata.
+        let (dev, attr, mut udata) = unsafe {
+            (
+                device::<T>((*qp).device),
+                qp::raw::init_attr::<T>(attr),
+                UData::from_raw(udata),
+            )
+        };
+        let ucontext = udata.ucontext::<T>();
+        status(dev.with_data(|dev, data| {
+            let init_data = |events: Option<&QpEvents>, slot: *mut T::Qp| {
+                let setup = QpSetup {
+                    qp,
+                    events: events.ok_or(EINVAL)?,
+                    ucontext,
+                };
+                let init = P::create_qp(dev, data, &setup, &attr, &mut udata);
+                // SAFETY: `Object::init` passes a slot valid for writes and pinned.
+                unsafe { init.__init(slot) }
+            };
+            // SAFETY: The core passes a zeroed QP of `size_ib_qp` bytes whose header it
+            // initialised.
+            unsafe { Qp::<T>::init(qp, true, init_data) }
+        }))
+    }
+
+    unsafe extern "C" fn modify_qp(
+        qp: *mut bindings::ib_qp,
+        attr: *mut bindings::ib_qp_attr,
+        mask: c_int,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a live QP of this device, valid attributes and the call's
+        // udata.
+        let (dev, qp, attr, mut udata) = unsafe {
+            (
+                device::<T>((*qp).device),
+                Qp::<T>::from_raw(qp),
+                qp::raw::attr(attr),
+                UData::from_raw(udata),
+            )
+        };
+        // CAST: the mask is a set of bits.
+        let mask = QpAttrMask(mask as u32);
+        status(dev.with_data(|dev, data| P::modify_qp(dev, data, qp, &attr, mask, &mut udata)))
+    }
+
+    unsafe extern "C" fn query_qp(
+        qp: *mut bindings::ib_qp,
+        attr: *mut bindings::ib_qp_attr,
+        _mask: c_int,
+        init: *mut bindings::ib_qp_init_attr,
+    ) -> c_int {
+        // SAFETY: The core passes a live QP of this device and zeroed structures to fill.
+        let (dev, qp, mut out) = unsafe {
+            (
+                device::<T>((*qp).device),
+                Qp::<T>::from_raw(qp),
+                qp::raw::attr_out(attr, init),
+            )
+        };
+        status(dev.with_data(|dev, data| P::query_qp(dev, data, qp, &mut out)))
+    }
+
+    unsafe extern "C" fn destroy_qp(
+        qp: *mut bindings::ib_qp,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes a QP of a live device.
+        let dev = unsafe { device::<T>((*qp).device) };
+        let release = |q: Pin<&mut T::Qp>| {
+            dev.with_data(|dev, data| P::destroy_qp(dev, data, q));
+        };
+        // SAFETY: The QP is one `create_qp` initialised; this is its last use.
+        unsafe { Qp::<T>::destroy(qp, release) };
+        0
+    }
+
+    unsafe extern "C" fn reg_user_mr(
+        pd: *mut bindings::ib_pd,
+        start: u64,
+        length: u64,
+        iova: u64,
+        access: c_int,
+        dmah: *mut bindings::ib_dmah,
+        udata: *mut bindings::ib_udata,
+    ) -> *mut bindings::ib_mr {
+        // SAFETY: The core passes a live PD of this device and the call's udata.
+        let (dev, pd, mut udata) = unsafe {
+            (
+                device::<T>((*pd).device),
+                Pd::<T>::from_raw(pd),
+                UData::from_raw(udata),
+            )
+        };
+        let req = UserMrReq {
+            start,
+            length,
+            iova,
+            // CAST: the rights are a set of bits.
+            access: access as u32,
+        };
+        let new = if dmah.is_null() {
+            dev.with_data(|dev, data| P::reg_user_mr(dev, data, pd, &req, &mut udata))
+                .unwrap_or(Err(ENODEV))
+        } else {
+            Err(EOPNOTSUPP)
+        };
+        Mr::<T>::into_raw(new).unwrap_or_else(|e| e.to_ptr())
+    }
+
+    unsafe extern "C" fn get_dma_mr(
+        pd: *mut bindings::ib_pd,
+        access: c_int,
+    ) -> *mut bindings::ib_mr {
+        // SAFETY: The core passes a live PD of this device.
+        let (dev, pd) = unsafe { (device::<T>((*pd).device), Pd::<T>::from_raw(pd)) };
+        // CAST: the rights are a set of bits.
+        let access = access as u32;
+        let new = dev
+            .with_data(|dev, data| P::get_dma_mr(dev, data, pd, access))
+            .unwrap_or(Err(ENODEV));
+        Mr::<T>::into_raw(new).unwrap_or_else(|e| e.to_ptr())
+    }
+
+    unsafe extern "C" fn post_send(
+        qp: *mut bindings::ib_qp,
+        wr: *const bindings::ib_send_wr,
+        bad_wr: *mut *const bindings::ib_send_wr,
+    ) -> c_int {
+        // SAFETY: The core passes a live QP of this device and a valid chain.
+        let (dev, q, wrs) = unsafe {
+            (
+                device::<T>((*qp).device),
+                Qp::<T>::from_raw(qp),
+                SendWrs::<T>::from_raw(wr),
+            )
+        };
+        let ret = dev
+            .with_data(|dev, data| P::post_send(dev, data, q, wrs))
+            .unwrap_or(Err((ENODEV, 0)));
+        // SAFETY: The chain is valid; `bad_wr` is `NULL` or writable.
+        unsafe { post_result(ret, wr, bad_wr, |w| (*w).next) }
+    }
+
+    unsafe extern "C" fn post_recv(
+        qp: *mut bindings::ib_qp,
+        wr: *const bindings::ib_recv_wr,
+        bad_wr: *mut *const bindings::ib_recv_wr,
+    ) -> c_int {
+        // SAFETY: The core passes a live QP of this device and a valid chain.
+        let (dev, q, wrs) = unsafe {
+            (
+                device::<T>((*qp).device),
+                Qp::<T>::from_raw(qp),
+                RecvWrs::from_raw(wr),
+            )
+        };
+        let ret = dev
+            .with_data(|dev, data| P::post_recv(dev, data, q, wrs))
+            .unwrap_or(Err((ENODEV, 0)));
+        // SAFETY: The chain is valid; `bad_wr` is `NULL` or writable.
+        unsafe { post_result(ret, wr, bad_wr, |w| (*w).next) }
+    }
+
+    unsafe extern "C" fn poll_cq(
+        cq: *mut bindings::ib_cq,
+        num: c_int,
+        wc: *mut bindings::ib_wc,
+    ) -> c_int {
+        let n = usize::try_from(num).unwrap_or(0);
+        // SAFETY: The core passes a live CQ of this device and room for `num` completions.
+        let (dev, c, wcs) = unsafe {
+            (
+                device::<T>((*cq).device),
+                Cq::<T>::from_raw(cq),
+                Wc::slice(wc, n),
+            )
+        };
+        let got = dev
+            .with_data(|dev, data| P::poll_cq(dev, data, c, wcs))
+            .unwrap_or(0);
+        got.min(n).try_into().unwrap_or(0)
+    }
+
+    unsafe extern "C" fn req_notify_cq(
+        cq: *mut bindings::ib_cq,
+        flags: bindings::ib_cq_notify_flags,
+    ) -> c_int {
+        // SAFETY: The core passes a live CQ of this device.
+        let (dev, c) = unsafe { (device::<T>((*cq).device), Cq::<T>::from_raw(cq)) };
+        let solicited = flags & bindings::ib_cq_notify_flags_IB_CQ_SOLICITED_MASK
+            == bindings::ib_cq_notify_flags_IB_CQ_SOLICITED;
+        let missed = flags & bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS != 0;
+        let ret = dev
+            .with_data(|dev, data| P::req_notify_cq(dev, data, c, solicited, missed))
+            .unwrap_or(Err(ENODEV));
+        match ret {
+            Ok(pending) => pending.into(),
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    unsafe extern "C" fn alloc_mr(
+        pd: *mut bindings::ib_pd,
+        mr_type: bindings::ib_mr_type,
+        max_num_sg: u32,
+    ) -> *mut bindings::ib_mr {
+        // SAFETY: The core passes a live PD of this device.
+        let (dev, pd) = unsafe { (device::<T>((*pd).device), Pd::<T>::from_raw(pd)) };
+        let new = if mr_type == bindings::ib_mr_type_IB_MR_TYPE_MEM_REG {
+            dev.with_data(|dev, data| P::alloc_mr(dev, data, pd, max_num_sg))
+                .unwrap_or(Err(ENODEV))
+        } else {
+            Err(EINVAL)
+        };
+        Mr::<T>::into_raw(new).unwrap_or_else(|e| e.to_ptr())
+    }
+
+    unsafe extern "C" fn map_mr_sg(
+        mr: *mut bindings::ib_mr,
+        sg: *mut bindings::scatterlist,
+        sg_nents: c_int,
+        sg_offset: *mut crate::ffi::c_uint,
+    ) -> c_int {
+        // SAFETY: The core passes a region `alloc_mr` made, live for the call.
+        let m = unsafe { Mr::<T>::from_raw_ref(mr) };
+        if let Err(e) = P::mr_map_start(m) {
+            return e.to_errno();
+        }
+        // SAFETY: The core passes a DMA-mapped list of `sg_nents` entries; `set_page` only
+        // touches the region.
+        unsafe { bindings::ib_sg_to_pages(mr, sg, sg_nents, sg_offset, Some(Self::set_page)) }
+    }
+
+    unsafe extern "C" fn set_page(mr: *mut bindings::ib_mr, addr: u64) -> c_int {
+        // SAFETY: Called by `ib_sg_to_pages` for the region `map_mr_sg` passed it.
+        let m = unsafe { Mr::<T>::from_raw_ref(mr) };
+        status(Some(P::mr_set_page(m, addr)))
+    }
+
+    unsafe extern "C" fn get_link_layer(
+        ib: *mut bindings::ib_device,
+        port: u32,
+    ) -> bindings::rdma_link_layer {
+        // SAFETY: The core passes its live device.
+        let dev = unsafe { device::<T>(ib) };
+        dev.with_data(|dev, data| P::get_link_layer(dev, data, port))
+            .unwrap_or(LinkLayer::Unspecified)
+            .to_raw()
+    }
+
+    unsafe extern "C" fn query_pkey(
+        ib: *mut bindings::ib_device,
+        port: u32,
+        index: u16,
+        pkey: *mut u16,
+    ) -> c_int {
+        // SAFETY: The core passes its live device.
+        let dev = unsafe { device::<T>(ib) };
+        match dev
+            .with_data(|dev, data| P::query_pkey(dev, data, port, index))
+            .unwrap_or(Err(ENODEV))
+        {
+            Ok(value) => {
+                // SAFETY: `pkey` is writable.
+                unsafe { *pkey = value };
+                0
+            }
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    unsafe extern "C" fn add_gid(
+        attr: *const bindings::ib_gid_attr,
+        _context: *mut *mut c_void,
+    ) -> c_int {
+        // SAFETY: The core passes a valid attribute of its live device.
+        let (dev, attr) = unsafe { (device::<T>((*attr).device), GidAttr::from_raw(attr)) };
+        status(dev.with_data(|dev, data| P::add_gid(dev, data, attr)))
+    }
+
+    unsafe extern "C" fn del_gid(
+        attr: *const bindings::ib_gid_attr,
+        _context: *mut *mut c_void,
+    ) -> c_int {
+        // SAFETY: The core passes a valid attribute of its live device.
+        let (dev, attr) = unsafe { (device::<T>((*attr).device), GidAttr::from_raw(attr)) };
+        status(dev.with_data(|dev, data| P::del_gid(dev, data, attr)))
+    }
+}
