@@ -59,6 +59,8 @@ pub use self::driver::{
     Driver, //
 };
 pub use self::mr::{
+    AccessFlag,
+    AccessFlags,
     Mr,
     NewMr,
     UserMrReq, //
@@ -66,6 +68,7 @@ pub use self::mr::{
 pub use self::qp::{
     Qp,
     QpAttr,
+    QpAttrBit,
     QpAttrMask,
     QpAttrOut,
     QpCap,
@@ -87,10 +90,14 @@ pub use self::umem::Umem;
 pub use self::wr::{
     RecvWr,
     RecvWrs,
+    SendFlag,
+    SendFlags,
     SendWr,
     SendWrs,
     Sge,
     Wc,
+    WcFlag,
+    WcFlags,
     WcOpcode,
     WcStatus,
     WrOpcode, //

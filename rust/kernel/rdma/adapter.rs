@@ -28,6 +28,7 @@ use super::{
         Driver, //
     },
     mr::{
+        AccessFlags,
         Mr,
         UserMrReq, //
     },
@@ -486,7 +487,7 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
             )
         };
         // CAST: the mask is a set of bits.
-        let mask = QpAttrMask(mask as u32);
+        let mask = QpAttrMask::from_raw(mask as u32);
         status(dev.with_data(|dev, data| P::modify_qp(dev, data, qp, &attr, mask, &mut udata)))
     }
 
@@ -543,7 +544,7 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
             length,
             iova,
             // CAST: the rights are a set of bits.
-            access: access as u32,
+            access: AccessFlags::from_raw(access as u32),
         };
         let new = if dmah.is_null() {
             dev.with_data(|dev, data| P::reg_user_mr(dev, data, pd, &req, &mut udata))
@@ -561,7 +562,7 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
         // SAFETY: The core passes a live PD of this device.
         let (dev, pd) = unsafe { (device::<T>((*pd).device), Pd::<T>::from_raw(pd)) };
         // CAST: the rights are a set of bits.
-        let access = access as u32;
+        let access = AccessFlags::from_raw(access as u32);
         let new = dev
             .with_data(|dev, data| P::get_dma_mr(dev, data, pd, access))
             .unwrap_or(Err(ENODEV));

@@ -90,6 +90,7 @@ use super::{
     },
     device::Device,
     mr::{
+        AccessFlags,
         Mr,
         NewMr,
         UserMrReq, //
@@ -445,7 +446,7 @@ pub trait DeviceOps<T: Driver>: 'static {
         _dev: &Device<T>,
         _data: &T::Data<'_>,
         _pd: &Pd<T>,
-        _access: u32,
+        _access: AccessFlags,
     ) -> Result<NewMr<T::Mr>> {
         build_error!(VTABLE_DEFAULT_ERROR)
     }

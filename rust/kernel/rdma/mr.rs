@@ -9,6 +9,40 @@
 use super::Driver;
 use crate::{bindings, prelude::*, types::Opaque};
 
+crate::impl_flags!(
+    /// Access rights of a memory region or pinned memory (`enum ib_access_flags`).
+    ///
+    /// Rights from the core that this abstraction does not name (optional extensions such as
+    /// relaxed ordering) are kept: see [`AccessFlags::unnamed`].
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct AccessFlags(u32);
+
+    /// One access right.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum AccessFlag {
+        /// The device may write the memory locally.
+        LocalWrite = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE,
+        /// Peers may write the memory.
+        RemoteWrite = bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
+        /// Peers may read the memory.
+        RemoteRead = bindings::ib_access_flags_IB_ACCESS_REMOTE_READ,
+        /// Peers may run atomic operations on the memory.
+        RemoteAtomic = bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC,
+    }
+);
+
+impl AccessFlags {
+    /// The rights of the C value `raw`, unnamed bits included.
+    pub(crate) const fn from_raw(raw: u32) -> Self {
+        Self(raw)
+    }
+
+    /// The bits that are none of the named rights.
+    pub const fn unnamed(self) -> u32 {
+        self.0 & !Self::all_bits()
+    }
+}
+
 /// A memory region of a device of `T`.
 ///
 /// # Invariants
@@ -29,8 +63,8 @@ pub struct UserMrReq {
     pub length: u64,
     /// The address the device sees the range at (the I/O virtual address).
     pub iova: u64,
-    /// Access rights ([`super::umem::access`] and optional extension flags).
-    pub access: u32,
+    /// Access rights.
+    pub access: AccessFlags,
 }
 
 /// A memory region a driver made: its keys, its extent and the driver's part.

@@ -5,6 +5,7 @@
 use super::{
     c_enum,
     cq::{Cq, Pd},
+    mr::AccessFlags,
     object::{Events, Object},
     ucontext::UContext,
     Driver, Gid, GidAttr,
@@ -64,37 +65,44 @@ c_enum! {
     }
 }
 
-/// Which attributes a modification sets (`enum ib_qp_attr_mask`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpAttrMask(pub u32);
+crate::impl_flags!(
+    /// Which attributes a modification sets (`enum ib_qp_attr_mask`); bits this abstraction
+    /// does not name are kept.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct QpAttrMask(u32);
+
+    /// One attribute a modification may set.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum QpAttrBit {
+        /// The state.
+        State = bindings::ib_qp_attr_mask_IB_QP_STATE,
+        /// The current state the caller believes the queue pair is in.
+        CurState = bindings::ib_qp_attr_mask_IB_QP_CUR_STATE,
+        /// Access flags for incoming RDMA operations.
+        AccessFlags = bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS,
+        /// The P_Key index.
+        PkeyIndex = bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX,
+        /// The port.
+        Port = bindings::ib_qp_attr_mask_IB_QP_PORT,
+        /// The Q_Key.
+        Qkey = bindings::ib_qp_attr_mask_IB_QP_QKEY,
+        /// The address vector of the peer.
+        Av = bindings::ib_qp_attr_mask_IB_QP_AV,
+        /// The path MTU.
+        PathMtu = bindings::ib_qp_attr_mask_IB_QP_PATH_MTU,
+        /// The receive queue's first PSN.
+        RqPsn = bindings::ib_qp_attr_mask_IB_QP_RQ_PSN,
+        /// The send queue's first PSN.
+        SqPsn = bindings::ib_qp_attr_mask_IB_QP_SQ_PSN,
+        /// The peer's queue pair number.
+        DestQpn = bindings::ib_qp_attr_mask_IB_QP_DEST_QPN,
+    }
+);
 
 impl QpAttrMask {
-    /// The state.
-    pub const STATE: u32 = bindings::ib_qp_attr_mask_IB_QP_STATE;
-    /// The current state the caller believes the queue pair is in.
-    pub const CUR_STATE: u32 = bindings::ib_qp_attr_mask_IB_QP_CUR_STATE;
-    /// Access flags for incoming RDMA operations.
-    pub const ACCESS_FLAGS: u32 = bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS;
-    /// The P_Key index.
-    pub const PKEY_INDEX: u32 = bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX;
-    /// The port.
-    pub const PORT: u32 = bindings::ib_qp_attr_mask_IB_QP_PORT;
-    /// The Q_Key.
-    pub const QKEY: u32 = bindings::ib_qp_attr_mask_IB_QP_QKEY;
-    /// The address vector of the peer.
-    pub const AV: u32 = bindings::ib_qp_attr_mask_IB_QP_AV;
-    /// The path MTU.
-    pub const PATH_MTU: u32 = bindings::ib_qp_attr_mask_IB_QP_PATH_MTU;
-    /// The receive queue's first PSN.
-    pub const RQ_PSN: u32 = bindings::ib_qp_attr_mask_IB_QP_RQ_PSN;
-    /// The send queue's first PSN.
-    pub const SQ_PSN: u32 = bindings::ib_qp_attr_mask_IB_QP_SQ_PSN;
-    /// The peer's queue pair number.
-    pub const DEST_QPN: u32 = bindings::ib_qp_attr_mask_IB_QP_DEST_QPN;
-
-    /// Whether all of `bits` are set.
-    pub fn has(self, bits: u32) -> bool {
-        self.0 & bits == bits
+    /// The mask of the C value `raw`, unnamed bits included.
+    pub(crate) const fn from_raw(raw: u32) -> Self {
+        Self(raw)
     }
 }
 
@@ -385,8 +393,9 @@ impl QpAttrOut<'_> {
     }
 
     /// Access flags for incoming RDMA operations.
-    pub fn set_access_flags(&mut self, flags: u32) -> &mut Self {
-        self.attr.qp_access_flags = flags as i32;
+    pub fn set_access_flags(&mut self, flags: AccessFlags) -> &mut Self {
+        // CAST: the rights are a set of small bits.
+        self.attr.qp_access_flags = u32::from(flags) as i32;
         self
     }
 

@@ -4,25 +4,13 @@
 //!
 //! C header: [`include/rdma/ib_umem.h`](srctree/include/rdma/ib_umem.h).
 
-use super::{Device, Driver};
+use super::{
+    mr::AccessFlags,
+    Device,
+    Driver, //
+};
 use crate::{bindings, error::from_err_ptr, prelude::*};
 use core::ptr::NonNull;
-
-/// Access rights of memory regions and pinned memory (`enum ib_access_flags`).
-pub mod access {
-    use crate::bindings;
-
-    /// The device may write the memory locally.
-    pub const LOCAL_WRITE: u32 = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE;
-    /// Peers may write the memory.
-    pub const REMOTE_WRITE: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE;
-    /// Peers may read the memory.
-    pub const REMOTE_READ: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_READ;
-    /// Peers may run atomic operations on the memory.
-    pub const REMOTE_ATOMIC: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC;
-    /// The flags defined by the verbs specification; anything else is an optional extension.
-    pub const SUPPORTED: u32 = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC;
-}
 
 /// User memory pinned and mapped for DMA by the device. Dropping it unmaps and unpins it.
 ///
@@ -41,15 +29,21 @@ unsafe impl Sync for Umem {}
 
 impl Umem {
     /// Pins `len` bytes of the calling process's memory at `addr` and maps them for DMA by
-    /// `dev`, with the rights `access` ([`access`]). Must be called from the process's context
-    /// (a verbs call) and may sleep.
-    pub fn get<T: Driver>(dev: &Device<T>, addr: u64, len: usize, access: u32) -> Result<Self> {
+    /// `dev`, with the rights `access`. Must be called from the process's context (a verbs
+    /// call) and may sleep.
+    pub fn get<T: Driver>(
+        dev: &Device<T>,
+        addr: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Self> {
+        // CAST: the C prototype takes the bits as an `int`.
+        let access = u32::from(access) as i32;
         let addr = usize::try_from(addr).map_err(|_| EFAULT)?;
         // SAFETY: The device is live; the core checks and pins the range of the current
         // process.
-        let ptr = from_err_ptr(unsafe {
-            bindings::ib_umem_get_va(dev.as_raw(), addr, len, access as i32)
-        })?;
+        let ptr =
+            from_err_ptr(unsafe { bindings::ib_umem_get_va(dev.as_raw(), addr, len, access) })?;
         // INVARIANT: `from_err_ptr` let through only a valid umem.
         Ok(Self {
             ptr: NonNull::new(ptr).ok_or(ENOMEM)?,

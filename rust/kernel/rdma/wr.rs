@@ -7,7 +7,15 @@
 //! completion queue without going through user space; these typed views let a driver read the
 //! requests and write the completions without touching the C layout.
 
-use super::{c_enum, mr::Mr, qp::QpEvents, Driver};
+use super::{
+    c_enum,
+    mr::{
+        AccessFlags,
+        Mr, //
+    },
+    qp::QpEvents,
+    Driver, //
+};
 use crate::bindings;
 use core::marker::PhantomData;
 
@@ -39,20 +47,25 @@ c_enum! {
     }
 }
 
-/// Flags of a send work request (`enum ib_send_flags`).
-pub mod send_flags {
-    // CAST: the C enum is signed; the flags are small positive bits.
-    use crate::bindings;
+// CAST: the C enum is signed; the flags are small positive bits.
+crate::impl_flags!(
+    /// Flags of a send work request (`enum ib_send_flags`).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct SendFlags(u32);
 
-    /// Wait for earlier RDMA Reads and atomics before this one.
-    pub const FENCE: u32 = bindings::ib_send_flags_IB_SEND_FENCE as u32;
-    /// Produce a completion.
-    pub const SIGNALED: u32 = bindings::ib_send_flags_IB_SEND_SIGNALED as u32;
-    /// Ask for a solicited event at the receiver.
-    pub const SOLICITED: u32 = bindings::ib_send_flags_IB_SEND_SOLICITED as u32;
-    /// Copy the payload into the work request.
-    pub const INLINE: u32 = bindings::ib_send_flags_IB_SEND_INLINE as u32;
-}
+    /// One flag of a send work request.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum SendFlag {
+        /// Wait for earlier RDMA Reads and atomics before this one.
+        Fence = bindings::ib_send_flags_IB_SEND_FENCE as u32,
+        /// Produce a completion.
+        Signaled = bindings::ib_send_flags_IB_SEND_SIGNALED as u32,
+        /// Ask for a solicited event at the receiver.
+        Solicited = bindings::ib_send_flags_IB_SEND_SOLICITED as u32,
+        /// Copy the payload into the work request.
+        Inline = bindings::ib_send_flags_IB_SEND_INLINE as u32,
+    }
+);
 
 /// A scatter/gather entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,9 +115,10 @@ impl<'a, T: Driver> SendWr<'a, T> {
         WrOpcode::from_raw(self.raw.opcode)
     }
 
-    /// The flags ([`send_flags`]).
-    pub fn flags(&self) -> u32 {
-        self.raw.send_flags as u32
+    /// The flags.
+    pub fn flags(&self) -> SendFlags {
+        // CAST: the flags are a set of bits.
+        SendFlags(self.raw.send_flags as u32)
     }
 
     /// The number of scatter/gather entries.
@@ -118,10 +132,10 @@ impl<'a, T: Driver> SendWr<'a, T> {
         unsafe { sges(self.raw.sg_list, self.raw.num_sge) }
     }
 
-    /// Copies the payload of an inline request (flag [`send_flags::INLINE`]) into `buf` and
+    /// Copies the payload of an inline request (flag [`SendFlag::Inline`]) into `buf` and
     /// returns its length; `EINVAL` if it does not fit or the request is not inline.
     pub fn copy_inline(&self, buf: &mut [u8]) -> crate::error::Result<usize> {
-        if self.flags() & send_flags::INLINE == 0 {
+        if !self.flags().contains(SendFlag::Inline) {
             return Err(crate::error::code::EINVAL);
         }
         let mut len = 0usize;
@@ -180,14 +194,16 @@ impl<'a, T: Driver> SendWr<'a, T> {
     }
 
     /// The region, new key and access rights of a fast registration.
-    pub fn reg(&self) -> Option<(&'a Mr<T>, u32, u32)> {
+    pub fn reg(&self) -> Option<(&'a Mr<T>, u32, AccessFlags)> {
         (self.opcode()? == WrOpcode::RegMr).then(|| {
             // SAFETY: Requests with this opcode are the `wr` of an `ib_reg_wr`, whose region is
             // one of this device's (the core allocated it through `alloc_mr`) and live while
             // the consumer posts it.
             unsafe {
                 let r = &*core::ptr::from_ref(self.raw).cast::<bindings::ib_reg_wr>();
-                (Mr::<T>::from_raw_ref(r.mr), r.key, r.access as u32)
+                // CAST: the rights are a set of bits.
+                let access = AccessFlags::from_raw(r.access as u32);
+                (Mr::<T>::from_raw_ref(r.mr), r.key, access)
             }
         })
     }
@@ -332,15 +348,20 @@ c_enum! {
     }
 }
 
-/// Flags of a work completion (`enum ib_wc_flags`).
-pub mod wc_flags {
-    use crate::bindings;
+crate::impl_flags!(
+    /// Flags of a work completion (`enum ib_wc_flags`).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct WcFlags(u32);
 
-    /// The immediate data is valid.
-    pub const WITH_IMM: u32 = bindings::ib_wc_flags_IB_WC_WITH_IMM;
-    /// The invalidated key is valid.
-    pub const WITH_INVALIDATE: u32 = bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE;
-}
+    /// One flag of a work completion.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum WcFlag {
+        /// The immediate data is valid.
+        WithImm = bindings::ib_wc_flags_IB_WC_WITH_IMM,
+        /// The invalidated key is valid.
+        WithInvalidate = bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE,
+    }
+);
 
 /// A work completion the driver fills in.
 #[repr(transparent)]
@@ -357,7 +378,7 @@ impl Wc {
         opcode: WcOpcode,
         vendor_err: u32,
         byte_len: u32,
-        flags: u32,
+        flags: WcFlags,
         ex: u32,
     ) {
         let mut wc: bindings::ib_wc = pin_init::zeroed();
@@ -367,7 +388,8 @@ impl Wc {
         wc.vendor_err = vendor_err;
         wc.byte_len = byte_len;
         wc.qp = qp.raw_ptr();
-        wc.wc_flags = flags as i32;
+        // CAST: the flags are a set of small bits.
+        wc.wc_flags = u32::from(flags) as i32;
         wc.ex.imm_data = ex;
         self.0 = wc;
     }

@@ -8,7 +8,7 @@ use kernel::{
     rbtree::RBTreeNode,
     rdma::{
         self,
-        umem::access,
+        AccessFlag,
         UData,
         Umem,
         Wc, //
@@ -111,7 +111,12 @@ impl Cq {
             {
                 return Err(EINVAL);
             }
-            let buf = Umem::get(dev, req.qbuf_va, need as usize, access::LOCAL_WRITE)?;
+            let buf = Umem::get(
+                dev,
+                req.qbuf_va,
+                need as usize,
+                AccessFlag::LocalWrite.into(),
+            )?;
             let mtt = Mtt::new(data.bound(), &buf, req.qbuf_va, CQ_PAGE_SIZES, 1)?;
             let dbrec = DbRecord::pin(dev, req.db_va, 8)?;
             cmd.cfg0 = cmd.cfg0.with_page_code(low32(mtt.page_code()));

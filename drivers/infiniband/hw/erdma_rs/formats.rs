@@ -14,7 +14,10 @@ use kernel::{
     bitfield,
     num::Bounded,
     prelude::*,
-    rdma::umem::access, //
+    rdma::{
+        AccessFlag,
+        AccessFlags, //
+    },
 };
 use zerocopy::byteorder::big_endian::U32 as Be32;
 
@@ -49,14 +52,14 @@ bitfield! {
 }
 
 impl MrAccess {
-    /// The rights of verbs access flags ([`access`]); local reads are always granted.
-    pub(crate) fn from_verbs(flags: u32) -> Self {
+    /// The rights of verbs access flags; local reads are always granted.
+    pub(crate) fn from_verbs(flags: AccessFlags) -> Self {
         Self::zeroed()
             .with_local_read(true)
-            .with_local_write(flags & access::LOCAL_WRITE != 0)
-            .with_remote_read(flags & access::REMOTE_READ != 0)
-            .with_remote_write(flags & access::REMOTE_WRITE != 0)
-            .with_remote_atomic(flags & access::REMOTE_ATOMIC != 0)
+            .with_local_write(flags.contains(AccessFlag::LocalWrite))
+            .with_remote_read(flags.contains(AccessFlag::RemoteRead))
+            .with_remote_write(flags.contains(AccessFlag::RemoteWrite))
+            .with_remote_atomic(flags.contains(AccessFlag::RemoteAtomic))
     }
 }
 
@@ -592,8 +595,9 @@ mod tests {
 
     #[test]
     fn reg_mr_and_local_inv_images() {
-        let access =
-            MrAccess::from_verbs(access::LOCAL_WRITE | access::REMOTE_READ | access::REMOTE_WRITE);
+        let access = MrAccess::from_verbs(
+            AccessFlag::LocalWrite | AccessFlag::RemoteRead | AccessFlag::RemoteWrite,
+        );
         // Local read is always granted: bits LR 1, LW 2, RR 3, RW 4.
         assert_eq!(access.into_raw(), 0b11110);
         let attrs = RegMrSqeAttrs::zeroed()

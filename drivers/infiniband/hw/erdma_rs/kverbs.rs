@@ -19,11 +19,18 @@ use kernel::{
     prelude::*,
     rbtree::RBTree,
     rdma::{
-        wr::{
-            send_flags,
-            wc_flags, //
-        },
-        QpEvents, QpState, RecvWrs, SendWr, SendWrs, Wc, WcOpcode, WcStatus, WrOpcode,
+        QpEvents,
+        QpState,
+        RecvWrs,
+        SendFlag,
+        SendWr,
+        SendWrs,
+        Wc,
+        WcFlag,
+        WcFlags,
+        WcOpcode,
+        WcStatus,
+        WrOpcode, //
     },
     sync::{
         barrier::{
@@ -463,9 +470,9 @@ impl KernelQp {
                 .with_opcode(low64(body.opcode.into()))
                 .with_qpn(low64(self.qpn().into()))
                 .with_wqebbs_minus_one(low64(blocks as u64 - 1))
-                .with_signaled(wr.flags() & send_flags::SIGNALED != 0 || self.sq_sig_all)
-                .with_solicited(wr.flags() & send_flags::SOLICITED != 0)
-                .with_fence(wr.flags() & send_flags::FENCE != 0);
+                .with_signaled(wr.flags().contains(SendFlag::Signaled) || self.sq_sig_all)
+                .with_solicited(wr.flags().contains(SendFlag::Solicited))
+                .with_fence(wr.flags().contains(SendFlag::Fence));
             wqe.put(0, &hdr).map_err(|e| (e, i))?;
             let words = wqe.words();
             // The body first, then the header (erdma-hw 10.7); an entry may wrap the ring.
@@ -645,7 +652,7 @@ impl KernelQp {
             _ => 0,
         };
         let mut hdr = hdr;
-        let (length, n) = if wr.flags() & send_flags::INLINE != 0 {
+        let (length, n) = if wr.flags().contains(SendFlag::Inline) {
             let mut buf = [0u8; MAX_INLINE as usize];
             let n = wr.copy_inline(&mut buf)?;
             // The payload follows the fixed part byte for byte.
@@ -777,19 +784,19 @@ impl KernelQp {
             let wr_id = rq.wr_ids[usize::from(idx & (self.rq_depth - 1))];
             rq.ci = idx.wrapping_add(1);
             let (opcode, flags, ex) = match op {
-                opcode::RECV_IMM => (WcOpcode::RecvRdmaWithImm, wc_flags::WITH_IMM, cqe.imm()),
-                opcode::RSP_SEND_IMM => (WcOpcode::Recv, wc_flags::WITH_IMM, cqe.imm()),
+                opcode::RECV_IMM => (WcOpcode::RecvRdmaWithImm, WcFlag::WithImm.into(), cqe.imm()),
+                opcode::RSP_SEND_IMM => (WcOpcode::Recv, WcFlag::WithImm.into(), cqe.imm()),
                 opcode::RECV_INV => (
                     WcOpcode::Recv,
-                    wc_flags::WITH_INVALIDATE,
+                    WcFlag::WithInvalidate.into(),
                     cqe.invalidated_key(),
                 ),
-                _ => (WcOpcode::Recv, 0, 0),
+                _ => (WcOpcode::Recv, WcFlags::empty(), 0),
             };
             let flags = if status == WcStatus::Success {
                 flags
             } else {
-                0
+                WcFlags::empty()
             };
             wc.set(events, wr_id, status, opcode, vendor, byte_len, flags, ex);
         } else {
@@ -813,7 +820,16 @@ impl KernelQp {
                 opcode::REG_MR => WcOpcode::RegMr,
                 _ => WcOpcode::Send,
             };
-            wc.set(events, wr_id, status, opcode, vendor, byte_len, 0, 0);
+            wc.set(
+                events,
+                wr_id,
+                status,
+                opcode,
+                vendor,
+                byte_len,
+                WcFlags::empty(),
+                0,
+            );
         }
         true
     }

@@ -8,7 +8,8 @@ use kernel::{
     prelude::*,
     rdma::{
         self,
-        umem::access,
+        AccessFlag,
+        AccessFlags,
         NewMr,
         Umem,
         UserMrReq, //
@@ -64,7 +65,7 @@ impl FastReg for Mr {
 
 /// REG_MR for a region of `mr_type` in `pd` with `access` (verbs flags); the caller fills in
 /// the extent.
-fn reg_mr(pd: &Pd, mr_type: u8, access: u32) -> RegMr {
+fn reg_mr(pd: &Pd, mr_type: u8, access: AccessFlags) -> RegMr {
     RegMr {
         cfg0: RegMrCfg0::zeroed(),
         cfg1: RegMrCfg1::zeroed()
@@ -185,7 +186,7 @@ impl Mr {
     pub(crate) fn get_dma<T: rdma::Driver<Pd = Pd>>(
         data: &IbData<'_>,
         pd: &rdma::Pd<T>,
-        access: u32,
+        access: AccessFlags,
     ) -> Result<NewMr<Self>> {
         let cmd = reg_mr(pd.data(), mr_type::DMA, access);
         Self::register(data, cmd, 0, u64::MAX, |stag| Self {
@@ -207,7 +208,7 @@ impl Mr {
             return Err(EINVAL);
         }
         let frmr = Frmr::new(data.bound(), max_pages)?;
-        let all = access::LOCAL_WRITE | access::REMOTE_READ | access::REMOTE_WRITE;
+        let all = AccessFlag::LocalWrite | AccessFlag::RemoteRead | AccessFlag::RemoteWrite;
         let mut cmd = reg_mr(pd.data(), mr_type::FRMR, all);
         // CAST: PAGE_SHIFT is small.
         cmd.cfg2 = cmd

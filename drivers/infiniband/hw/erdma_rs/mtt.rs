@@ -11,7 +11,7 @@ use kernel::{
     prelude::*,
     rdma::{
         self,
-        umem::access,
+        AccessFlag,
         Umem, //
     },
 };
@@ -180,7 +180,7 @@ impl DbRecord {
         if !va.is_multiple_of(8) || offset + len > page_size {
             return Err(EINVAL);
         }
-        let page = Umem::get(dev, va - offset, PAGE_SIZE, access::LOCAL_WRITE)?;
+        let page = Umem::get(dev, va - offset, PAGE_SIZE, AccessFlag::LocalWrite.into())?;
         let base = page.dma_blocks(page_size).next().ok_or(EFAULT)?;
         Ok(Self {
             dma: base + offset,

@@ -14,8 +14,9 @@ use kernel::{
             self as ibqp,
             udp_sport, //
         },
-        umem::access,
+        AccessFlag,
         QpAttr,
+        QpAttrBit,
         QpAttrMask,
         QpAttrOut,
         QpCap,
@@ -234,8 +235,13 @@ impl Qp {
                 return Err(EINVAL);
             }
             let rq_va = req.qbuf_va + rq_offset;
-            let sq = Umem::get(dev, req.qbuf_va, sq_bytes as usize, access::LOCAL_WRITE)?;
-            let rq = Umem::get(dev, rq_va, rq_bytes as usize, access::LOCAL_WRITE)?;
+            let sq = Umem::get(
+                dev,
+                req.qbuf_va,
+                sq_bytes as usize,
+                AccessFlag::LocalWrite.into(),
+            )?;
+            let rq = Umem::get(dev, rq_va, rq_bytes as usize, AccessFlag::LocalWrite.into())?;
             let sq_mtt = Mtt::new(data.bound(), &sq, req.qbuf_va, QP_PAGE_SIZES, INLINE_MTT)?;
             let rq_mtt = Mtt::new(data.bound(), &rq, rq_va, QP_PAGE_SIZES, INLINE_MTT)?;
             let dbrec = DbRecord::pin(dev, req.db_va, 16)?;
@@ -383,12 +389,12 @@ impl Qp {
     /// state machine, then sends the state, Q_Key, address vector, PSNs and destination QPN.
     pub(crate) fn modify(&self, data: &IbData<'_>, attr: &QpAttr<'_>, mask: QpAttrMask) -> Result {
         let mut shadow = self.shadow.lock();
-        let cur = if mask.has(QpAttrMask::CUR_STATE) {
+        let cur = if mask.contains(QpAttrBit::CurState) {
             attr.cur_state().ok_or(EINVAL)?
         } else {
             shadow.state
         };
-        let next = if mask.has(QpAttrMask::STATE) {
+        let next = if mask.contains(QpAttrBit::State) {
             attr.state().ok_or(EINVAL)?
         } else {
             cur
@@ -396,10 +402,10 @@ impl Qp {
         if !ibqp::modify_is_ok(cur, next, self.hw.qp_type, mask) {
             return Err(EINVAL);
         }
-        if mask.has(QpAttrMask::PKEY_INDEX) && attr.pkey_index() != 0 {
+        if mask.contains(QpAttrBit::PkeyIndex) && attr.pkey_index() != 0 {
             return Err(EINVAL);
         }
-        let dest_qpn = if mask.has(QpAttrMask::DEST_QPN) {
+        let dest_qpn = if mask.contains(QpAttrBit::DestQpn) {
             attr.dest_qp_num()
         } else {
             shadow.dest_qpn
@@ -412,23 +418,23 @@ impl Qp {
             mask: ModifyQpMask::zeroed().with_state(true),
             ..ModifyQpRoce::new_zeroed()
         };
-        if mask.has(QpAttrMask::QKEY) {
+        if mask.contains(QpAttrBit::Qkey) {
             cmd.mask = cmd.mask.with_qkey(true);
             cmd.qkey = attr.qkey();
         }
-        if mask.has(QpAttrMask::RQ_PSN) {
+        if mask.contains(QpAttrBit::RqPsn) {
             cmd.mask = cmd.mask.with_rq_psn(true);
             cmd.rq_psn = attr.rq_psn() & 0xff_ffff;
         }
-        if mask.has(QpAttrMask::SQ_PSN) {
+        if mask.contains(QpAttrBit::SqPsn) {
             cmd.mask = cmd.mask.with_sq_psn(true);
             cmd.sq_psn = attr.sq_psn() & 0xff_ffff;
         }
-        if mask.has(QpAttrMask::DEST_QPN) {
+        if mask.contains(QpAttrBit::DestQpn) {
             cmd.mask = cmd.mask.with_dst_qpn(true);
             cmd.dst_qpn = dest_qpn & 0xff_ffff;
         }
-        if mask.has(QpAttrMask::AV) {
+        if mask.contains(QpAttrBit::Av) {
             cmd.mask = cmd.mask.with_av(true);
             cmd.av = address_vector(attr, self.hw.qpn, dest_qpn)?;
         }
@@ -438,7 +444,7 @@ impl Qp {
         }
         shadow.state = next;
         shadow.dest_qpn = dest_qpn;
-        if mask.has(QpAttrMask::QKEY) {
+        if mask.contains(QpAttrBit::Qkey) {
             shadow.qkey = attr.qkey();
         }
         Ok(())

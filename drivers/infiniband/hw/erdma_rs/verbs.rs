@@ -16,6 +16,7 @@ use kernel::{
     prelude::*,
     rdma::{
         self,
+        AccessFlags,
         CqSetup,
         DeviceAttr,
         DriverId,
@@ -264,7 +265,7 @@ impl rdma::DeviceOps<Erdma> for DataPath {
         _dev: &rdma::Device<Erdma>,
         data: &IbData<'_>,
         pd: &rdma::Pd<Erdma>,
-        access: u32,
+        access: AccessFlags,
     ) -> Result<NewMr<Mr>> {
         Mr::get_dma::<Erdma>(data, pd, access)
     }
