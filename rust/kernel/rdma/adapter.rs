@@ -178,6 +178,19 @@ unsafe extern "C" fn dereg_mr<T: Driver>(
     0
 }
 
+/// Stops the completion upcalls of a kernel CQ that `ib_free_cq` is about to free.
+///
+/// The core calls it before it cancels the CQ's polling (work or softirq) and then destroys the
+/// CQ. Without it, a completion event the adapter raised before the CQ was destroyed in the
+/// device, but whose interrupt arrives after the cancellation, would queue the polling work
+/// again, and the work would run on the freed CQ.
+unsafe extern "C" fn pre_destroy_cq<T: Driver>(cq: *mut bindings::ib_cq) -> c_int {
+    // SAFETY: The core passes a kernel CQ that `create_cq` initialised and destroys it next;
+    // `ib_free_cq` is its only user now.
+    unsafe { Cq::<T>::revoke_events(cq) };
+    0
+}
+
 /// Builds the core's operations table for the [`DeviceOps`] `P` of devices of `T` and bridges
 /// each operation to it.
 ///
@@ -219,6 +232,7 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
         }
         if P::HAS_CREATE_CQ {
             ops.create_cq = Some(Self::create_cq);
+            ops.pre_destroy_cq = Some(pre_destroy_cq::<T>);
             ops.destroy_cq = Some(Self::destroy_cq);
             ops.size_ib_cq = size_of::<Cq<T>>();
         }

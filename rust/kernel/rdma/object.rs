@@ -111,10 +111,25 @@ impl<C, D> Object<C, D> {
         // SAFETY: `data` is initialised and pinned; the core makes no other use of the object.
         unsafe {
             release(Pin::new_unchecked(&mut (*this).data));
-            if let Some(events) = (*this).events.take() {
-                events.lock().0 = None;
-            }
+            Self::revoke_events(ptr);
             core::ptr::drop_in_place(&raw mut (*this).data);
+        }
+    }
+
+    /// Revokes the object's event handles: from now on the events they report are dropped, and
+    /// a report running on another CPU has finished when this returns (revocation takes the
+    /// handles' lock).
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be the header of an object `init` completed and not yet destroyed, and no
+    /// other thread may revoke or destroy it at the same time.
+    pub(crate) unsafe fn revoke_events(ptr: *mut C) {
+        let this = ptr.cast::<Self>();
+        // SAFETY: The caller guarantees the object is live and that this is the only user of its
+        // `events` field now (handlers hold clones of the `Arc`, not the field).
+        if let Some(events) = unsafe { (*this).events.take() } {
+            events.lock().0 = None;
         }
     }
 }
