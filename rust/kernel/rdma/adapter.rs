@@ -32,7 +32,10 @@ use super::{
         Mr,
         UserMrReq, //
     },
-    object::Events,
+    object::{
+        kind,
+        Events, //
+    },
     qp::{
         self,
         Qp,
@@ -370,7 +373,7 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
             ucontext: udata.ucontext::<T>(),
         };
         status(dev.with_data(|dev, data| {
-            let init_data = |_: Option<&Events<bindings::ib_pd>>, slot: *mut T::Pd| {
+            let init_data = |_: Option<&Events<kind::Pd>>, slot: *mut T::Pd| {
                 let init = P::alloc_pd(dev, data, &setup, &mut udata);
                 // SAFETY: `Object::init` passes a slot valid for writes and pinned.
                 unsafe { init.__init(slot) }

@@ -3,20 +3,24 @@
 //! Protection domains (`struct ib_pd`) and completion queues (`struct ib_cq`).
 
 use super::{
-    object::{Events, Object},
+    object::{
+        kind,
+        Events,
+        Object, //
+    },
     ucontext::UContext,
     Driver,
 };
 use crate::bindings;
 
 /// A protection domain of a device of `T`.
-pub type Pd<T> = Object<bindings::ib_pd, <T as Driver>::Pd>;
+pub type Pd<T> = Object<kind::Pd, <T as Driver>::Pd>;
 
 /// A completion queue of a device of `T`.
-pub type Cq<T> = Object<bindings::ib_cq, <T as Driver>::Cq>;
+pub type Cq<T> = Object<kind::Cq, <T as Driver>::Cq>;
 
 /// Reports completion-queue events: see [`Events::completion`] and [`Events::error`].
-pub type CqEvents = Events<bindings::ib_cq>;
+pub type CqEvents = Events<kind::Cq>;
 
 /// What the creator of a completion queue asks for.
 #[derive(Clone, Copy, Debug)]

@@ -123,6 +123,7 @@ impl<T: Driver> Mr<T> {
             },
             GFP_KERNEL,
         )?;
+        // INVARIANT: `ib` is at offset 0 of the `KBox<Mr<T>>` handed to the core.
         Ok(KBox::into_raw(this).cast())
     }
 

@@ -20,7 +20,45 @@ use crate::{
 };
 use core::ptr::NonNull;
 
-/// A core-allocated verbs object: the core's structure `C`, then the driver's part `D`.
+/// The kinds of core-allocated objects, each naming the core's structure it wraps.
+pub mod kind {
+    use crate::bindings;
+
+    mod private {
+        pub trait Sealed {}
+    }
+
+    /// A kind of core-allocated object.
+    pub trait Kind: private::Sealed + 'static {
+        /// The core's structure.
+        #[doc(hidden)]
+        type Raw;
+    }
+
+    /// Protection domains (`struct ib_pd`).
+    pub struct Pd;
+    /// Completion queues (`struct ib_cq`).
+    pub struct Cq;
+    /// Queue pairs (`struct ib_qp`).
+    pub struct Qp;
+
+    impl private::Sealed for Pd {}
+    impl Kind for Pd {
+        type Raw = bindings::ib_pd;
+    }
+    impl private::Sealed for Cq {}
+    impl Kind for Cq {
+        type Raw = bindings::ib_cq;
+    }
+    impl private::Sealed for Qp {}
+    impl Kind for Qp {
+        type Raw = bindings::ib_qp;
+    }
+}
+
+use kind::Kind;
+
+/// A core-allocated verbs object of kind `K`: the core's structure, then the driver's part `D`.
 ///
 /// # Invariants
 ///
@@ -28,27 +66,27 @@ use core::ptr::NonNull;
 /// - `events` and `data` are initialised between a successful create and the destroy.
 #[repr(C)]
 #[pin_data]
-pub struct Object<C, D> {
+pub struct Object<K: Kind, D> {
     #[pin]
-    ib: Opaque<C>,
-    events: Option<Arc<SpinLockIrq<Target<C>>>>,
+    ib: Opaque<K::Raw>,
+    events: Option<Arc<SpinLockIrq<Target<K>>>>,
     #[pin]
     data: D,
 }
 
-impl<C, D> Object<C, D> {
+impl<K: Kind, D> Object<K, D> {
     /// The object whose core header is at `ptr`.
     ///
     /// # Safety
     ///
-    /// `ptr` must be the header of a live `Object<C, D>` (created, not yet destroyed) for `'a`.
-    pub(crate) unsafe fn from_raw<'a>(ptr: *mut C) -> &'a Self {
+    /// `ptr` must be the header of a live `Object<K, D>` (created, not yet destroyed) for `'a`.
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut K::Raw) -> &'a Self {
         // SAFETY: `ib` is at offset 0 (type invariant) and the caller guarantees liveness.
         unsafe { &*ptr.cast::<Self>() }
     }
 
     /// The core's structure.
-    pub fn as_raw(&self) -> *mut C {
+    pub(crate) fn as_raw(&self) -> *mut K::Raw {
         self.ib.get()
     }
 
@@ -69,9 +107,9 @@ impl<C, D> Object<C, D> {
     /// `ptr` must be the header of a zeroed allocation of `size_of::<Self>()` bytes that the core
     /// is creating.
     pub(crate) unsafe fn init(
-        ptr: *mut C,
+        ptr: *mut K::Raw,
         with_events: bool,
-        init_data: impl FnOnce(Option<&Events<C>>, *mut D) -> Result,
+        init_data: impl FnOnce(Option<&Events<K>>, *mut D) -> Result,
     ) -> Result {
         let this = ptr.cast::<Self>();
         let events = if with_events {
@@ -86,6 +124,7 @@ impl<C, D> Object<C, D> {
         drop(handle);
         match ret {
             Ok(()) => {
+                // INVARIANT: `init_data` initialised `data`; `events` is set here.
                 // SAFETY: The field is valid for writes; the zeroed `None` needs no drop.
                 unsafe { (&raw mut (*this).events).write(events) };
                 Ok(())
@@ -106,7 +145,7 @@ impl<C, D> Object<C, D> {
     ///
     /// `ptr` must be the header of an object `init` completed, and this must be its last use
     /// before the core frees it.
-    pub(crate) unsafe fn destroy(ptr: *mut C, release: impl FnOnce(Pin<&mut D>)) {
+    pub(crate) unsafe fn destroy(ptr: *mut K::Raw, release: impl FnOnce(Pin<&mut D>)) {
         let this = ptr.cast::<Self>();
         // SAFETY: `data` is initialised and pinned; the core makes no other use of the object.
         unsafe {
@@ -124,7 +163,7 @@ impl<C, D> Object<C, D> {
     ///
     /// `ptr` must be the header of an object `init` completed and not yet destroyed, and no
     /// other thread may revoke or destroy it at the same time.
-    pub(crate) unsafe fn revoke_events(ptr: *mut C) {
+    pub(crate) unsafe fn revoke_events(ptr: *mut K::Raw) {
         let this = ptr.cast::<Self>();
         // SAFETY: The caller guarantees the object is live and that this is the only user of its
         // `events` field now (handlers hold clones of the `Arc`, not the field).
@@ -135,18 +174,18 @@ impl<C, D> Object<C, D> {
 }
 
 /// The object an [`Events`] handle reaches, until the object is destroyed.
-struct Target<C>(Option<NonNull<C>>);
+struct Target<K: Kind>(Option<NonNull<K::Raw>>);
 
 // SAFETY: The pointer is only used under the lock, to call the core's handlers, which may run
 // on any CPU.
-unsafe impl<C> Send for Target<C> {}
+unsafe impl<K: Kind> Send for Target<K> {}
 
 /// A handle through which a driver reports events of a completion queue or queue pair to its
 /// consumer, from any context including hard interrupts. It stays valid after the object is
 /// destroyed: events reported then are dropped.
-pub struct Events<C>(Arc<SpinLockIrq<Target<C>>>);
+pub struct Events<K: Kind>(Arc<SpinLockIrq<Target<K>>>);
 
-impl<C> Clone for Events<C> {
+impl<K: Kind> Clone for Events<K> {
     fn clone(&self) -> Self {
         Self(self.0.clone())
     }
@@ -176,7 +215,7 @@ unsafe fn dispatch_event(
     }
 }
 
-impl Events<bindings::ib_cq> {
+impl Events<kind::Cq> {
     /// Tells the consumer that the completion queue has a new completion (after it asked with
     /// a request for notification).
     pub fn completion(&self) {
@@ -228,7 +267,7 @@ crate::rdma::c_enum! {
     }
 }
 
-impl Events<bindings::ib_qp> {
+impl Events<kind::Qp> {
     /// The core's queue pair, `NULL` once destroyed; what a work completion names.
     pub(crate) fn raw_ptr(&self) -> *mut bindings::ib_qp {
         self.0

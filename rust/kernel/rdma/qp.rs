@@ -6,7 +6,11 @@ use super::{
     c_enum,
     cq::{Cq, Pd},
     mr::AccessFlags,
-    object::{Events, Object},
+    object::{
+        kind,
+        Events,
+        Object, //
+    },
     ucontext::UContext,
     Driver, Gid, GidAttr,
 };
@@ -14,14 +18,14 @@ use crate::bindings;
 use core::marker::PhantomData;
 
 /// A queue pair of a device of `T`.
-pub type Qp<T> = Object<bindings::ib_qp, <T as Driver>::Qp>;
+pub type Qp<T> = Object<kind::Qp, <T as Driver>::Qp>;
 
 /// Reports queue-pair events: see [`Events::event`].
-pub type QpEvents = Events<bindings::ib_qp>;
+pub type QpEvents = Events<kind::Qp>;
 
 pub use super::object::QpEvent;
 
-impl<D> Object<bindings::ib_qp, D> {
+impl<D> Object<kind::Qp, D> {
     /// The queue pair's number.
     pub fn qp_num(&self) -> u32 {
         // SAFETY: The header is valid while the object lives; the number is set at creation.

@@ -81,6 +81,7 @@ impl<T: Driver> UContext<T> {
         let setup = UContextSetup { uctx, mmaps };
         // SAFETY: The driver's part is valid for writes and pinned in place too.
         let data = unsafe { &raw mut (*this).data };
+        // INVARIANT: On success `mmaps` and `data` are initialised.
         let ret = init_data(&setup, data);
         if ret.is_err() {
             // SAFETY: `mmaps` is initialised and no longer used.
