@@ -26,9 +26,13 @@ roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
 
 export PYTHONDONTWRITEBYTECODE=1
 start=$(date +%s)
-timeout 1200 python3 "$(dirname "$0")/pyverbs_tap.py" "$TESTS" --driver "$DRV" --dev "$IB_A" \
-	--gid "$GID_A" >/tmp/pyverbs.out 2>/tmp/pyverbs.err
-rc=$?
+# The cases also go to stderr as they finish (the console shows the progress).
+{
+	timeout 1200 python3 "$(dirname "$0")/pyverbs_tap.py" "$TESTS" --driver "$DRV" --dev "$IB_A" \
+		--gid "$GID_A" 2>/tmp/pyverbs.err
+	echo $? >/tmp/pyverbs.rc
+} | tee /tmp/pyverbs.out >&2
+rc=$(cat /tmp/pyverbs.rc)
 tap_diag "pyverbs_tap.py took $(($(date +%s) - start)) s"
 while read -r line; do
 	case "$line" in

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 # How long one case may take before it is failed (a hung case must not eat the
 # whole run's time); the slowest pass in well under a minute on a TCG guest.
 CASE_TIMEOUT_S = 120
+# Cases slower than this are named, with their time.
+SLOW_CASE_S = 10
 
 BOTH = ("erdma_rs", "erdma")
 
@@ -51,22 +53,20 @@ class Allowed:
 ALLOWED = [
     # random_qp_cap() draws send SGEs from 1..max_sge/2; the device has one
     # receive SGE, so libibverbs reports max_sge = 1 and the range is empty.
+    # (User UD QPs, which the stock provider cannot address without create_ah,
+    # are refused at creation, and the suite skips those cases itself.)
     Allowed(("test_qp.QPTest.test_create_*_qp_*_attr", "test_qp.QPTest.test_query_*_qp",
-             "test_qp.QPTest.test_query_data_in_order",
+             "test_qp.QPTest.test_query_data_in_order", "test_qp.QPTest.test_modify_ud_qp",
              "test_qp.QPTest.test_create_raw_qp_ex_with_illegal_caps_*"),
-            "ValueError", r"empty range", "suite needs max_sge >= 2"),
-    # UD: the stock provider has no create_ah (erdma-hw.md 8).
-    Allowed(("test_qp.QPTest.test_modify_ud_qp", "test_cq_events.CqEventsTestCase.test_cq_events_ud",
-             "test_relaxed_ordering.RoTestCase.test_ro_ud_traffic"),
-            "PyverbsRDMAError", r"Failed to create AH", "no user UD (provider lacks create_ah)"),
+            "ValueError", r"^empty range", "suite needs max_sge >= 2"),
     # The stock provider turns the refusal of a CQ deeper than max_cqe into
     # EIO (the C driver and ours both refuse it).
     Allowed(("test_cq.CQAPITest.test_create_cq_bad_flow",),
-            "AssertionError", r"5 != 22|Errno: 5", "max_cqe + 1 comes back as EIO, not EINVAL"),
+            "AssertionError", r"^5 != 22", "max_cqe + 1 comes back as EIO, not EINVAL"),
     # RoCE QP access flags never reach the device; access is checked per MR
     # (erdma-hw.md 10.15).
     Allowed(("test_atomic.AtomicTest.test_atomic_invalid_qp_access",),
-            "AssertionError", r"", "device ignores QP access flags"),
+            "AssertionError", r"^PyverbsRDMAError not raised", "device ignores QP access flags"),
 ]
 
 
@@ -99,10 +99,14 @@ class TapResult(unittest.TestResult):
 
     def startTest(self, test):
         super().startTest(test)
+        self.started = time.monotonic()
         signal.alarm(CASE_TIMEOUT_S)
 
     def stopTest(self, test):
         signal.alarm(0)
+        took = time.monotonic() - self.started
+        if took >= SLOW_CASE_S:
+            print(f"# {self.name(test)} took {took:.0f} s")
         super().stopTest(test)
 
     def entry(self, test):
