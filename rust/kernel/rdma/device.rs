@@ -39,6 +39,22 @@ use core::{
 /// The callbacks of `T` receive it; a driver that needs it beyond a callback keeps an
 /// [`ARef`] to it, which keeps the allocation, not the registration, alive.
 ///
+/// # Examples
+///
+/// A port event from a driver's interrupt handler:
+///
+/// ```
+/// use kernel::rdma::{
+///     self,
+///     PortEvent, //
+/// };
+///
+/// fn link_changed<T: rdma::Driver>(dev: &rdma::Device<T>, up: bool) {
+///     let event = if up { PortEvent::Active } else { PortEvent::Error };
+///     dev.dispatch_port_event(1, event);
+/// }
+/// ```
+///
 /// # Invariants
 ///
 /// - `ib` is at offset 0 of an allocation made by `_ib_alloc_device` with the size of this type
