@@ -310,7 +310,8 @@ def qemu_argv(run, adapters, all_adapters, payload):
             "-kernel", str(a.kernel), "-append", append,
             "-virtfs", f"local,id=rootfs,path={a.rootfs},mount_tag=/dev/root,security_model=none,readonly=on",
             "-virtfs", f"local,id=payload,path={payload},mount_tag=payload,security_model=none",
-            "-virtfs", f"local,id=modules,path={a.modules},mount_tag=modules,security_model=none,readonly=on"]
+            "-virtfs", f"local,id=modules,path={run.out / 'modules'},mount_tag=modules,security_model=none,"
+            "readonly=on"]
     for ad in adapters:
         argv += netdev_args(run, ad, all_adapters)
         argv += ["-device", f"virtio-net-pci,netdev=net{ad.index},mac={ad.mac}"]
@@ -487,6 +488,11 @@ def main():
         sys.exit(128 + signum)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+
+    # The guests read a copy of the modules (a few MB): a kernel or module
+    # build replaces the modules directory, which would vanish under a
+    # running guest.
+    shutil.copytree(args.modules, run.out / "modules", symlinks=True)
 
     ok = True
     totals = [0, 0, 0]

@@ -64,8 +64,8 @@ cycle() {
 		for f in $roce; do
 			has_test_page "$f" || continue
 			# The MAD layer's CQ is the only CQ right after the load.
-			cqn=$(model_cmd "$f" "query cqs" | sed -n 's/^cqs=\([0-9]*\).*/\1/p')
-			eqn=$(model_cmd "$f" "query eqs" | sed -n 's/^eqs=\([0-9]*\).*/\1/p')
+			cqn=$(model_cmd "$f" "query cqs" | sed -n 's/.*cqs=\([0-9]*\).*/\1/p')
+			eqn=$(model_cmd "$f" "query eqs" | sed -n 's/.*eqs=\([0-9]*\).*/\1/p')
 			[ -n "$cqn" ] && [ -n "$eqn" ] || continue
 			model_cmd "$f" "ceq eqn=$eqn cqn=$cqn" >/dev/null || continue
 			pages="$pages $(($(bar0_addr "$f") + TEST_PAGE_OFFSET))"
@@ -105,7 +105,7 @@ model_clean() {
 		has_test_page "$f" || continue
 		objs=$(model_cmd "$f" "query objects") || return 1
 		eqs=$(model_cmd "$f" "query eqs") || return 1
-		[ "$objs" = "objects=0/0/0" ] && [ "$eqs" = "eqs=" ] ||
+		[ "${objs#ok }" = "objects=0/0/0" ] && [ "${eqs#ok }" = "eqs=" ] ||
 			{ tap_diag "$f: the model holds $objs, $eqs"; return 1; }
 	done
 }
