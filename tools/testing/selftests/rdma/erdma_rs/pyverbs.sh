@@ -28,7 +28,7 @@ export PYTHONDONTWRITEBYTECODE=1
 start=$(date +%s)
 # The cases also go to stderr as they finish (the console shows the progress).
 {
-	timeout 1200 python3 "$(dirname "$0")/pyverbs_tap.py" "$TESTS" --driver "$DRV" --dev "$IB_A" \
+	timeout 2400 python3 "$(dirname "$0")/pyverbs_tap.py" "$TESTS" --driver "$DRV" --dev "$IB_A" \
 		--gid "$GID_A" 2>/tmp/pyverbs.err
 	echo $? >/tmp/pyverbs.rc
 } | tee /tmp/pyverbs.out >&2

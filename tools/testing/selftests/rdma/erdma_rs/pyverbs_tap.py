@@ -59,6 +59,26 @@ ALLOWED = [
              "test_qp.QPTest.test_query_data_in_order", "test_qp.QPTest.test_modify_ud_qp",
              "test_qp.QPTest.test_create_raw_qp_ex_with_illegal_caps_*"),
             "ValueError", r"^empty range", "suite needs max_sge >= 2"),
+    # User UD through the upstream driver: it creates UD QPs, but the stock
+    # provider has no create_ah (erdma-hw.md 8). (erdma_rs refuses user UD QPs
+    # at creation, and the suite skips these cases itself.)
+    Allowed(("test_cq_events.CqEventsTestCase.test_cq_events_ud",
+             "test_relaxed_ordering.RoTestCase.test_ro_ud_traffic"),
+            "PyverbsRDMAError", r"^Failed to create AH\. Errno: 95",
+            "the stock provider has no create_ah", drivers=("erdma",)),
+    # rdma_cm over RoCEv2 through the upstream driver: the suite's CM processes
+    # never connect (the suite kills them after its own timeout), on the debug
+    # kernel in about 40 s each; not investigated yet. (erdma_rs has no
+    # address handles yet, so the suite skips these cases on it.)
+    Allowed(("test_rdmacm.CMTestCase.test_rdmacm_async_read",
+             "test_rdmacm.CMTestCase.test_rdmacm_async_reject_traffic",
+             "test_rdmacm.CMTestCase.test_rdmacm_async_traffic",
+             "test_rdmacm.CMTestCase.test_rdmacm_async_traffic_external_qp",
+             "test_rdmacm.CMTestCase.test_rdmacm_async_udp_traffic",
+             "test_rdmacm.CMTestCase.test_rdmacm_async_write",
+             "test_rdmacm.CMTestCase.test_rdmacm_sync_traffic"),
+            "Exception", r"^RDMA CM test procces is stuck",
+            "rdma_cm connections over RoCEv2 never complete", drivers=("erdma",)),
     # The stock provider turns the refusal of a CQ deeper than max_cqe into
     # EIO (the C driver and ours both refuse it).
     Allowed(("test_cq.CQAPITest.test_create_cq_bad_flow",),
