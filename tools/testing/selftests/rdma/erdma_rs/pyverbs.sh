@@ -29,7 +29,7 @@ start=$(date +%s)
 # The cases also go to stderr as they finish (the console shows the progress).
 {
 	timeout 2400 python3 "$(dirname "$0")/pyverbs_tap.py" "$TESTS" --driver "$DRV" --dev "$IB_A" \
-		--gid "$GID_A" 2>/tmp/pyverbs.err
+		--gid "$GID_A" ${PYVERBS_MODULES:-} 2>/tmp/pyverbs.err
 	echo $? >/tmp/pyverbs.rc
 } | tee /tmp/pyverbs.out >&2
 rc=$(cat /tmp/pyverbs.rc)
@@ -44,7 +44,11 @@ while read -r line; do
 done </tmp/pyverbs.out
 ran=$(sed -n 's/^# pyverbs: \([0-9]*\) run.*/\1/p' /tmp/pyverbs.out)
 # rdma-core 56.1's suite has 321 cases; fewer means modules did not load.
-completed() { [ "${ran:-0}" -ge 300 ] && [ $rc -le 1 ]; }
+# The whole suite has 321 cases; PYVERBS_MODULES names a subset (the A/B run
+# of the upstream driver: the modules of its device, PD, CQ, MR and QP verbs).
+want=300
+[ -z "${PYVERBS_MODULES:-}" ] || want=1
+completed() { [ "${ran:-0}" -ge $want ] && [ $rc -le 1 ]; }
 completed ||
 	tap_diag "pyverbs_tap.py exited $rc after ${ran:-0} cases: $(tail -n 8 /tmp/pyverbs.err | tr '\n' ';')"
 tap_check "the pyverbs run completed (${ran:-0} cases)" completed
