@@ -103,21 +103,31 @@ step kernel-clippy "$TOP/scripts/build-kernel.sh" --clippy || true
 # ---- 4. guest tests ---------------------------------------------------------------
 SELFTESTS=$TOP/tools/testing/selftests/rdma/erdma_rs
 
-# guest NAME VMRUN-ARGS...: one VM run; counts its TAP test points.
+# guest NAME VMRUN-ARGS...: one VM run; its exit status goes to
+# out/check/guest-NAME.rc, its TAP totals to out/vm/NAME/totals.
 guest() {
-	local name=$1 out=$TOP/out/vm/$1 rc=0 totals
+	local name=$1 out=$TOP/out/vm/$1 rc=0 start
 	shift
+	start=$(date +%s)
 	say "guest-$name: booting (console: $out/guest*.console.log)"
 	"$TOP/scripts/vmrun.py" --quiet --out "$out" --emu "$EMU" --copy "$SELFTESTS" "$@" \
 		>"$LOGS/guest-$name.log" 2>&1 || rc=$?
+	echo $rc >"$LOGS/guest-$name.rc"
+	say "guest-$name: finished in $(($(date +%s) - start))s (exit $rc)"
+}
+
+# count NAME: counts the TAP test points of a guest run and shows its failures.
+count() {
+	local name=$1 out=$TOP/out/vm/$1 rc totals
+	rc=$(cat "$LOGS/guest-$name.rc" 2>/dev/null || echo 1)
 	totals=$(cat "$out/totals" 2>/dev/null || echo "0 0 0")
 	set -- $totals
 	pass "guest-$name" "$1"
 	[ "$2" -eq 0 ] || fail "guest-$name: $2 TAP failures" "$2"
-	if [ $rc -ne 0 ] && [ "$2" -eq 0 ]; then
+	if [ "$rc" -ne 0 ] && [ "$2" -eq 0 ]; then
 		fail "guest-$name: the VM run failed (exit $rc)"
 	fi
-	if [ $rc -ne 0 ]; then
+	if [ "$rc" -ne 0 ]; then
 		grep -E '^vmrun: FAIL|^vmrun:   |not ok' "$LOGS/guest-$name.log" "$out"/guest*/results/*.tap 2>/dev/null |
 			head -n 60 | sed 's/^/    /' >&2
 		say "guest-$name: FAILED; read $LOGS/guest-$name.log and $out/guest*.console.log"
@@ -126,57 +136,74 @@ guest() {
 	fi
 }
 
-# Every guest boots the debug kernel (KASAN, lockdep, kmemleak, ...): a kernel
-# report ends the guest and fails the test that was running; time limits are
-# set for that kernel under TCG.
-guest three-adapters --timeout 1200 \
-	--dev proto=roce --dev proto=iwarp --dev proto=roce,version=0 \
-	--run 'erdma_rs/run_tests.sh probe.sh'
-# The control plane, both protocols, 4 vCPUs (so 4 CEQs per adapter); faults are
-# injected through the model's test page.
-# The RDMA device on top: attributes (ibdev.sh), contexts, MTU, GIDs, counters,
-# port events, revocation, netdev loss and deferred probe (verbs.sh).
-guest control-plane --smp 4 --timeout 1800 \
-	--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
-	--run 'erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh'
-# The most CEQs an adapter can have: 32 vCPUs give 31 CEQs (one per vector after
-# vector 0), brought up and torn down (the model is asked which are live).
-guest smp32 --smp 32 --memory 2G --timeout 1800 \
-	--dev proto=roce,test_page=on \
-	--run 'CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh'
-# A/B: the upstream C erdma driver on the same model. Its RDMA devices must show
-# exactly the attributes the model was told to report (ibdev.sh), the portable
-# checks of ctrlq.sh and verbs.sh apply to it too, and abdiff.sh loads both
-# drivers in turn and compares ibv_devinfo -v and rdma dev/link field for field.
-guest upstream-c-driver --smp 4 --timeout 1800 \
-	--dev proto=roce,test_page=on \
-	--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,test_page=on \
-	--run 'ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh abdiff.sh'
-# The RC data path (RoCEv2) between two adapters of one guest, through the
-# stock provider: ibv_rc_pingpong (rc.sh), perftest (perftest.sh), bad
-# requests through raw uverbs (badinput.sh) and rdma-core's pyverbs suite
-# (pyverbs.sh), and kernel consumers posting every opcode (kverbs.sh); then
-# the same with the upstream C driver on the same model
-# (A/B; badinput.sh leaves out the checks it lacks). Ours also repeats rmmod
-# while ib_mad polls its CQ (rmmod_race.sh) and runs all of rdma-core's suite;
-# the upstream driver runs the modules of its device, PD, CQ, MR and QP verbs.
-guest data-path --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
-	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-	--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh rmmod_race.sh pyverbs.sh'
-guest data-path-c-driver --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
-	--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-	--run 'ERDMA_DRIVER=erdma PYVERBS_MODULES="test_device test_pd test_cq test_mr test_qp test_cq_events test_atomic test_fork test_relaxed_ordering" erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh pyverbs.sh'
-# RC traffic between two guests through one model process, both drivers.
-guest two-guests-data-path --timeout 1800 \
-	--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
-	--run 'erdma_rs/run_tests.sh xguest.sh'
-guest two-guests-data-path-c-driver --timeout 1800 \
-	--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
-	--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh xguest.sh'
-# Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
-# of the issue run in the scenario above.
-guest two-guests-one-model --timeout 1200 \
-	--dev proto=roce --dev proto=iwarp --guest 0 --guest 1 \
-	--run 'CYCLES=5 erdma_rs/run_tests.sh probe.sh'
+# The scenarios run in two lanes, side by side, of about the same length: a TCG
+# guest keeps about one of the two cores busy, so two at a time finish sooner
+# than one after the other. Each lane is a sequence; the counts are taken
+# afterwards, in a fixed order.
+lane_ours() {
+	# The RC data path (RoCEv2) between two adapters of one guest, through the
+	# stock provider: ibv_rc_pingpong (rc.sh), perftest (perftest.sh), bad
+	# requests through raw uverbs (badinput.sh) and rdma-core's pyverbs suite
+	# (pyverbs.sh), and kernel consumers posting every opcode (kverbs.sh); then
+	# the same with the upstream C driver on the same model
+	# (A/B; badinput.sh leaves out the checks it lacks). Ours also repeats rmmod
+	# while ib_mad polls its CQ (rmmod_race.sh) and runs all of rdma-core's suite;
+	# the upstream driver runs the modules of its device, PD, CQ, MR and QP verbs.
+	guest data-path --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
+		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
+		--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh rmmod_race.sh pyverbs.sh'
+	# A/B: the upstream C erdma driver on the same model. Its RDMA devices must show
+	# exactly the attributes the model was told to report (ibdev.sh), the portable
+	# checks of ctrlq.sh and verbs.sh apply to it too, and abdiff.sh loads both
+	# drivers in turn and compares ibv_devinfo -v and rdma dev/link field for field.
+	guest upstream-c-driver --smp 4 --timeout 1800 \
+		--dev proto=roce,test_page=on \
+		--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,test_page=on \
+		--run 'ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh abdiff.sh'
+	# RC traffic between two guests through one model process, both drivers.
+	guest two-guests-data-path --timeout 1800 \
+		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
+		--run 'erdma_rs/run_tests.sh xguest.sh'
+	# Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
+	# of the issue run in the scenario above.
+	guest two-guests-one-model --timeout 1200 \
+		--dev proto=roce --dev proto=iwarp --guest 0 --guest 1 \
+		--run 'CYCLES=5 erdma_rs/run_tests.sh probe.sh'
+
+}
+lane_rest() {
+	# Every guest boots the debug kernel (KASAN, lockdep, kmemleak, ...): a kernel
+	# report ends the guest and fails the test that was running; time limits are
+	# set for that kernel under TCG.
+	guest three-adapters --timeout 1200 \
+		--dev proto=roce --dev proto=iwarp --dev proto=roce,version=0 \
+		--run 'erdma_rs/run_tests.sh probe.sh'
+	# The control plane, both protocols, 4 vCPUs (so 4 CEQs per adapter); faults are
+	# injected through the model's test page.
+	# The RDMA device on top: attributes (ibdev.sh), contexts, MTU, GIDs, counters,
+	# port events, revocation, netdev loss and deferred probe (verbs.sh).
+	guest control-plane --smp 4 --timeout 1800 \
+		--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
+		--run 'erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh'
+	# The most CEQs an adapter can have: 32 vCPUs give 31 CEQs (one per vector after
+	# vector 0), brought up and torn down (the model is asked which are live).
+	guest smp32 --smp 32 --memory 2G --timeout 1800 \
+		--dev proto=roce,test_page=on \
+		--run 'CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh'
+	guest data-path-c-driver --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
+		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
+		--run 'ERDMA_DRIVER=erdma PYVERBS_MODULES="test_device test_pd test_cq test_mr test_qp test_cq_events test_atomic test_fork test_relaxed_ordering" erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh pyverbs.sh'
+	guest two-guests-data-path-c-driver --timeout 1800 \
+		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
+		--run 'ERDMA_DRIVER=erdma erdma_rs/run_tests.sh xguest.sh'
+}
+lane_ours &
+ours_pid=$!
+lane_rest
+wait $ours_pid || true
+for name in three-adapters control-plane smp32 upstream-c-driver data-path data-path-c-driver \
+	two-guests-data-path two-guests-data-path-c-driver two-guests-one-model; do
+	count "$name"
+done
 
 finish
