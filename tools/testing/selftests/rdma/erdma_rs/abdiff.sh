@@ -57,7 +57,7 @@ for drv in erdma erdma_rs; do
 	tap_check "$drv: loads, $nfunc devices with ACTIVE ports" \
 		sh -c "modprobe $drv && exit 0; exit 1" && wait_ports "$nfunc"
 	tap_check "$drv: ibv_devinfo -v and rdma dev/link captured" capture "$drv"
-	tap_check "$drv: unloads" rmmod "$drv"
+	tap_check "$drv: unloads" unload "$drv"
 done
 
 for f in "$out"/erdma/*.devinfo; do

@@ -307,6 +307,32 @@ run_pair() {
 	fi
 }
 
+# unload MODULE: rmmod MODULE. The upstream C driver is unloaded with every
+# CPU but CPU 0 offline: its removal has two races
+# (Documentation/infiniband/erdma-upstream-rmmod-race.rst) that need a second
+# CPU. Its command-queue interrupt handler wakes the command's waiter and then
+# goes on reading the command queue, which the woken rmmod frees on another
+# CPU (KASAN: use-after-free in erdma_polling_cmd_completions); and ib_mad's CQ
+# polling work looks up a QP that rmmod is destroying. On one CPU the handler
+# finishes before the waiter runs. The CPUs come back online afterwards.
+unload() {
+	if [ "$1" != erdma ]; then
+		rmmod "$1"
+		return
+	fi
+	_cpus=""
+	for _c in /sys/devices/system/cpu/cpu[1-9]*/online; do
+		[ "$(cat "$_c")" = 1 ] || continue
+		echo 0 >"$_c" && _cpus="$_cpus $_c"
+	done
+	taskset -c 0 rmmod erdma
+	_urc=$?
+	for _c in $_cpus; do
+		echo 1 >"$_c"
+	done
+	return $_urc
+}
+
 # unload_and_finish DRIVER: the last test points of a test: DRIVER unloads,
 # and the kernel log has no kernel report; then the plan.
 # The upstream C driver is not unloaded here: its removal races with ib_mad's
@@ -317,7 +343,7 @@ unload_and_finish() {
 	if [ "$1" = erdma ]; then
 		tap_diag "erdma stays loaded; run_tests.sh unloads it at the end of the scenario"
 	else
-		tap_check "rmmod $1" rmmod "$1"
+		tap_check "rmmod $1" unload "$1"
 	fi
 	_trouble=$(kernel_trouble)
 	[ -z "$_trouble" ] || tap_diag "$_trouble"

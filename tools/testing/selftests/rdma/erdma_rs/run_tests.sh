@@ -30,7 +30,7 @@ if [ -n "$loaded" ]; then
 	{
 		tap_header
 		for m in $loaded; do
-			tap_check "rmmod $m at the end of the scenario" rmmod "$m"
+			tap_check "rmmod $m at the end of the scenario" unload "$m"
 		done
 		_trouble=$(kernel_trouble)
 		[ -z "$_trouble" ] || tap_diag "$_trouble"
