@@ -4,6 +4,7 @@
 //! kernel ones, whose ring the driver reads (see [`crate::kverbs`]).
 
 use kernel::{
+    fmt,
     prelude::*,
     rbtree::RBTreeNode,
     rdma::{
@@ -35,6 +36,10 @@ use crate::{
     ibdev::{
         IbData,
         UCtx, //
+    },
+    ids::{
+        IdKind,
+        ObjIds, //
     },
     kverbs::{
         CqEntry,
@@ -69,8 +74,11 @@ struct UserCq {
 /// A completion queue: a user one (its ring in user memory) or a kernel one.
 pub(crate) struct Cq {
     pub(crate) cqn: u32,
+    /// The CEQ that delivers its events.
+    eqn: u32,
     kernel: Option<Arc<KernelCq>>,
-    _user: Option<UserCq>,
+    /// Shared so that a failed DESTROY_CQ can keep it ([`crate::hw::Hw::strand`]).
+    user: Option<Arc<UserCq>>,
 }
 
 impl Cq {
@@ -91,11 +99,13 @@ impl Cq {
         let depth = attr.cqe.checked_next_power_of_two().ok_or(EINVAL)?;
         let cqe_size = CQE_SIZE as u64;
         // Completion vector c is CEQ c + 1.
+        let eqn = attr.comp_vector + 1;
+        let table = data.hw.ceq_cqs(eqn)?;
         let mut cmd = CreateCq {
             cfg0: CreateCqCfg0::zeroed(),
             addr_lo: 0,
             addr_hi: 0,
-            cfg1: CreateCqCfg1::zeroed().with_eqn(low32(attr.comp_vector + 1)),
+            cfg1: CreateCqCfg1::zeroed().with_eqn(low32(eqn)),
             dbrec: 0,
             first_offset: 0,
             cfg2: CreateCqCfg2::zeroed(),
@@ -138,7 +148,7 @@ impl Cq {
                 _buf: buf,
                 _dbrec: dbrec,
             };
-            (None, Some(user))
+            (None, Some(Arc::new(user, GFP_KERNEL)?))
         } else {
             // One contiguous ring, described as one "page" of 32 MiB.
             if u64::from(depth) * cqe_size > KERNEL_CQ_BYTES {
@@ -160,30 +170,25 @@ impl Cq {
             },
             GFP_KERNEL,
         )?;
-        let cqn = data.ids.lock().cq.alloc()?;
+        let taken = ObjIds::take(&data.ids, IdKind::Cq)?;
+        let cqn = taken.get();
         if let Some(k) = &kernel {
             k.set_cqn(cqn);
         }
-        let node = match RBTreeNode::new(cqn, entry, GFP_KERNEL) {
-            Ok(node) => node,
-            Err(e) => {
-                data.ids.lock().cq.free(cqn);
-                return Err(e);
-            }
-        };
+        let node = RBTreeNode::new(cqn, entry, GFP_KERNEL)?;
         cmd.cfg0 = cmd
             .cfg0
             .with_depth_log2(low32(depth.trailing_zeros()))
             .with_cqn(low32(cqn));
-        if let Err(e) = data.hw.exec(&cmd, Wait::Sleep) {
-            data.ids.lock().cq.free(cqn);
-            return Err(e);
-        }
-        data.hw.cqs.lock().insert(node);
+        data.hw.exec(&cmd, Wait::Sleep)?;
+        // From here on, `destroy` undoes the creation.
+        taken.keep();
+        table.lock().insert(node);
         let cq = Cq {
             cqn,
+            eqn,
             kernel,
-            _user: user,
+            user,
         };
         setup.set_cqe(depth);
         if let Err(e) = udata.respond(&CreateCqResp { cqn, depth }) {
@@ -193,26 +198,36 @@ impl Cq {
         Ok(cq)
     }
 
-    /// Destroys the queue in the adapter; its memory goes with `self`.
+    /// Destroys the queue in the adapter; its memory goes with `self`, or, if the adapter
+    /// refuses, is kept with its CQN until unbind.
     pub(crate) fn destroy(&self, data: &IbData<'_>) {
-        if let Err(e) = data.hw.exec(&DestroyCq { cqn: self.cqn }, Wait::Sleep) {
-            dev_warn!(
-                data.dev(),
-                "DESTROY_CQ {} failed: {}\n",
-                self.cqn,
-                e.to_errno()
-            );
-        }
+        let result = data.hw.exec(&DestroyCq { cqn: self.cqn }, Wait::Sleep);
         // After this, the CEQ handler no longer finds the queue.
-        drop(data.hw.cqs.lock().remove(&self.cqn));
-        data.ids.lock().cq.free(self.cqn);
+        if let Ok(cqs) = data.hw.ceq_cqs(self.eqn) {
+            let entry = cqs.lock().remove(&self.cqn);
+            drop(entry);
+        }
+        match result {
+            Ok(_) => ObjIds::free(&data.ids, IdKind::Cq, self.cqn),
+            Err(e) => data.hw.strand(
+                fmt!(
+                    "DESTROY_CQ {} failed ({}); its memory is kept until unbind\n",
+                    self.cqn,
+                    e.to_errno()
+                ),
+                (self.kernel.clone(), self.user.clone()),
+            ),
+        }
     }
 
     /// Polls a kernel CQ.
-    pub(crate) fn poll(&self, data: &IbData<'_>, wcs: &mut [Wc]) -> usize {
-        self.kernel
-            .as_ref()
-            .map_or(0, |k| k.poll(wcs, &data.hw.qps))
+    pub(crate) fn poll(&self, wcs: &mut [Wc]) -> usize {
+        self.kernel.as_ref().map_or(0, |k| k.poll(wcs))
+    }
+
+    /// The ring of a kernel CQ.
+    pub(crate) fn kernel(&self) -> Option<&Arc<KernelCq>> {
+        self.kernel.as_ref()
     }
 
     /// Arms a kernel CQ.

@@ -10,6 +10,28 @@
 //! are described in registers and latched by `DEV_CTRL.INIT`; completion event queues are then
 //! created by command, one per MSI-X vector after vector 0, while the command queue still polls;
 //! finally the command queue switches to interrupts and the adapter's capabilities are queried.
+//!
+//! # Locking
+//!
+//! Locks are taken in this order (a lock is never taken while holding one listed after it):
+//!
+//! 1. `Erdma::running` (probe and unbind).
+//! 2. `Qp::shadow` (modify, query, destroy), held while the command runs.
+//! 3. The command queue's state (`Cmdq`), held only to post a command or reap completions;
+//!    a sleeping waiter releases it.
+//! 4. An event queue's ring: the AEQ's (`Hw::aeq`), or one CEQ's, each taken only by its own
+//!    interrupt handler.
+//! 5. The object tables the handlers look objects up in: `Hw::qps` (the AEQ's) and one table
+//!    of CQs per CEQ (`Hw::ceq_cqs`), so CEQs never contend with each other. The completion
+//!    upcall runs under the CEQ's table lock and may poll or arm the CQ.
+//! 6. A kernel CQ's state (`KernelCq`), which also holds the kernel QPs it completes for:
+//!    `poll_cq` looks each CQE's QP up there, not in a table of the whole device.
+//! 7. A kernel QP's send or receive queue (`KernelQp`), taken by posting and, under the CQ's
+//!    state, by polling.
+//!
+//! Leaves, taken alone: the number ranges (`ObjIds`) and the stranded memory of failed
+//! teardowns (`Hw::strand`). Memory the adapter reads (rings, MTTs) is freed only with
+//! interrupts enabled, so entries removed from a table under its lock are dropped after it.
 
 use kernel::{
     device::{
@@ -150,26 +172,33 @@ impl Drop for Running<'_> {
         while let Some(Ceq { irq, ring, eqn }) = self.ceqs.pop() {
             // The interrupt first, then the adapter's use of the ring, then the ring.
             drop(irq);
-            if destroy {
-                let cmd = DestroyEq {
-                    reserved0: 0,
-                    // CAST: EQNs and vectors are below 32.
-                    vector: eqn as u8,
-                    eqn: eqn as u8,
-                    reserved1: 0,
-                    qtype: EQ_TYPE_CEQ,
-                    reserved2: 0,
-                };
-                if let Err(e) = self.hw.exec(&cmd, Wait::Poll) {
-                    dev_warn!(
-                        self.hw.dev(),
-                        "DESTROY_EQ {} failed: {}\n",
-                        eqn,
-                        e.to_errno()
-                    );
-                }
+            if !destroy {
+                // Freed after the reset below.
+                self.hw.strand(
+                    fmt!("CEQ {eqn} kept until the reset: the command queue is disabled\n"),
+                    ring,
+                );
+                continue;
             }
-            drop(ring);
+            let cmd = DestroyEq {
+                reserved0: 0,
+                // CAST: EQNs and vectors are below 32.
+                vector: eqn as u8,
+                eqn: eqn as u8,
+                reserved1: 0,
+                qtype: EQ_TYPE_CEQ,
+                reserved2: 0,
+            };
+            match self.hw.exec(&cmd, Wait::Poll) {
+                Ok(_) => drop(ring),
+                Err(e) => self.hw.strand(
+                    fmt!(
+                        "DESTROY_EQ {eqn} failed ({}); its ring is kept until the reset\n",
+                        e.to_errno()
+                    ),
+                    ring,
+                ),
+            }
         }
         self.hw.reset();
         self.common = None;

@@ -5,6 +5,7 @@
 
 use kernel::{
     device,
+    fmt,
     io::Io,
     num::Bounded,
     pci,
@@ -13,6 +14,7 @@ use kernel::{
     rdma::qp::QpEvent,
     sync::{
         Arc,
+        Mutex,
         SpinLockIrq, //
     },
     time::{
@@ -36,6 +38,7 @@ use crate::{
         CqEntry,
         QpEntry, //
     },
+    consts::MAX_CEQS,
     regs::{
         self,
         Bar0, //
@@ -46,6 +49,9 @@ use crate::{
         upper, //
     },
 };
+
+/// The completion queues of one CEQ, by CQN.
+pub(crate) type CqTable = RBTree<u32, Arc<CqEntry>>;
 
 /// Event-queue entries handled per interrupt before re-arming.
 const EQ_BUDGET: usize = 16;
@@ -62,14 +68,17 @@ pub(crate) struct Hw<'bound> {
     pub(crate) cmdq: Cmdq,
     #[pin]
     aeq: SpinLockIrq<EqRing>,
-    /// Event handles of the completion queues, by CQN, for the CEQ handlers.
-    #[pin]
-    pub(crate) cqs: SpinLockIrq<RBTree<u32, Arc<CqEntry>>>,
-    /// Event handles of the queue pairs, by QPN, for the AEQ handler and kernel CQs.
+    /// Event handles of the completion queues, one table per CEQ (index EQN - 1) holding
+    /// the CQs whose events that CEQ delivers, by CQN: CEQ handlers never share a lock.
+    ceq_cqs: KVec<Pin<KBox<SpinLockIrq<CqTable>>>>,
+    /// Event handles of the queue pairs, by QPN, for the AEQ handler.
     #[pin]
     pub(crate) qps: SpinLockIrq<RBTree<u32, Arc<QpEntry>>>,
     /// What the adapter did wrong.
     pub(crate) reports: DeviceReports,
+    /// The memory of objects whose teardown command failed ([`Hw::strand`]).
+    #[pin]
+    stranded: Mutex<KVec<KBox<dyn Send + 'bound>>>,
 }
 
 impl<'bound> Hw<'bound> {
@@ -83,14 +92,22 @@ impl<'bound> Hw<'bound> {
         let dev: &device::Device<device::Bound> = pdev.as_ref();
         let cmdq = Cmdq::new(dev)?;
         let aeq = EqRing::new(dev, aeq_depth, regs::AEQ_DB)?;
+        let mut ceq_cqs = KVec::with_capacity(MAX_CEQS as usize, GFP_KERNEL)?;
+        for _ in 0..MAX_CEQS {
+            ceq_cqs.push(
+                KBox::pin_init(kernel::new_spinlock_irq!(RBTree::new()), GFP_KERNEL)?,
+                GFP_KERNEL,
+            )?;
+        }
         Ok(try_pin_init!(Self {
             pdev,
             bar,
             cmdq <- cmdq,
             aeq <- kernel::new_spinlock_irq!(aeq),
-            cqs <- kernel::new_spinlock_irq!(RBTree::new()),
+            ceq_cqs,
             qps <- kernel::new_spinlock_irq!(RBTree::new()),
             reports: DeviceReports::new(),
+            stranded <- kernel::new_mutex!(KVec::new()),
         }? Error))
     }
 
@@ -138,6 +155,36 @@ impl<'bound> Hw<'bound> {
         Err(ETIMEDOUT)
     }
 
+    /// Keeps `memory`, which belonged to an object whose DESTROY (or DEREG_MR) failed, after
+    /// reporting `what`: the adapter may still read and write it, so it is freed only with
+    /// the last reference to `Hw`, after the function reset at unbind. The object's number
+    /// stays taken for the same reason. Should even that bookkeeping fail, the memory leaks.
+    pub(crate) fn strand<M: Send + 'bound>(&self, what: fmt::Arguments<'_>, memory: M) {
+        self.reports.report(self.dev(), what);
+        let mut stranded = self.stranded.lock();
+        if stranded.reserve(1, GFP_KERNEL).is_err() {
+            core::mem::forget(memory);
+            return;
+        }
+        let boxed = match KBox::<M>::new_uninit(GFP_KERNEL) {
+            Ok(b) => KBox::write(b, memory),
+            Err(_) => {
+                core::mem::forget(memory);
+                return;
+            }
+        };
+        let boxed: KBox<dyn Send + 'bound> = boxed;
+        if let Err(e) = stranded.push_within_capacity(boxed) {
+            core::mem::forget(e.0);
+        }
+    }
+
+    /// The completion queues whose events CEQ `eqn` delivers.
+    pub(crate) fn ceq_cqs(&self, eqn: u32) -> Result<&SpinLockIrq<CqTable>> {
+        let index = usize::try_from(eqn.checked_sub(1).ok_or(EINVAL)?)?;
+        Ok(self.ceq_cqs.get(index).ok_or(EINVAL)?.as_ref().get_ref())
+    }
+
     /// Runs `cmd` on the command queue.
     pub(crate) fn exec<C: Command>(&self, cmd: &C, wait: Wait) -> Result<Response> {
         self.cmdq
@@ -179,14 +226,16 @@ impl<'bound> Hw<'bound> {
                         .map(|q| q.events.event(QpEvent::Fatal))
                         .is_some(),
                 ),
+                // Rare: every CEQ's table is searched.
                 Ok(event @ AsyncEvent::CqError) => (
                     Bounded::<u32, 8>::from(event).get(),
                     "error on CQ",
-                    self.cqs
-                        .lock()
-                        .get(&object)
-                        .map(|c| c.events.error())
-                        .is_some(),
+                    self.ceq_cqs.iter().any(|cqs| {
+                        cqs.lock()
+                            .get(&object)
+                            .map(|c| c.events.error())
+                            .is_some()
+                    }),
                 ),
                 Err(kind) => (kind, "unknown event for object", false),
             };
@@ -203,6 +252,9 @@ impl<'bound> Hw<'bound> {
     /// A completion event queue's interrupt: delivers up to [`EQ_BUDGET`] completion events to
     /// their CQs and re-arms the queue.
     pub(crate) fn handle_ceq(&self, ring: &SpinLockIrq<EqRing>, eqn: u16) {
+        let Ok(cqs) = self.ceq_cqs(eqn.into()) else {
+            return;
+        };
         let mut ring = ring.lock();
         for _ in 0..EQ_BUDGET {
             let Some(eqe) = ring.pop() else {
@@ -213,7 +265,7 @@ impl<'bound> Hw<'bound> {
             };
             // CAST: a 20-bit field.
             let cqn = ceqe.cqn().get() as u32;
-            let found = self.cqs.lock().get(&cqn).map(|c| {
+            let found = cqs.lock().get(&cqn).map(|c| {
                 if let Some(k) = &c.kernel {
                     k.event();
                 }

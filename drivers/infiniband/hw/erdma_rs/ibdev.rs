@@ -88,7 +88,10 @@ use crate::{
         SQDB_SPACE, //
     },
     hw::Hw,
-    ids::Ids,
+    ids::{
+        Ids,
+        ObjIds, //
+    },
     regs::{
         MacAddr,
         Protocol, //
@@ -128,14 +131,6 @@ struct AllocCtxResp {
     cdb: u64,
 }
 
-/// The numbers the driver hands out for adapter objects.
-pub(crate) struct ObjIds {
-    pub(crate) pd: Ids,
-    pub(crate) cq: Ids,
-    pub(crate) qp: Ids,
-    pub(crate) mr: Ids,
-}
-
 /// What the device's callbacks use.
 pub(crate) struct IbData<'bound> {
     pub(crate) hw: Arc<Hw<'bound>>,
@@ -168,7 +163,8 @@ impl<'bound> IbData<'bound> {
         let ids = ObjIds {
             pd: Ids::new(1, MAX_PD)?,
             cq: Ids::new(1, 2 * max_qp)?,
-            qp: Ids::new(1, max_qp)?,
+            // QPN 1 of a RoCE adapter is its GSI QP (erdma-hw 7.2).
+            qp: Ids::new(if protocol == Protocol::RoceV2 { 2 } else { 1 }, max_qp)?,
             mr: Ids::new(1, 2 * max_qp)?,
         };
         Ok(Self {

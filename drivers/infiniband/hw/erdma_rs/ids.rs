@@ -2,7 +2,11 @@
 
 //! Numbers the driver hands out for adapter objects: PDNs, CQNs, QPNs, MPT indices.
 
-use kernel::{id_pool::IdPool, prelude::*};
+use kernel::{
+    id_pool::IdPool,
+    prelude::*,
+    sync::Mutex, //
+};
 
 /// A range of numbers `[first, end)`, handed out cyclically (a number just freed is reused
 /// last, so that a stale reference is unlikely to meet a new object).
@@ -58,6 +62,73 @@ impl Ids {
     }
 }
 
+/// The kinds of object the driver numbers.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum IdKind {
+    Pd,
+    Cq,
+    Qp,
+    Mr,
+}
+
+/// The numbers the driver hands out for adapter objects, one range per kind.
+pub(crate) struct ObjIds {
+    pub(crate) pd: Ids,
+    pub(crate) cq: Ids,
+    pub(crate) qp: Ids,
+    pub(crate) mr: Ids,
+}
+
+impl ObjIds {
+    fn range(&mut self, kind: IdKind) -> &mut Ids {
+        match kind {
+            IdKind::Pd => &mut self.pd,
+            IdKind::Cq => &mut self.cq,
+            IdKind::Qp => &mut self.qp,
+            IdKind::Mr => &mut self.mr,
+        }
+    }
+
+    /// Takes a number of `kind` for an object being created; see [`TakenId`].
+    pub(crate) fn take(ids: &Mutex<ObjIds>, kind: IdKind) -> Result<TakenId<'_>> {
+        let id = ids.lock().range(kind).alloc()?;
+        Ok(TakenId { ids, kind, id })
+    }
+
+    /// Gives back the number of an object that is gone from the adapter.
+    pub(crate) fn free(ids: &Mutex<ObjIds>, kind: IdKind, id: u32) {
+        ids.lock().range(kind).free(id);
+    }
+}
+
+/// A number taken for an object being created. Dropping it gives the number back, so every
+/// error path of a creation does; [`TakenId::keep`] says the object now exists in the adapter
+/// and its destruction gives the number back ([`ObjIds::free`]).
+pub(crate) struct TakenId<'a> {
+    ids: &'a Mutex<ObjIds>,
+    kind: IdKind,
+    id: u32,
+}
+
+impl TakenId<'_> {
+    pub(crate) fn get(&self) -> u32 {
+        self.id
+    }
+
+    /// Keeps the number taken; returns it.
+    pub(crate) fn keep(self) -> u32 {
+        let id = self.id;
+        core::mem::forget(self);
+        id
+    }
+}
+
+impl Drop for TakenId<'_> {
+    fn drop(&mut self) {
+        ObjIds::free(self.ids, self.kind, self.id);
+    }
+}
+
 #[kunit_tests(erdma_rs_ids)]
 mod tests {
     use super::*;
@@ -78,6 +149,32 @@ mod tests {
         ids.free(0);
         ids.free(9);
         assert_eq!(ids.alloc(), Err(ENOMEM));
+        Ok(())
+    }
+
+    #[test]
+    fn taken_ids_come_back_unless_kept() -> Result {
+        let ids = kernel::sync::Arc::pin_init(
+            kernel::new_mutex!(ObjIds {
+                pd: Ids::new(1, 3)?,
+                cq: Ids::new(1, 2)?,
+                qp: Ids::new(1, 2)?,
+                mr: Ids::new(1, 2)?,
+            }),
+            GFP_KERNEL,
+        )?;
+        let a = ObjIds::take(&ids, IdKind::Pd)?;
+        assert_eq!(a.get(), 1);
+        drop(a);
+        // Given back (and, the range being cyclic, handed out again after 2).
+        let kept = ObjIds::take(&ids, IdKind::Pd)?.keep();
+        assert_eq!(kept, 2);
+        assert_eq!(ObjIds::take(&ids, IdKind::Pd)?.keep(), 1);
+        assert!(ObjIds::take(&ids, IdKind::Pd).is_err());
+        ObjIds::free(&ids, IdKind::Pd, kept);
+        assert_eq!(ObjIds::take(&ids, IdKind::Pd)?.get(), 2);
+        // The kinds are separate ranges.
+        assert_eq!(ObjIds::take(&ids, IdKind::Mr)?.get(), 1);
         Ok(())
     }
 }

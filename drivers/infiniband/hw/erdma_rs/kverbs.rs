@@ -17,7 +17,10 @@ use kernel::{
     dma::Coherent,
     new_spinlock_irq,
     prelude::*,
-    rbtree::RBTree,
+    rbtree::{
+        RBTree,
+        RBTreeNode, //
+    },
     rdma::{
         QpEvents,
         QpState,
@@ -212,6 +215,9 @@ struct CqState {
     ci: u32,
     /// Arm requests made so far.
     arm_sn: u32,
+    /// The kernel queue pairs whose completions this CQ receives, by QPN: polling looks
+    /// entries up here, under this CQ's lock, not in a table of the whole device.
+    qps: RBTree<u32, Arc<QpEntry>>,
 }
 
 impl KernelCq {
@@ -227,7 +233,11 @@ impl KernelCq {
             depth,
             ring,
             doorbell,
-            state <- new_spinlock_irq!(CqState { ci: 0, arm_sn: 0 }),
+            state <- new_spinlock_irq!(CqState {
+                ci: 0,
+                arm_sn: 0,
+                qps: RBTree::new(),
+            }),
             cmdsn: AtomicU32::new(0),
         }? Error))
     }
@@ -277,15 +287,24 @@ impl KernelCq {
         report_missed && self.cqe(st.ci).is_some()
     }
 
-    /// Fills `wcs` from the ring. Each entry's QP is looked up in `qps` and used under its
-    /// lock, so a QP being destroyed (removed from `qps` first) is never used here, and its
-    /// memory is freed by the destroyer, in process context.
-    pub(crate) fn poll(
-        &self,
-        wcs: &mut [Wc],
-        qps: &SpinLockIrq<RBTree<u32, Arc<QpEntry>>>,
-    ) -> usize {
-        let mut st = self.state.lock();
+    /// Lets the queue pair of `node` complete work through this CQ.
+    pub(crate) fn attach(&self, node: RBTreeNode<u32, Arc<QpEntry>>) {
+        self.state.lock().qps.insert(node);
+    }
+
+    /// The queue pair `qpn` completes nothing more here. Its entry is dropped after the lock
+    /// is released: the last reference may free DMA memory, which needs interrupts on.
+    pub(crate) fn detach(&self, qpn: u32) {
+        let entry = self.state.lock().qps.remove(&qpn);
+        drop(entry);
+    }
+
+    /// Fills `wcs` from the ring. Each entry's QP is looked up among the attached ones and
+    /// used under this CQ's lock, so a QP being destroyed (detached first) is never used
+    /// here, and its memory is freed by the destroyer, in process context.
+    pub(crate) fn poll(&self, wcs: &mut [Wc]) -> usize {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
         let mut n = 0;
         while n < wcs.len() {
             let Some(cqe) = self.cqe(st.ci) else {
@@ -293,9 +312,8 @@ impl KernelCq {
             };
             st.ci = st.ci.wrapping_add(1);
             let qpn = cqe.qpn.get();
-            let qps = qps.lock();
             // CQEs of QPs that are gone, or not the kernel's, complete nothing.
-            let Some(entry) = qps.get(&qpn) else {
+            let Some(entry) = st.qps.get(&qpn) else {
                 continue;
             };
             let Some(qp) = entry.kernel.as_ref() else {

@@ -4,6 +4,7 @@
 //! users, and fast-registration regions whose page list kernel QPs hand to the adapter.
 
 use kernel::{
+    fmt,
     page::PAGE_SHIFT,
     prelude::*,
     rdma::{
@@ -40,6 +41,10 @@ use crate::{
         Stag, //
     },
     ibdev::IbData,
+    ids::{
+        IdKind,
+        ObjIds, //
+    },
     kverbs::{
         FastReg,
         Frmr, //
@@ -146,12 +151,10 @@ impl Mr {
         length: u64,
         mr: impl FnOnce(Stag) -> Self,
     ) -> Result<NewMr<Self>> {
-        let index = data.ids.lock().mr.alloc()?;
-        cmd.cfg0 = cmd.cfg0.with_mpt_index(low32(index));
-        if let Err(e) = data.hw.exec(&cmd, Wait::Sleep) {
-            data.ids.lock().mr.free(index);
-            return Err(e);
-        }
+        let index = ObjIds::take(&data.ids, IdKind::Mr)?;
+        cmd.cfg0 = cmd.cfg0.with_mpt_index(low32(index.get()));
+        data.hw.exec(&cmd, Wait::Sleep)?;
+        let index = index.keep();
         let stag = Stag::zeroed().with_index(low32(index));
         Ok(NewMr {
             lkey: stag.into_raw(),
@@ -169,16 +172,20 @@ impl Mr {
                 .with_key(self.stag.key())
                 .with_mpt_index(low32(self.stag.index().get())),
         };
-        if let Err(e) = data.hw.exec(&cmd, Wait::Sleep) {
-            dev_warn!(
-                data.dev(),
-                "DEREG_MR {:#x} failed: {}\n",
-                self.stag.into_raw(),
-                e.to_errno()
-            );
+        match data.hw.exec(&cmd, Wait::Sleep) {
+            Ok(_) => {
+                ObjIds::free(&data.ids, IdKind::Mr, self.stag.index().get());
+                drop(self);
+            }
+            Err(e) => data.hw.strand(
+                fmt!(
+                    "DEREG_MR {:#x} failed ({}); its pages and MPT index are kept until unbind\n",
+                    self.stag.into_raw(),
+                    e.to_errno()
+                ),
+                self,
+            ),
         }
-        data.ids.lock().mr.free(self.stag.index().get());
-        drop(self);
     }
 
     /// Registers the region through which kernel users address bus addresses (erdma-hw 6: no

@@ -6,7 +6,10 @@
 
 use kernel::{
     device,
-    dma::Coherent,
+    dma::{
+        Coherent,
+        CoherentBox, //
+    },
     page::PAGE_SIZE,
     prelude::*,
     rdma::{
@@ -45,37 +48,67 @@ pub(crate) struct Mtt {
     /// Byte offset of the buffer's start in its first page.
     pub(crate) offset: u64,
     _array: Option<Coherent<[u64]>>,
-    /// Multi-level tables, bottom level first: pages of entries (erdma-hw 6).
-    _levels: KVec<KVec<Coherent<[u64]>>>,
+    /// Multi-level tables, bottom level first (erdma-hw 6).
+    _levels: KVec<Level>,
 }
 
 /// Entries of one MTT page of a multi-level table.
 const MTT_PAGE_ENTRIES: usize = PAGE_SIZE / 8;
 
-/// Stores `addrs` in as many pages of entries as they need; returns the pages.
-fn mtt_pages(
+/// Pages of one level allocated together, at most: an order-4 allocation, which falls back
+/// to single pages when memory is fragmented.
+const CHUNK_PAGES: usize = 16;
+
+/// Fills a new coherent array of `len` entries (zero past the last address) from `addrs`.
+fn filled(
     dev: &device::Device<device::Bound>,
-    addrs: impl Iterator<Item = u64>,
-) -> Result<KVec<Coherent<[u64]>>> {
-    let mut pages = KVec::new();
-    let mut buf = KVec::with_capacity(MTT_PAGE_ENTRIES, GFP_KERNEL)?;
-    let flush = |buf: &mut KVec<u64>, pages: &mut KVec<Coherent<[u64]>>| -> Result {
-        // Unused entries of the last page stay zero.
-        buf.resize(MTT_PAGE_ENTRIES, 0, GFP_KERNEL)?;
-        pages.push(Coherent::from_slice(dev, buf, GFP_KERNEL)?, GFP_KERNEL)?;
-        buf.clear();
-        Ok(())
-    };
-    for addr in addrs {
-        buf.push(addr, GFP_KERNEL)?;
-        if buf.len() == MTT_PAGE_ENTRIES {
-            flush(&mut buf, &mut pages)?;
+    len: usize,
+    addrs: &mut impl Iterator<Item = u64>,
+) -> Result<Coherent<[u64]>> {
+    let mut array = CoherentBox::<[u64]>::zeroed_slice(dev, len, GFP_KERNEL)?;
+    for (slot, addr) in array.iter_mut().zip(addrs) {
+        *slot = addr;
+    }
+    Ok(array.into())
+}
+
+/// One level of a multi-level MTT: page-sized tables of entries, written in place, in
+/// chunks of contiguous pages.
+struct Level {
+    chunks: KVec<Coherent<[u64]>>,
+    pages: usize,
+}
+
+impl Level {
+    /// Stores `count` entries from `addrs`.
+    fn new(
+        dev: &device::Device<device::Bound>,
+        count: usize,
+        mut addrs: impl Iterator<Item = u64>,
+    ) -> Result<Self> {
+        let pages = count.div_ceil(MTT_PAGE_ENTRIES);
+        let mut chunks = KVec::with_capacity(pages.div_ceil(CHUNK_PAGES), GFP_KERNEL)?;
+        let mut left = pages;
+        while left > 0 {
+            let n = left.min(CHUNK_PAGES);
+            let chunk = match filled(dev, n * MTT_PAGE_ENTRIES, &mut addrs) {
+                Err(e) if e == ENOMEM && n > 1 => filled(dev, MTT_PAGE_ENTRIES, &mut addrs)?,
+                chunk => chunk?,
+            };
+            left -= chunk.len() / MTT_PAGE_ENTRIES;
+            chunks.push(chunk, GFP_KERNEL)?;
         }
+        Ok(Self { chunks, pages })
     }
-    if !buf.is_empty() {
-        flush(&mut buf, &mut pages)?;
+
+    /// The bus addresses of the level's pages, in order.
+    fn page_addrs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.chunks.iter().flat_map(|chunk| {
+            let base = chunk.dma_address();
+            // CAST: at most `CHUNK_PAGES` pages of `PAGE_SIZE`.
+            (0..chunk.len() / MTT_PAGE_ENTRIES).map(move |i| base + (i * PAGE_SIZE) as u64)
+        })
     }
-    Ok(pages)
 }
 
 impl Mtt {
@@ -104,11 +137,7 @@ impl Mtt {
                 *slot = addr;
             }
         } else {
-            let mut pages = KVec::with_capacity(count, GFP_KERNEL)?;
-            for addr in umem.dma_blocks(pgsz) {
-                pages.push(addr, GFP_KERNEL)?;
-            }
-            let array = Coherent::from_slice(dev, &pages, GFP_KERNEL)?;
+            let array = filled(dev, count, &mut umem.dma_blocks(pgsz))?;
             mtt.level = 1;
             mtt.entries[0] = array.dma_address();
             mtt._array = Some(array);
@@ -134,19 +163,21 @@ impl Mtt {
             return Self::new(dev, umem, va, page_sizes, INLINE_MTT);
         }
         let mut levels = KVec::new();
-        levels.push(mtt_pages(dev, umem.dma_blocks(pgsz))?, GFP_KERNEL)?;
-        while levels.last().map_or(0, |l| l.len()) > 1 {
+        levels.push(Level::new(dev, count, umem.dma_blocks(pgsz))?, GFP_KERNEL)?;
+        loop {
+            let below = levels.last().ok_or(EINVAL)?;
+            if below.pages == 1 {
+                break;
+            }
             if levels.len() as u32 >= MAX_MTT_LEVELS {
                 return Err(EINVAL);
             }
-            let below = levels.last().ok_or(EINVAL)?;
-            let next = mtt_pages(dev, below.iter().map(|p| p.dma_address()))?;
+            let next = Level::new(dev, below.pages, below.page_addrs())?;
             levels.push(next, GFP_KERNEL)?;
         }
         let top = levels
             .last()
-            .and_then(|l| l.first())
-            .map(|p| p.dma_address())
+            .and_then(|l| l.page_addrs().next())
             .ok_or(EINVAL)?;
         Ok(Self {
             page_shift: pgsz.trailing_zeros(),

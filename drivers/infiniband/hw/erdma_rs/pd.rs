@@ -5,7 +5,13 @@
 
 use kernel::prelude::*;
 
-use crate::ibdev::IbData;
+use crate::{
+    ibdev::IbData,
+    ids::{
+        IdKind,
+        ObjIds, //
+    },
+};
 
 /// A protection domain: its number.
 pub(crate) struct Pd {
@@ -15,12 +21,12 @@ pub(crate) struct Pd {
 impl Pd {
     /// Takes a free PDN.
     pub(crate) fn alloc(data: &IbData<'_>) -> Result<Self> {
-        let pdn = data.ids.lock().pd.alloc()?;
+        let pdn = ObjIds::take(&data.ids, IdKind::Pd)?.keep();
         Ok(Self { pdn })
     }
 
     /// Gives the PDN back.
     pub(crate) fn dealloc(&self, data: &IbData<'_>) {
-        data.ids.lock().pd.free(self.pdn);
+        ObjIds::free(&data.ids, IdKind::Pd, self.pdn);
     }
 }

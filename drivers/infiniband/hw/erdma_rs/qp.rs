@@ -5,6 +5,7 @@
 //! [`crate::kverbs`].
 
 use kernel::{
+    fmt,
     new_mutex,
     prelude::*,
     rbtree::RBTreeNode,
@@ -76,6 +77,7 @@ use crate::{
     },
     kverbs::{
         FastReg,
+        KernelCq,
         KernelQp,
         QpEntry, //
     },
@@ -83,6 +85,11 @@ use crate::{
         CreateReq,
         DbRecord,
         Mtt, //
+    },
+    ids::{
+        IdKind,
+        ObjIds,
+        TakenId, //
     },
     pd::Pd,
 };
@@ -122,7 +129,11 @@ pub(crate) struct QpHw {
     rq_depth: u32,
     sq_sig_all: bool,
     kernel: Option<Arc<KernelQp>>,
-    _user: Option<UserQp>,
+    /// The kernel CQs the kernel queue pair completes through (the receive CQ only if it is
+    /// another one).
+    cqs: [Option<Arc<KernelCq>>; 2],
+    /// Shared so that a failed DESTROY_QP can keep it ([`crate::hw::Hw::strand`]).
+    user: Option<Arc<UserQp>>,
 }
 
 /// A queue pair.
@@ -268,7 +279,7 @@ impl Qp {
                 _rq: rq,
                 _dbrec: dbrec,
             };
-            (None, Some(user))
+            (None, Some(Arc::new(user, GFP_KERNEL)?))
         } else {
             // One contiguous buffer per queue, described as one "page" of 1 MiB.
             // CAST: depths of at most 32768 and 8192 (checked above).
@@ -299,43 +310,57 @@ impl Qp {
             },
             GFP_KERNEL,
         )?;
-        let qpn = if qp_type == QpType::Gsi {
+        // The GSI QP has its fixed number; the others take one, given back on error.
+        let taken = if qp_type == QpType::Gsi {
             cmd.cfg2 = cmd.cfg2.with_qp_type(low32(qp_type::UD.into()));
-            GSI_QPN
+            None
         } else {
-            let mut ids = data.ids.lock();
-            loop {
-                let qpn = ids.qp.alloc()?;
-                if !(data.roce() && qpn == GSI_QPN) {
-                    break qpn;
-                }
-            }
+            Some(ObjIds::take(&data.ids, IdKind::Qp)?)
         };
-        let free_qpn = |data: &IbData<'_>| {
-            if qpn != GSI_QPN {
-                data.ids.lock().qp.free(qpn);
-            }
-        };
+        let qpn = taken.as_ref().map_or(GSI_QPN, |t| t.get());
         if let Some(k) = &kernel {
             k.set_qpn(qpn);
         }
-        let node = match RBTreeNode::new(qpn, entry, GFP_KERNEL) {
-            Ok(node) => node,
-            Err(e) => {
-                free_qpn(data);
-                return Err(e);
+        // A kernel queue pair's completions are looked up in its CQs (see KernelCq::poll).
+        let mut cqs = [None, None];
+        let mut cq_nodes = [None, None];
+        if kernel.is_some() {
+            for (i, cq) in [scq, rcq].into_iter().enumerate() {
+                let Some(k) = cq.data().kernel() else {
+                    return Err(EINVAL);
+                };
+                if i == 1 && cqs[0].as_ref().is_some_and(|s| Arc::ptr_eq(s, k)) {
+                    break;
+                }
+                cq_nodes[i] = Some(RBTreeNode::new(qpn, entry.clone(), GFP_KERNEL)?);
+                cqs[i] = Some(k.clone());
             }
-        };
+        }
+        let node = RBTreeNode::new(qpn, entry, GFP_KERNEL)?;
         cmd.cfg0 = CreateQpCfg0::zeroed()
             .with_sq_depth_log2(low32(sq_depth.trailing_zeros()))
             .with_qpn(low32(qpn));
-        if let Err(e) = data.hw.exec(&cmd, Wait::Sleep) {
-            free_qpn(data);
-            return Err(e);
-        }
+        data.hw.exec(&cmd, Wait::Sleep)?;
+        // From here on, `destroy` undoes the creation.
+        taken.map(TakenId::keep);
         data.hw.qps.lock().insert(node);
+        for (cq, node) in cqs.iter().zip(cq_nodes) {
+            if let (Some(cq), Some(node)) = (cq, node) {
+                cq.attach(node);
+            }
+        }
+        let qp = QpHw {
+            qpn,
+            qp_type,
+            sq_depth,
+            rq_depth,
+            sq_sig_all: attr.sq_sig_all(),
+            kernel,
+            cqs,
+            user,
+        };
         setup.set_qp_num(qpn);
-        if let Some(u) = &user {
+        if let Some(u) = &qp.user {
             let resp = CreateQpResp {
                 qpn,
                 sq_depth,
@@ -344,29 +369,23 @@ impl Qp {
                 rq_offset: u.rq_offset as u32,
             };
             if let Err(e) = udata.respond(&resp) {
-                let _ = data.hw.exec(&DestroyQp { qpn }, Wait::Sleep);
-                drop(data.hw.qps.lock().remove(&qpn));
-                free_qpn(data);
+                qp.destroy(data, QpState::Reset);
                 return Err(e);
             }
         }
-        Ok(QpHw {
-            qpn,
-            qp_type,
-            sq_depth,
-            rq_depth,
-            sq_sig_all: attr.sq_sig_all(),
-            kernel,
-            _user: user,
-        })
+        Ok(qp)
     }
+}
 
-    /// Destroys the queue pair in the adapter; its memory goes with `self`.
-    pub(crate) fn destroy(&self, data: &IbData<'_>) {
-        let state = self.shadow.lock().state;
-        let qpn = self.hw.qpn;
+impl QpHw {
+    /// Destroys the queue pair in the adapter, stopping it first unless it is in `state`
+    /// RESET or ERROR. Its memory goes with `self`, or, if the adapter refuses, is kept with
+    /// its QPN until unbind.
+    fn destroy(&self, data: &IbData<'_>, state: QpState) {
+        let qpn = self.qpn;
         if state != QpState::Err && state != QpState::Reset {
-            // Stop the queue pair before it goes (erdma-hw 10.11).
+            // Stop the queue pair before it goes (erdma-hw 10.11). Should the adapter refuse,
+            // DESTROY_QP below still stops it, so the failure is only reported.
             let cmd = ModifyQpRoce {
                 cfg: ModifyQpCfg::zeroed()
                     .with_state(low32(QpState::Err.to_raw()))
@@ -374,15 +393,41 @@ impl Qp {
                 mask: ModifyQpMask::zeroed().with_state(true),
                 ..ModifyQpRoce::new_zeroed()
             };
-            let _ = data.hw.exec(&cmd, Wait::Sleep);
+            if let Err(e) = data.hw.exec(&cmd, Wait::Sleep) {
+                data.hw.reports.report(
+                    data.dev(),
+                    fmt!(
+                        "MODIFY_QP {qpn} to ERROR before its destruction failed ({})\n",
+                        e.to_errno()
+                    ),
+                );
+            }
         }
-        if let Err(e) = data.hw.exec(&DestroyQp { qpn }, Wait::Sleep) {
-            dev_warn!(data.dev(), "DESTROY_QP {} failed: {}\n", qpn, e.to_errno());
+        let result = data.hw.exec(&DestroyQp { qpn }, Wait::Sleep);
+        // After this, neither the AEQ handler nor a kernel CQ finds the queue pair.
+        for cq in self.cqs.iter().flatten() {
+            cq.detach(qpn);
         }
         drop(data.hw.qps.lock().remove(&qpn));
-        if qpn != GSI_QPN {
-            data.ids.lock().qp.free(qpn);
+        match result {
+            Ok(_) if qpn == GSI_QPN => {}
+            Ok(_) => ObjIds::free(&data.ids, IdKind::Qp, qpn),
+            Err(e) => data.hw.strand(
+                fmt!(
+                    "DESTROY_QP {qpn} failed ({}); its memory is kept until unbind\n",
+                    e.to_errno()
+                ),
+                (self.kernel.clone(), self.user.clone()),
+            ),
         }
+    }
+}
+
+impl Qp {
+    /// Destroys the queue pair in the adapter; its memory goes with `self`.
+    pub(crate) fn destroy(&self, data: &IbData<'_>) {
+        let state = self.shadow.lock().state;
+        self.hw.destroy(data, state);
     }
 
     /// Modifies a RoCEv2 queue pair (erdma-hw 7.2): checks the transition against the verbs

@@ -307,11 +307,11 @@ impl rdma::DeviceOps<Erdma> for DataPath {
 
     fn poll_cq(
         _dev: &rdma::Device<Erdma>,
-        data: &IbData<'_>,
+        _data: &IbData<'_>,
         cq: &rdma::Cq<Erdma>,
         wc: &mut [Wc],
     ) -> usize {
-        cq.data().poll(data, wc)
+        cq.data().poll(wc)
     }
 
     fn req_notify_cq(
