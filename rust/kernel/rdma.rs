@@ -45,6 +45,8 @@ pub use self::attr::{
 pub use self::cq::{
     Cq,
     CqAttr,
+    CqCreateFlag,
+    CqCreateFlags,
     CqEvents,
     CqSetup,
     Pd,
@@ -72,6 +74,8 @@ pub use self::qp::{
     QpAttrMask,
     QpAttrOut,
     QpCap,
+    QpCreateFlag,
+    QpCreateFlags,
     QpEvents,
     QpInitAttr,
     QpSetup,

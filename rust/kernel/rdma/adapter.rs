@@ -17,6 +17,7 @@ use super::{
     cq::{
         Cq,
         CqAttr,
+        CqCreateFlags,
         CqEvents,
         CqSetup,
         Pd,
@@ -417,7 +418,7 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
                 CqAttr {
                     cqe: (*attr).cqe,
                     comp_vector: (*attr).comp_vector,
-                    flags: (*attr).flags,
+                    flags: CqCreateFlags::from_raw((*attr).flags),
                 },
                 UData::from_raw(udata),
             )

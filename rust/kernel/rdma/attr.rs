@@ -27,45 +27,68 @@ macro_rules! setters {
     };
 }
 
-/// Device capability flags (`IB_DEVICE_*`) for [`DeviceAttr::set_device_cap_flags`].
-pub mod device_cap {
-    use crate::bindings;
+crate::impl_flags!(
+    /// Device capability flags (`enum ib_device_cap_flags`), for
+    /// [`DeviceAttr::set_device_cap_flags`].
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct DeviceCapFlags(u64);
 
-    /// Memory management extensions: fast registration, local invalidation, send with
-    /// invalidate.
-    // CAST: the flags are a 64-bit mask.
-    pub const MEM_MGT_EXTENSIONS: u64 =
-        bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
-}
+    /// One device capability.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum DeviceCap {
+        /// Memory management extensions: fast registration, local invalidation, send with
+        /// invalidate.
+        // CAST: the flags are a 64-bit mask.
+        MemMgtExtensions = bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64,
+    }
+);
 
-/// Kernel-only capability flags (`IBK_*`) for [`DeviceAttr::set_kernel_cap_flags`].
-pub mod kernel_cap {
-    use crate::bindings;
+crate::impl_flags!(
+    /// Kernel-only capability flags (`enum ib_kernel_cap_flags`), for
+    /// [`DeviceAttr::set_kernel_cap_flags`].
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct KernelCapFlags(u64);
 
-    /// The device supports the local DMA lkey.
-    // CAST: the flags are a 64-bit mask.
-    pub const LOCAL_DMA_LKEY: u64 = bindings::ib_kernel_cap_flags_IBK_LOCAL_DMA_LKEY as u64;
-}
+    /// One kernel-only capability.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum KernelCap {
+        /// The device supports the local DMA lkey.
+        // CAST: the flags are a 64-bit mask.
+        LocalDmaLkey = bindings::ib_kernel_cap_flags_IBK_LOCAL_DMA_LKEY as u64,
+    }
+);
 
-/// Port capability flags (`IB_PORT_*`) for [`PortAttr::set_port_cap_flags`].
-pub mod port_cap {
-    use crate::bindings;
+crate::impl_flags!(
+    /// Port capability flags (`enum ib_port_capability_mask_bits`), for
+    /// [`PortAttr::set_port_cap_flags`].
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct PortCapFlags(u32);
 
-    /// Connection management is supported.
-    pub const CM_SUP: u32 = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP;
-    /// Device management is supported.
-    pub const DEVICE_MGMT_SUP: u32 = bindings::ib_port_capability_mask_bits_IB_PORT_DEVICE_MGMT_SUP;
-}
+    /// One port capability.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum PortCap {
+        /// Connection management is supported.
+        CmSup = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP,
+        /// Device management is supported.
+        DeviceMgmtSup = bindings::ib_port_capability_mask_bits_IB_PORT_DEVICE_MGMT_SUP,
+    }
+);
 
-/// Core capabilities of a port (`RDMA_CORE_PORT_*`) for [`PortImmutable::set_core_cap_flags`].
-pub mod core_cap {
-    use crate::bindings;
+crate::impl_flags!(
+    /// Core capabilities of a port (`RDMA_CORE_PORT_*`), for
+    /// [`PortImmutable::set_core_cap_flags`].
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct CoreCapFlags(u32);
 
-    /// iWARP.
-    pub const IWARP: u32 = bindings::RDMA_CORE_PORT_IWARP;
-    /// RoCE v2 (UDP encapsulation).
-    pub const ROCE_UDP_ENCAP: u32 = bindings::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
-}
+    /// One core capability: the port's protocol.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum CoreCap {
+        /// iWARP.
+        Iwarp = bindings::RDMA_CORE_PORT_IWARP,
+        /// RoCE v2 (UDP encapsulation).
+        RoceUdpEncap = bindings::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP,
+    }
+);
 
 /// The size of a management datagram, for [`PortImmutable::set_max_mad_size`].
 pub const MGMT_MAD_SIZE: u32 = bindings::IB_MGMT_MAD_SIZE;
@@ -178,10 +201,10 @@ impl DeviceAttr {
         set_max_qp => max_qp: u32;
         /// Sets the depth of a work queue.
         set_max_qp_wr => max_qp_wr: u32;
-        /// Sets the device capability flags ([`device_cap`]).
-        set_device_cap_flags => device_cap_flags: u64;
-        /// Sets the kernel capability flags ([`kernel_cap`]).
-        set_kernel_cap_flags => kernel_cap_flags: u64;
+        /// Sets the device capability flags.
+        set_device_cap_flags => device_cap_flags: DeviceCapFlags;
+        /// Sets the kernel capability flags.
+        set_kernel_cap_flags => kernel_cap_flags: KernelCapFlags;
         /// Sets the scatter/gather entries of a send work request.
         set_max_send_sge => max_send_sge: u32;
         /// Sets the scatter/gather entries of a receive work request.
@@ -253,8 +276,8 @@ impl PortAttr {
     setters! {
         /// Sets the size of the GID table.
         set_gid_tbl_len => gid_tbl_len: i32;
-        /// Sets the port capability flags ([`port_cap`]).
-        set_port_cap_flags => port_cap_flags: u32;
+        /// Sets the port capability flags.
+        set_port_cap_flags => port_cap_flags: PortCapFlags;
         /// Sets the largest message, in bytes.
         set_max_msg_sz => max_msg_sz: u32;
         /// Sets the size of the partition key table.
@@ -287,8 +310,8 @@ impl PortImmutable {
         set_pkey_tbl_len => pkey_tbl_len: i32;
         /// Sets the size of the GID table.
         set_gid_tbl_len => gid_tbl_len: i32;
-        /// Sets the core capabilities ([`core_cap`]).
-        set_core_cap_flags => core_cap_flags: u32;
+        /// Sets the core capabilities.
+        set_core_cap_flags => core_cap_flags: CoreCapFlags;
         /// Sets the size of a management datagram ([`MGMT_MAD_SIZE`] if the port has them).
         set_max_mad_size => max_mad_size: u32;
     }

@@ -29,8 +29,42 @@ pub struct CqAttr {
     pub cqe: u32,
     /// The completion vector its events go through (below the device's count).
     pub comp_vector: u32,
-    /// Creation flags (`IB_UVERBS_CQ_FLAGS_*`).
-    pub flags: u32,
+    /// Creation flags.
+    pub flags: CqCreateFlags,
+}
+
+crate::impl_flags!(
+    /// Creation flags of a completion queue (`enum ib_uverbs_ex_create_cq_flags`). Flags
+    /// this abstraction does not name are kept: see [`CqCreateFlags::unnamed`].
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct CqCreateFlags(u32);
+
+    /// One creation flag.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum CqCreateFlag {
+        /// Completions carry a timestamp.
+        TimestampCompletion =
+            bindings::ib_uverbs_ex_create_cq_flags_IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION,
+        /// The queue may overrun without an error.
+        IgnoreOverrun = bindings::ib_uverbs_ex_create_cq_flags_IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN,
+    }
+);
+
+impl CqCreateFlags {
+    /// The flags of the C value `raw`, unnamed ones included.
+    pub(crate) const fn from_raw(raw: u32) -> Self {
+        Self(raw)
+    }
+
+    /// The bits that are none of the named flags.
+    pub const fn unnamed(self) -> u32 {
+        self.0 & !Self::all_bits()
+    }
+
+    /// Whether no flag at all is set, named or not.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
 }
 
 /// What a driver has while creating a completion queue.

@@ -70,6 +70,49 @@ c_enum! {
 }
 
 crate::impl_flags!(
+    /// Creation flags of a queue pair (`enum ib_qp_create_flags`): the ones a kernel consumer
+    /// may ask of an RC or UD queue pair are named; others are kept, see
+    /// [`QpCreateFlags::unnamed`].
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct QpCreateFlags(u32);
+
+    /// One creation flag.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    // CAST: the C enum is signed (a negative sentinel ends it); the flags are bits of the
+    // `u32` field `create_flags`.
+    pub enum QpCreateFlag {
+        /// Multicast sent by the QP does not loop back to it.
+        BlockMulticastLoopback =
+            bindings::ib_qp_create_flags_IB_QP_CREATE_BLOCK_MULTICAST_LOOPBACK as u32,
+        /// The integrity handover of signature offload.
+        IntegrityEn = bindings::ib_qp_create_flags_IB_QP_CREATE_INTEGRITY_EN as u32,
+        /// Received packets keep their FCS.
+        ScatterFcs = bindings::ib_qp_create_flags_IB_QP_CREATE_SCATTER_FCS as u32,
+        /// Received packets have their customer VLAN tag stripped.
+        CvlanStripping = bindings::ib_qp_create_flags_IB_QP_CREATE_CVLAN_STRIPPING as u32,
+        /// Received data that ends inside a cache line is padded to its end.
+        PciWriteEndPadding = bindings::ib_qp_create_flags_IB_QP_CREATE_PCI_WRITE_END_PADDING as u32,
+    }
+);
+
+impl QpCreateFlags {
+    /// The flags of the C value `raw`, unnamed ones included.
+    pub(crate) const fn from_raw(raw: u32) -> Self {
+        Self(raw)
+    }
+
+    /// The bits that are none of the named flags.
+    pub const fn unnamed(self) -> u32 {
+        self.0 & !Self::all_bits()
+    }
+
+    /// Whether no flag at all is set, named or not.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+crate::impl_flags!(
     /// Which attributes a modification sets (`enum ib_qp_attr_mask`); bits this abstraction
     /// does not name are kept.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -189,9 +232,9 @@ impl<'a, T: Driver> QpInitAttr<'a, T> {
         !self.raw.srq.is_null()
     }
 
-    /// Creation flags (`enum ib_qp_create_flags`).
-    pub fn create_flags(&self) -> u32 {
-        self.raw.create_flags
+    /// Creation flags.
+    pub fn create_flags(&self) -> QpCreateFlags {
+        QpCreateFlags::from_raw(self.raw.create_flags)
     }
 
     /// The completion queue of the send queue.

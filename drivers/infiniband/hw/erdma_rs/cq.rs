@@ -4,7 +4,6 @@
 //! kernel ones, whose ring the driver reads (see [`crate::kverbs`]).
 
 use kernel::{
-    fmt,
     prelude::*,
     rbtree::RBTreeNode,
     rdma::{
@@ -90,7 +89,7 @@ impl Cq {
         udata: &mut UData<'_>,
     ) -> Result<Self> {
         let attr = setup.attr();
-        if attr.cqe == 0 || attr.cqe > (1 << data.caps.max_cqe_log2) || attr.flags != 0 {
+        if attr.cqe == 0 || attr.cqe > (1 << data.caps.max_cqe_log2) || !attr.flags.is_empty() {
             return Err(EINVAL);
         }
         if attr.comp_vector >= data.ceqs {

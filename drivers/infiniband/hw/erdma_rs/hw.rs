@@ -4,8 +4,7 @@
 //! the tables through which events reach the verbs objects they name.
 
 use kernel::{
-    device,
-    fmt,
+    device, fmt,
     io::Io,
     num::Bounded,
     pci,
@@ -32,13 +31,13 @@ use crate::{
         Command,
         Response, //
     },
+    consts::MAX_CEQS,
     eq::EqRing,
     formats::AsyncEvent,
     kverbs::{
         CqEntry,
         QpEntry, //
     },
-    consts::MAX_CEQS,
     regs::{
         self,
         Bar0, //
@@ -230,12 +229,9 @@ impl<'bound> Hw<'bound> {
                 Ok(event @ AsyncEvent::CqError) => (
                     Bounded::<u32, 8>::from(event).get(),
                     "error on CQ",
-                    self.ceq_cqs.iter().any(|cqs| {
-                        cqs.lock()
-                            .get(&object)
-                            .map(|c| c.events.error())
-                            .is_some()
-                    }),
+                    self.ceq_cqs
+                        .iter()
+                        .any(|cqs| cqs.lock().get(&object).map(|c| c.events.error()).is_some()),
                 ),
                 Err(kind) => (kind, "unknown event for object", false),
             };

@@ -29,13 +29,13 @@ use kernel::{
     rdma::{
         self,
         attr::{
-            core_cap,
-            device_cap,
-            kernel_cap,
-            port_cap,
             AtomicCap,
+            CoreCap,
+            DeviceCap,
+            KernelCap,
             Mtu,
             PhysState,
+            PortCap,
             PortState,
             MGMT_MAD_SIZE, //
         },
@@ -225,8 +225,8 @@ impl<'bound> IbData<'bound> {
             .set_max_qp_init_rd_atom(MAX_RD_ATOM)
             .set_max_res_rd_atom(qps.saturating_mul(MAX_RD_ATOM))
             .set_max_fast_reg_page_list_len(FAST_REG_PAGE_LIST_LEN)
-            .set_device_cap_flags(device_cap::MEM_MGT_EXTENSIONS)
-            .set_kernel_cap_flags(kernel_cap::LOCAL_DMA_LKEY)
+            .set_device_cap_flags(DeviceCap::MemMgtExtensions.into())
+            .set_kernel_cap_flags(KernelCap::LocalDmaLkey.into())
             .set_atomic_cap(if caps.atomic {
                 AtomicCap::Glob
             } else {
@@ -260,7 +260,7 @@ impl<'bound> IbData<'bound> {
         }
         // CAST: the GID table has at most 2^15 entries.
         attr.set_gid_tbl_len(self.gid_table_len() as i32)
-            .set_port_cap_flags(port_cap::CM_SUP | port_cap::DEVICE_MGMT_SUP)
+            .set_port_cap_flags(PortCap::CmSup | PortCap::DeviceMgmtSup)
             .set_max_msg_sz(u32::MAX);
         if self.roce() {
             attr.set_ip_gids(true).set_pkey_tbl_len(1);
@@ -273,11 +273,11 @@ impl<'bound> IbData<'bound> {
         immutable.set_gid_tbl_len(self.gid_table_len() as i32);
         if self.roce() {
             immutable
-                .set_core_cap_flags(core_cap::ROCE_UDP_ENCAP)
+                .set_core_cap_flags(CoreCap::RoceUdpEncap.into())
                 .set_pkey_tbl_len(1)
                 .set_max_mad_size(MGMT_MAD_SIZE);
         } else {
-            immutable.set_core_cap_flags(core_cap::IWARP);
+            immutable.set_core_cap_flags(CoreCap::Iwarp.into());
         }
     }
 

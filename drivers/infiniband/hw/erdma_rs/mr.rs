@@ -4,7 +4,6 @@
 //! users, and fast-registration regions whose page list kernel QPs hand to the adapter.
 
 use kernel::{
-    fmt,
     page::PAGE_SHIFT,
     prelude::*,
     rdma::{

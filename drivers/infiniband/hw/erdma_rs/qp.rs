@@ -5,7 +5,6 @@
 //! [`crate::kverbs`].
 
 use kernel::{
-    fmt,
     new_mutex,
     prelude::*,
     rbtree::RBTreeNode,
@@ -75,6 +74,11 @@ use crate::{
         IbData,
         UCtx, //
     },
+    ids::{
+        IdKind,
+        ObjIds,
+        TakenId, //
+    },
     kverbs::{
         FastReg,
         KernelCq,
@@ -85,11 +89,6 @@ use crate::{
         CreateReq,
         DbRecord,
         Mtt, //
-    },
-    ids::{
-        IdKind,
-        ObjIds,
-        TakenId, //
     },
     pd::Pd,
 };
@@ -199,7 +198,7 @@ impl Qp {
             QpType::Gsi if data.roce() && !udata.is_user() => {}
             _ => return Err(EOPNOTSUPP),
         }
-        if attr.has_srq() || attr.create_flags() != 0 {
+        if attr.has_srq() || !attr.create_flags().is_empty() {
             return Err(EOPNOTSUPP);
         }
         let cap = attr.cap();
