@@ -100,11 +100,11 @@ say "kernel $(ls "$OUT/kernel/modules") from $KOUT, copied to $OUT/kernel"
 VM=$OUT/vm
 CONSOLE=$VM/guest0.console.log
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-say "booting one guest (2 vCPUs, 3 GiB, two RoCEv2 adapters) for $ROUNDS rounds of erdma_rs, erdma and rxe;" \
+say "booting one guest (4 vCPUs, 3 GiB, two RoCEv2 adapters) for $ROUNDS rounds of erdma_rs, erdma and rxe;" \
 	"progress every 30 s, console: $CONSOLE"
 "$TOP/scripts/vmrun.py" --quiet --out "$VM" --timeout "$TIMEOUT" --emu "$EMU" \
 	--kernel "$OUT/kernel/bzImage" --modules "$OUT/kernel/modules" \
-	--smp 2 --memory 3G --dev proto=roce --dev proto=roce \
+	--smp 4 --memory 3G --dev proto=roce --dev proto=roce \
 	--copy "$SELFTESTS" \
 	--run "BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS sh erdma_rs/bench.sh" \
 	>"$OUT/vm.log" 2>&1 &
@@ -138,7 +138,7 @@ cp "$RAW" "$OUT/bench.raw"
 report_rc=0
 python3 "$TOP/scripts/bench_report.py" "$OUT/bench.raw" --out "$OUT/results.txt" \
 	--note "Run: $(date -u '+%Y-%m-%d %H:%M UTC'), tree $rev, $(uname -m) host with $(nproc) cores," \
-	--note "  guest under QEMU TCG, 2 vCPUs; host load average $load_start at the start, $load_end at the end." \
+	--note "  guest under QEMU TCG, 4 vCPUs (4 CEQs per adapter); host load average $load_start at the start, $load_end at the end." \
 	--note "Control loops ${CTL_SECONDS}s each (pyverbs, bench_ctl.py); perftest: latency $LAT_ITERS iterations" \
 	--note "  (rxe: $RXE_LAT_ITERS; median = perftest's t_typical, p99 = its 99% percentile), bandwidth ${BW_SECONDS}s per run (-D)." ||
 	report_rc=$?

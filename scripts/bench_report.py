@@ -42,6 +42,7 @@ ROWS = [
     ("mr2m", "MR reg+dereg 2 MiB", False),
     ("mr1g", "MR reg+dereg 1 GiB", False),
     ("ctx", "ucontext open+close", False),
+    ("kcq", "kernel CQ completions, 4 QPs/CEQs", False),
     ("write_lat_p50", "ib_write_lat 8 B median", True),
     ("write_lat_p99", "ib_write_lat 8 B p99", True),
     ("send_lat_p50", "ib_send_lat 8 B median", True),

@@ -12,11 +12,19 @@
  * "erdma_kverbs_test: ok N - ..." or "not ok N - ...", then a summary line;
  * the module stays loaded (and idle) until removed. This is a test module:
  * nothing but the selftests loads it.
+ *
+ * With bench_seconds=N it measures instead (make bench): bench_qps RC QP
+ * pairs between the first two RoCEv2 devices of any driver, each requester
+ * QP with a CQ of its own on completion vector i (modulo the device's
+ * vectors), polled by the RDMA core from the CQ's interrupt (IB_POLL_SOFTIRQ);
+ * every completion re-posts its 64-byte RDMA Write, for N seconds. It prints
+ * "bench: cq_completions R per_s" with R the completions per second.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/delay.h>
+#include <linux/ktime.h>
 #include <linux/module.h>
 #include <linux/slab.h>
 #include <net/ipv6.h>
@@ -25,6 +33,17 @@
 
 #define BUF_SIZE 8192
 #define POLL_MS 5000
+
+static unsigned int bench_seconds;
+module_param(bench_seconds, uint, 0444);
+MODULE_PARM_DESC(bench_seconds, "measure kernel CQ completions for this long instead of testing");
+static unsigned int bench_qps = 4;
+module_param(bench_qps, uint, 0444);
+MODULE_PARM_DESC(bench_qps, "QP pairs of the measurement, each with its own CQ and vector");
+
+#define BENCH_MAX_QPS 32
+#define BENCH_WINDOW 8
+#define BENCH_BYTES 64
 
 static struct ib_device *devs[2];
 static int ndevs;
@@ -56,6 +75,7 @@ struct side {
 	int gid_index;
 	union ib_gid gid;
 	atomic_t fatal;
+	bool polled_by_core;
 };
 
 static struct side sides[2];
@@ -90,7 +110,11 @@ static int find_gid(struct side *s)
 	return -ENOENT;
 }
 
-static int side_init(struct side *s, struct ib_device *dev)
+/*
+ * A side's CQ: polled by the test itself, or (vector >= 0, the benchmark)
+ * polled by the core from that completion vector's interrupt.
+ */
+static int side_init(struct side *s, struct ib_device *dev, int vector)
 {
 	struct ib_cq_init_attr cq_attr = { .cqe = 64 };
 
@@ -103,7 +127,12 @@ static int side_init(struct side *s, struct ib_device *dev)
 	s->pd2 = ib_alloc_pd(dev, IB_PD_UNSAFE_GLOBAL_RKEY);
 	if (IS_ERR(s->pd2))
 		return PTR_ERR(s->pd2);
-	s->cq = ib_create_cq(dev, NULL, NULL, NULL, &cq_attr);
+	if (vector >= 0) {
+		s->polled_by_core = true;
+		s->cq = ib_alloc_cq(dev, s, 64, vector % dev->num_comp_vectors, IB_POLL_SOFTIRQ);
+	} else {
+		s->cq = ib_create_cq(dev, NULL, NULL, NULL, &cq_attr);
+	}
 	if (IS_ERR(s->cq))
 		return PTR_ERR(s->cq);
 	s->buf = kzalloc(BUF_SIZE, GFP_KERNEL);
@@ -120,12 +149,135 @@ static void side_fini(struct side *s)
 	if (s->buf && s->dma)
 		ib_dma_unmap_single(s->dev, s->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
 	kfree(s->buf);
-	if (s->cq && !IS_ERR(s->cq))
-		ib_destroy_cq(s->cq);
+	if (s->cq && !IS_ERR(s->cq)) {
+		if (s->polled_by_core)
+			ib_free_cq(s->cq);
+		else
+			ib_destroy_cq(s->cq);
+	}
 	if (s->pd2 && !IS_ERR(s->pd2))
 		ib_dealloc_pd(s->pd2);
 	if (s->pd && !IS_ERR(s->pd))
 		ib_dealloc_pd(s->pd);
+}
+
+static int qp_create(struct side *s);
+static int qp_connect(struct side *s, struct side *peer);
+
+/* The benchmark: one requester per QP pair, re-posting from its completions. */
+struct bench_qp {
+	struct side side[2];
+	struct ib_cqe cqe;
+	struct ib_sge sge;
+	struct ib_rdma_wr wr;
+	atomic_t inflight;
+};
+
+static struct bench_qp *bqs;
+static atomic64_t bench_done, bench_errors;
+static bool bench_stop;
+
+static void bench_post(struct bench_qp *bq)
+{
+	atomic_inc(&bq->inflight);
+	if (ib_post_send(bq->side[0].qp, &bq->wr.wr, NULL)) {
+		atomic_dec(&bq->inflight);
+		atomic64_inc(&bench_errors);
+	}
+}
+
+static void bench_complete(struct ib_cq *cq, struct ib_wc *wc)
+{
+	struct bench_qp *bq = container_of(wc->wr_cqe, struct bench_qp, cqe);
+
+	atomic_dec(&bq->inflight);
+	if (wc->status != IB_WC_SUCCESS) {
+		atomic64_inc(&bench_errors);
+		return;
+	}
+	atomic64_inc(&bench_done);
+	if (!READ_ONCE(bench_stop))
+		bench_post(bq);
+}
+
+static int bench_setup(struct bench_qp *bq, int i)
+{
+	struct side *a = &bq->side[0], *b = &bq->side[1];
+	int ret;
+
+	ret = side_init(a, devs[0], i) ?: side_init(b, devs[1], i);
+	if (ret)
+		return ret;
+	ret = qp_create(a) ?: qp_create(b);
+	if (ret)
+		return ret;
+	ret = qp_connect(a, b) ?: qp_connect(b, a);
+	if (ret)
+		return ret;
+	bq->cqe.done = bench_complete;
+	bq->sge = (struct ib_sge){ .addr = a->dma, .length = BENCH_BYTES,
+				   .lkey = a->pd->local_dma_lkey };
+	bq->wr = (struct ib_rdma_wr){
+		.wr = { .wr_cqe = &bq->cqe, .sg_list = &bq->sge, .num_sge = 1,
+			.opcode = IB_WR_RDMA_WRITE, .send_flags = IB_SEND_SIGNALED },
+		.remote_addr = b->dma,
+		.rkey = b->pd->unsafe_global_rkey,
+	};
+	return 0;
+}
+
+static bool bench_drained(unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		if (atomic_read(&bqs[i].inflight))
+			return false;
+	return true;
+}
+
+static void bench(void)
+{
+	unsigned int n = clamp(bench_qps, 1U, (unsigned int)BENCH_MAX_QPS), i, k;
+	u64 done, ms;
+	ktime_t t0;
+	int ret = 0, waited;
+
+	bqs = kcalloc(n, sizeof(*bqs), GFP_KERNEL);
+	if (!bqs) {
+		pr_info("bench: FAILED: no memory\n");
+		return;
+	}
+	for (i = 0; i < n && !ret; i++)
+		ret = bench_setup(&bqs[i], i);
+	if (ret) {
+		pr_info("bench: FAILED: setting up QP pair %u: %d\n", i - 1, ret);
+		goto out;
+	}
+	t0 = ktime_get();
+	for (i = 0; i < n; i++)
+		for (k = 0; k < BENCH_WINDOW; k++)
+			bench_post(&bqs[i]);
+	msleep(bench_seconds * 1000);
+	WRITE_ONCE(bench_stop, true);
+	done = atomic64_read(&bench_done);
+	ms = ktime_ms_delta(ktime_get(), t0);
+	for (waited = 0; waited < POLL_MS && !bench_drained(n); waited++)
+		msleep(1);
+	if (!bench_drained(n) || atomic64_read(&bench_errors)) {
+		pr_info("bench: FAILED: %lld errors, %s\n", atomic64_read(&bench_errors),
+			bench_drained(n) ? "all completed" : "completions missing after 5 s");
+		goto out;
+	}
+	pr_info("bench: %u QPs on %s, %u completion vectors: %llu completions in %llu ms\n",
+		n, dev_name(&devs[0]->dev), devs[0]->num_comp_vectors, done, ms);
+	pr_info("bench: cq_completions %llu per_s\n", ms ? div64_u64(done * 1000, ms) : 0);
+out:
+	for (i = 0; i < n; i++) {
+		side_fini(&bqs[i].side[0]);
+		side_fini(&bqs[i].side[1]);
+	}
+	kfree(bqs);
 }
 
 static int qp_create(struct side *s)
@@ -636,7 +788,8 @@ static void run(void)
 
 static int add_one(struct ib_device *dev)
 {
-	if (dev->ops.driver_id == RDMA_DRIVER_ERDMA && ndevs < 2 &&
+	/* The benchmark compares drivers, rdma_rxe among them. */
+	if ((bench_seconds || dev->ops.driver_id == RDMA_DRIVER_ERDMA) && ndevs < 2 &&
 	    rdma_protocol_roce(dev, 1))
 		devs[ndevs++] = dev;
 	return 0;
@@ -664,8 +817,12 @@ static int __init kverbs_test_init(void)
 		pr_info("summary: 1 checks, 1 failed\n");
 		return 0;
 	}
+	if (bench_seconds) {
+		bench();
+		return 0;
+	}
 	for (i = 0; i < 2; i++) {
-		ret = side_init(&sides[i], devs[i]);
+		ret = side_init(&sides[i], devs[i], -1);
 		if (ret)
 			break;
 	}

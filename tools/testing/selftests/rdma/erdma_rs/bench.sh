@@ -9,6 +9,9 @@
 #   control path (bench_ctl.py, pyverbs): QP create + INIT/RTR/RTS + destroy,
 #     CQ create + destroy, MR register + deregister of 4 KiB, 2 MiB and 1 GiB,
 #     user context open + close;
+#   kernel completions (erdma_kverbs_test's bench mode): completions per
+#     second of BENCH_KCQ_QPS kernel RC QPs, each with its CQ on a completion
+#     vector of its own, polled by the RDMA core from the CQ interrupts;
 #   data path (perftest, server on adapter A, client on adapter B):
 #     ib_write_lat and ib_send_lat at 8 bytes (median and 99th percentile),
 #     ib_write_bw and ib_read_bw at 64 KiB with one and four QPs.
@@ -39,6 +42,8 @@ LAT_ITERS=${BENCH_LAT_ITERS:-10000}
 # on a busy host: fewer iterations keep it inside run_pair's 120 s.
 RXE_LAT_ITERS=${BENCH_RXE_LAT_ITERS:-1000}
 BW_SECONDS=${BENCH_BW_SECONDS:-2}
+KCQ_SECONDS=${BENCH_KCQ_SECONDS:-2}
+KCQ_QPS=${BENCH_KCQ_QPS:-4}
 NET=70
 HERE=$(cd "$(dirname "$0")" && pwd)
 RESULTS=${ERDMA_RESULTS:-/tmp/erdma-results}
@@ -122,6 +127,21 @@ control() {
 	say "$1 round $2: $(awk 'NF == 3 && $2 ~ /^[0-9.e+]+$/ { printf "%s %s %s; ", $1, $2, $3 }' "$log")"
 }
 
+# kcq DRIVER ROUND: kernel CQ completions per second (the module prints
+# "bench: cq_completions N per_s"; only this run's lines of the log count).
+kcq() {
+	log=$tmp/$1-r$2-kcq.log
+	before=$(dmesg | wc -l)
+	timeout 120 modprobe erdma_kverbs_test bench_seconds="$KCQ_SECONDS" bench_qps="$KCQ_QPS"
+	rc=$?
+	dmesg | tail -n +$((before + 1)) | grep 'erdma_kverbs_test: bench:' >"$log"
+	wait_for 20 rmmod erdma_kverbs_test 2>/dev/null
+	v=$(sed -n 's/.*bench: cq_completions \([0-9]*\) per_s.*/\1/p' "$log" | tail -n 1)
+	record "$1 $2 kcq ${v:-nan} ops/s"
+	[ -n "$v" ] || say "$1 round $2: the kernel CQ measurement failed (modprobe exit $rc); read $log"
+	say "$1 round $2: kernel CQ completions ${v:-nan}/s ($(head -n 1 "$log" | sed 's/.*bench: //'))"
+}
+
 # perf DRIVER ROUND NAME TOOL ARGS...: one perftest run, server on A and client
 # on B; its output is in $tmp/DRIVER-rROUND-NAME.cli (and .srv).
 perf() {
@@ -187,7 +207,8 @@ data() {
 nics_up $NET
 rmmod rdma_rxe 2>/dev/null
 say "$ROUNDS rounds of: $DRIVERS; ports $ND_A and $ND_B; control loops ${CTL_SECONDS}s each," \
-	"latency $LAT_ITERS iterations (rxe $RXE_LAT_ITERS), bandwidth ${BW_SECONDS}s per run"
+	"latency $LAT_ITERS iterations (rxe $RXE_LAT_ITERS), bandwidth ${BW_SECONDS}s per run," \
+	"kernel CQs $KCQ_QPS QPs for ${KCQ_SECONDS}s"
 round=1
 while [ $round -le "$ROUNDS" ]; do
 	# Rounds 1-4: ours C rxe, C ours rxe, rxe ours C, rxe C ours; and again.
@@ -205,10 +226,11 @@ while [ $round -le "$ROUNDS" ]; do
 		if load "$drv"; then
 			say "$drv: $IB_A ($ND_A, GID $GID_A) and $IB_B ($ND_B, GID $GID_B)"
 			control "$drv" "$round"
+			kcq "$drv" "$round"
 			data "$drv" "$round"
 		else
 			say "round $round: $drv did not load; read the console log"
-			for m in qp cq mr4k mr2m mr1g ctx write_lat_p50 write_lat_p99 send_lat_p50 send_lat_p99 \
+			for m in qp cq mr4k mr2m mr1g ctx kcq write_lat_p50 write_lat_p99 send_lat_p50 send_lat_p99 \
 				write_bw_q1 write_bw_q4 read_bw_q1 read_bw_q4; do
 				record "$drv $round $m nan -"
 			done
