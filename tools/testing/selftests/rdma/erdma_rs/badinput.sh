@@ -8,7 +8,10 @@
 # objects afterwards than before (nothing leaked). MRs of 4 KiB pages are
 # described to the adapter in MTT levels 0 to 3 (as the model sees them; the
 # 1 GiB one needs a guest with 2 GiB). With erdma_rs the checks the upstream
-# driver does not make run too (--strict).
+# driver does not make run too (--strict), and the adapter refuses a
+# DESTROY_QP, a DEREG_MR and a DESTROY_CQ: each is reported once and counted,
+# the user's call succeeds, and the memory is kept (rmmod frees it after the
+# reset; KASAN and kmemleak watch).
 
 . "$(dirname "$0")/lib.sh"
 
@@ -50,6 +53,40 @@ mr_layouts() {
 	done
 }
 
+# run_tap ARGS...: uverbs_bad.py ARGS, its TAP points renumbered into this
+# test's plan and named after the device.
+run_tap() {
+	python3 "$(dirname "$0")/uverbs_bad.py" "$@" | sed "s/^\(\(not \)\{0,1\}ok\) [0-9]* - /\1 - $1: /" >/tmp/badinput.out
+	while read -r line; do
+		case "$line" in
+		"ok - "*) tap_ok "${line#ok - }" ;;
+		"not ok - "*) tap_not_ok "${line#not ok - }" ;;
+		*) tap_diag "$line" ;;
+		esac
+	done </tmp/badinput.out
+}
+
+# teardown_failures BDF IBDEV: the adapter refuses DESTROY_QP, DEREG_MR and
+# DESTROY_CQ once each.
+teardown_failures() {
+	_before=$(dmesg | wc -l)
+	_objects=$(model_cmd "$1" "query objects")
+	_counter=/sys/class/infiniband/$2/ports/1/hw_counters/adapter_errors_cnt
+	_errors=$(cat "$_counter")
+	for _op in DESTROY_QP DEREG_MR DESTROY_CQ; do
+		model_cmd "$1" "fail RDMA.$_op status=2 count=1" >/dev/null
+	done
+	run_tap "$2" --teardown
+	_new=$(dmesg | tail -n +$((_before + 1)) | grep -c "erdma_rs.*\(DESTROY_QP\|DEREG_MR\|DESTROY_CQ\) .* failed")
+	tap_check "$2: each refused teardown command is reported once ($_new lines)" [ "$_new" -eq 3 ]
+	tap_check "$2: and counted in adapter_errors_cnt" \
+		[ "$(cat "$_counter")" -eq $((_errors + 3)) ]
+	# objects=QPS/CQS/MRS: one more of each.
+	_want=$(echo "${_objects#objects=}" | awk -F/ '{ printf "objects=%d/%d/%d", $1 + 1, $2 + 1, $3 + 1 }')
+	tap_check "$2: the adapter still holds the QP, the CQ and the MR" same_objects "$1" "$_want"
+	model_cmd "$1" clear >/dev/null
+}
+
 tap_header
 nics_up $NET
 tap_check "modprobe $DRV" modprobe "$DRV"
@@ -64,15 +101,7 @@ for bdf in $functions; do
 	[ -n "$ib" ] || continue
 	before=$(dmesg | wc -l)
 	objects=$(has_test_page "$bdf" && model_cmd "$bdf" "query objects")
-	python3 "$(dirname "$0")/uverbs_bad.py" "$ib" $strict | sed "s/^\(\(not \)\{0,1\}ok\) [0-9]* - /\1 - $ib: /" >/tmp/badinput.out
-	# Renumber the script's points into this test's plan.
-	while read -r line; do
-		case "$line" in
-		"ok - "*) tap_ok "${line#ok - }" ;;
-		"not ok - "*) tap_not_ok "${line#not ok - }" ;;
-		*) tap_diag "$line" ;;
-		esac
-	done </tmp/badinput.out
+	run_tap "$ib" $strict
 	new=$(dmesg | tail -n +$((before + 1)) | grep -iE "$DRV|erdma" | head -n 5)
 	[ -z "$new" ] || tap_diag "new kernel log lines: $new"
 	tap_check "$ib: bad requests leave no line in the kernel log" [ -z "$new" ]
@@ -80,6 +109,7 @@ for bdf in $functions; do
 		tap_check "$ib: the model holds no CQ, QP or MR more than before" \
 			same_objects "$bdf" "$objects"
 		mr_layouts "$bdf" "$ib"
+		[ "$DRV" != erdma_rs ] || teardown_failures "$bdf" "$ib"
 	fi
 	break
 done

@@ -143,14 +143,16 @@ kcq() {
 }
 
 # perf DRIVER ROUND NAME TOOL ARGS...: one perftest run, server on A and client
-# on B; its output is in $tmp/DRIVER-rROUND-NAME.cli (and .srv).
+# on B; its output is in $tmp/DRIVER-rROUND-NAME.cli (and .srv). Each side is
+# pinned to a vCPU of its own: perftest times with the TSC, and under TCG the
+# vCPUs' TSCs do not agree, so a process that migrated reported "inf".
 perf() {
 	_drv=$1 _round=$2 _name=$3 _tool=$4
 	shift 4
 	next_port
 	run_pair "$_drv-r$_round-$_name" "$PORT" '#bytes' \
-		"$_tool" -d "$IB_A" -x "$GID_A" -p "$PORT" -F "$@" -- \
-		"$_tool" -d "$IB_B" -x "$GID_B" -p "$PORT" -F "$@" "$IP_A"
+		taskset -c 1 "$_tool" -d "$IB_A" -x "$GID_A" -p "$PORT" -F "$@" -- \
+		taskset -c 2 "$_tool" -d "$IB_B" -x "$GID_B" -p "$PORT" -F "$@" "$IP_A"
 }
 
 # field NAME FILE: from perftest's result table in FILE, the value of the

@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 # run_tests.sh TEST...: runs each test script, saving its TAP output as
-# $ERDMA_RESULTS/<test>.tap. Exits 1 if any test failed, else 0 (skips pass).
+# $ERDMA_RESULTS/$ERDMA_TAP_PREFIX<test>.tap. Exits 1 if any test failed, else
+# 0 (skips pass). A prefix lets one boot run the tests with both drivers in turn.
 cd "$(dirname "$0")"
 results=${ERDMA_RESULTS:-/tmp/erdma-results}
 # A library that stops loading half-way (a stray top-level return) turns
@@ -11,7 +12,7 @@ results=${ERDMA_RESULTS:-/tmp/erdma-results}
 mkdir -p "$results"
 rc=0
 for t in "$@"; do
-	name=$(basename "$t" .sh)
+	name=${ERDMA_TAP_PREFIX:-}$(basename "$t" .sh)
 	echo "# selftests: erdma_rs: $name"
 	{ sh "./$t"; echo $? >"$results/$name.rc"; } | tee "$results/$name.tap"
 	r=$(cat "$results/$name.rc")
@@ -26,7 +27,7 @@ done
 # here, once, as a test of their own.
 loaded=$(awk '$1 == "erdma" || $1 == "erdma_rs" { print $1 }' /proc/modules)
 if [ -n "$loaded" ]; then
-	echo "# selftests: erdma_rs: unload"
+	echo "# selftests: erdma_rs: ${ERDMA_TAP_PREFIX:-}unload"
 	{
 		tap_header
 		for m in $loaded; do
@@ -36,7 +37,7 @@ if [ -n "$loaded" ]; then
 		[ -z "$_trouble" ] || tap_diag "$_trouble"
 		tap_check "no kernel report in the kernel log" [ -z "$_trouble" ]
 		tap_finish
-	} | tee "$results/unload.tap"
-	grep -q '^not ok' "$results/unload.tap" && rc=1
+	} | tee "$results/${ERDMA_TAP_PREFIX:-}unload.tap"
+	grep -q '^not ok' "$results/${ERDMA_TAP_PREFIX:-}unload.tap" && rc=1
 fi
 exit $rc

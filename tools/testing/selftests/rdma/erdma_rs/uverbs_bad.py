@@ -4,6 +4,7 @@
 
 Usage: uverbs_bad.py IBDEV [--strict]
        uverbs_bad.py IBDEV --mr-layouts SIZE...
+       uverbs_bad.py IBDEV --teardown
 
 Opens the device's uverbs character device, gets a context and a PD, and sends
 CREATE_CQ, CREATE_QP and REG_MR commands whose erdma driver data (erdma-abi.h)
@@ -121,6 +122,37 @@ def mr_layouts(uv, pd, sizes):
     sys.stdin.readline()
 
 
+def teardown(uv, pd):
+    """Creates a CQ, an RC QP on it and an MR, then destroys the QP, the MR and the CQ;
+    each destruction must succeed for the caller whatever the adapter answers (the test
+    makes it refuse them: the driver keeps the memory and reports it)."""
+    qmem, qbuf = buffer(1 << 20)
+    dmem, db = buffer(PAGE)
+    err, r = uv.cmd(CMD_CREATE_CQ, cq_body(64), cq_udata(db, qbuf, 4096), resp_len=8, drv_out=8)
+    check("CREATE_CQ", err, 0)
+    if err:
+        return
+    cq = struct.unpack_from("<I", r)[0]
+    err, r = uv.cmd(CMD_CREATE_QP, qp_body(pd, cq), cq_udata(db + 16, qbuf + (64 << 10), 1 << 16),
+                    resp_len=32, drv_out=16)
+    check("CREATE_QP", err, 0)
+    qp = struct.unpack_from("<I", r)[0] if err == 0 else None
+    err, r = uv.cmd(CMD_REG_MR, struct.pack("<QQQQII", 0, qbuf + (512 << 10), 256 << 10,
+                                            qbuf + (512 << 10), pd, ACCESS_LOCAL_WRITE),
+                    resp_len=12)
+    check("REG_MR of 64 pages", err, 0)
+    mr = struct.unpack_from("<I", r)[0] if err == 0 else None
+    if qp is not None:
+        err, _ = uv.cmd(CMD_DESTROY_QP, struct.pack("<QII", 0, qp, 0), resp_len=4)
+        check("DESTROY_QP", err, 0)
+    if mr is not None:
+        err, _ = uv.cmd(CMD_DEREG_MR, struct.pack("<I", mr))
+        check("DEREG_MR", err, 0)
+    err, _ = uv.cmd(CMD_DESTROY_CQ, struct.pack("<QII", 0, cq, 0), resp_len=8)
+    check("DESTROY_CQ", err, 0)
+    del qmem, dmem
+
+
 def main():
     ibdev = sys.argv[1]
     strict = "--strict" in sys.argv
@@ -137,6 +169,10 @@ def main():
     if "--mr-layouts" in sys.argv:
         mr_layouts(uv, pd, [int(a) for a in sys.argv[2:] if a.isdigit()])
         return 0
+    if "--teardown" in sys.argv:
+        teardown(uv, pd)
+        os.close(uv.fd)
+        return 0 if all(results) else 1
 
     qmem, qbuf = buffer(1 << 20)
     dmem, db = buffer(PAGE)
