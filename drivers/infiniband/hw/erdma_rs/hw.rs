@@ -155,11 +155,12 @@ impl<'bound> Hw<'bound> {
     }
 
     /// Keeps `memory`, which belonged to an object whose DESTROY (or DEREG_MR) failed, after
-    /// reporting `what`: the adapter may still read and write it, so it is freed only with
+    /// logging `what` (the failed command itself was reported and counted by the command
+    /// queue): the adapter may still read and write it, so it is freed only with
     /// the last reference to `Hw`, after the function reset at unbind. The object's number
     /// stays taken for the same reason. Should even that bookkeeping fail, the memory leaks.
     pub(crate) fn strand<M: Send + 'bound>(&self, what: fmt::Arguments<'_>, memory: M) {
-        self.reports.report(self.dev(), what);
+        self.reports.note(self.dev(), what);
         let mut stranded = self.stranded.lock();
         if stranded.reserve(1, GFP_KERNEL).is_err() {
             core::mem::forget(memory);

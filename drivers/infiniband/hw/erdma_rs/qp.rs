@@ -393,7 +393,7 @@ impl QpHw {
                 ..ModifyQpRoce::new_zeroed()
             };
             if let Err(e) = data.hw.exec(&cmd, Wait::Sleep) {
-                data.hw.reports.report(
+                data.hw.reports.note(
                     data.dev(),
                     fmt!(
                         "MODIFY_QP {qpn} to ERROR before its destruction failed ({})\n",

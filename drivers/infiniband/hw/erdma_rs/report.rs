@@ -34,6 +34,11 @@ impl DeviceReports {
     /// Counts a report and logs `what` unless the adapter reported too much lately.
     pub(crate) fn report(&self, dev: &device::Device, what: fmt::Arguments<'_>) {
         self.count.fetch_add(1, Ordering::Relaxed);
+        self.note(dev, what);
+    }
+
+    /// Logs `what`, a consequence of a report already counted, under the same rate limit.
+    pub(crate) fn note(&self, dev: &device::Device, what: fmt::Arguments<'_>) {
         if let Some(missed) = self.limit.check() {
             if missed > 0 {
                 dev_warn!(dev, "{missed} reports of adapter errors suppressed\n");
