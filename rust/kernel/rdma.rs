@@ -20,6 +20,29 @@
 //! allocations itself without running Rust destructors: the abstractions drop the driver's part
 //! in the destroy callbacks and on failed creation.
 
+/// The methods of a flag set (declared with `impl_flags!`) that keeps the bits it does not
+/// name, as the core passes them: `from_raw`, `unnamed` and `is_empty`.
+macro_rules! open_flags {
+    ($flags:ident, $ty:ty) => {
+        impl $flags {
+            /// The flags of the C value `raw`, unnamed ones included.
+            pub(crate) const fn from_raw(raw: $ty) -> Self {
+                Self(raw)
+            }
+
+            /// The bits that are none of the named flags.
+            pub const fn unnamed(self) -> $ty {
+                self.0 & !Self::all_bits()
+            }
+
+            /// Whether no flag at all is set, named or not.
+            pub const fn is_empty(self) -> bool {
+                self.0 == 0
+            }
+        }
+    };
+}
+
 mod adapter;
 pub mod attr;
 pub mod cq;

@@ -50,22 +50,7 @@ crate::impl_flags!(
     }
 );
 
-impl CqCreateFlags {
-    /// The flags of the C value `raw`, unnamed ones included.
-    pub(crate) const fn from_raw(raw: u32) -> Self {
-        Self(raw)
-    }
-
-    /// The bits that are none of the named flags.
-    pub const fn unnamed(self) -> u32 {
-        self.0 & !Self::all_bits()
-    }
-
-    /// Whether no flag at all is set, named or not.
-    pub const fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-}
+open_flags!(CqCreateFlags, u32);
 
 /// What a driver has while creating a completion queue.
 pub struct CqSetup<'a, T: Driver> {

@@ -31,17 +31,7 @@ crate::impl_flags!(
     }
 );
 
-impl AccessFlags {
-    /// The rights of the C value `raw`, unnamed bits included.
-    pub(crate) const fn from_raw(raw: u32) -> Self {
-        Self(raw)
-    }
-
-    /// The bits that are none of the named rights.
-    pub const fn unnamed(self) -> u32 {
-        self.0 & !Self::all_bits()
-    }
-}
+open_flags!(AccessFlags, u32);
 
 /// A memory region of a device of `T`.
 ///
