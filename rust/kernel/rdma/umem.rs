@@ -14,9 +14,14 @@ use core::ptr::NonNull;
 
 /// User memory pinned and mapped for DMA by the device. Dropping it unmaps and unpins it.
 ///
+/// A umem may outlive the registration of its device (a driver keeps the memory of an object
+/// whose teardown the device refused until it has reset the device), so it holds a reference
+/// on the device: releasing it reads the device's DMA description.
+///
 /// # Invariants
 ///
-/// `ptr` is a umem returned by `ib_umem_get_va` and not released yet.
+/// `ptr` is a umem returned by `ib_umem_get_va` and not released yet; its `ibdev` is kept
+/// allocated by a reference on the embedded `struct device` that this owns.
 pub struct Umem {
     ptr: NonNull<bindings::ib_umem>,
 }
@@ -44,10 +49,14 @@ impl Umem {
         // process.
         let ptr =
             from_err_ptr(unsafe { bindings::ib_umem_get_va(dev.as_raw(), addr, len, access) })?;
-        // INVARIANT: `from_err_ptr` let through only a valid umem.
-        Ok(Self {
-            ptr: NonNull::new(ptr).ok_or(ENOMEM)?,
-        })
+        let Some(ptr) = NonNull::new(ptr) else {
+            return Err(ENOMEM);
+        };
+        // SAFETY: The device is live, so its embedded `struct device` is; the reference is
+        // dropped after the umem's release.
+        unsafe { bindings::get_device(&raw mut (*dev.as_raw()).__bindgen_anon_1.dev) };
+        // INVARIANT: `from_err_ptr` let through only a valid umem of `dev`, now referenced.
+        Ok(Self { ptr })
     }
 
     /// The length of the pinned range in bytes.
@@ -99,8 +108,13 @@ impl Umem {
 
 impl Drop for Umem {
     fn drop(&mut self) {
-        // SAFETY: The umem is valid and this is its last use.
+        // SAFETY: The umem is valid (type invariant).
+        let ibdev = unsafe { (*self.ptr.as_ptr()).ibdev };
+        // SAFETY: The umem is valid and this is its last use; its device is still allocated
+        // (type invariant).
         unsafe { bindings::ib_umem_release(self.ptr.as_ptr()) };
+        // SAFETY: The reference taken by `get`; nothing uses the device after this.
+        unsafe { bindings::put_device(&raw mut (*ibdev).__bindgen_anon_1.dev) };
     }
 }
 
