@@ -2,7 +2,6 @@
 
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_umem.h>
-#include <rdma/iter.h>
 #include <rdma/uverbs_ioctl.h>
 
 #if IS_BUILTIN(CONFIG_INFINIBAND)
@@ -42,26 +41,6 @@ __rust_helper size_t rust_helper_ib_umem_num_dma_blocks(struct ib_umem *umem,
 							unsigned long pgsz)
 {
 	return ib_umem_num_dma_blocks(umem, pgsz);
-}
-
-__rust_helper void
-rust_helper___rdma_umem_block_iter_start(struct ib_block_iter *biter,
-					 struct ib_umem *umem,
-					 unsigned long pgsz)
-{
-	__rdma_umem_block_iter_start(biter, umem, pgsz);
-}
-
-__rust_helper bool
-rust_helper___rdma_umem_block_iter_next(struct ib_block_iter *biter)
-{
-	return __rdma_umem_block_iter_next(biter);
-}
-
-__rust_helper dma_addr_t
-rust_helper_rdma_block_iter_dma_address(struct ib_block_iter *biter)
-{
-	return rdma_block_iter_dma_address(biter);
 }
 
 #endif

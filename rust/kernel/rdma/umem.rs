@@ -9,7 +9,17 @@ use super::{
     Device,
     Driver, //
 };
-use crate::{bindings, error::from_err_ptr, prelude::*};
+use crate::{
+    bindings,
+    error::from_err_ptr,
+    page::PAGE_SIZE,
+    prelude::*,
+    scatterlist::{
+        SGEntry,
+        SGTable,
+        SGTableIter, //
+    }, //
+};
 use core::ptr::NonNull;
 
 /// User memory pinned and mapped for DMA by the device. Dropping it unmaps and unpins it.
@@ -90,19 +100,85 @@ impl Umem {
         unsafe { bindings::ib_umem_num_dma_blocks(self.ptr.as_ptr(), pgsz as crate::ffi::c_ulong) }
     }
 
-    /// The DMA addresses of the `pgsz` blocks of the range, in order; the first is aligned
-    /// down to `pgsz`. `pgsz` must be one [`Umem::find_best_pgsz`] accepted.
+    /// The DMA addresses of the `pgsz` blocks of the range, in order (the blocks of
+    /// `rdma_umem_for_each_dma_block`); the first is aligned down to `pgsz`. `pgsz` must be one
+    /// [`Umem::find_best_pgsz`] accepted, or at most `PAGE_SIZE`: then every boundary between
+    /// two DMA segments falls on a block boundary.
     pub fn dma_blocks(&self, pgsz: u64) -> DmaBlocks<'_> {
-        let mut iter: bindings::ib_block_iter = pin_init::zeroed();
-        // SAFETY: The umem is valid; the iterator is plain data that the call initialises.
-        unsafe {
-            bindings::__rdma_umem_block_iter_start(
-                &mut iter,
-                self.ptr.as_ptr(),
-                pgsz as crate::ffi::c_ulong,
-            )
-        };
-        DmaBlocks { iter, _umem: self }
+        let raw = self.ptr.as_ptr();
+        // SAFETY: The umem is valid (type invariant); its table is not changed after
+        // `ib_umem_get_va` and lives as long as the umem, which the iterator borrows.
+        let table = unsafe { SGTable::from_raw(&raw mut (*raw).sgt_append.sgt) };
+        // SAFETY: The umem is valid.
+        let offset = unsafe { (*raw).address } as u64 % PAGE_SIZE as u64;
+        let segments: Segments<'_> = table
+            .iter()
+            .map(|entry| (entry.dma_address(), entry.dma_len()));
+        Blocks::new(segments, offset, pgsz, self.num_dma_blocks(pgsz))
+    }
+}
+
+/// The DMA segments of a umem's table: address and length.
+type Segments<'a> = core::iter::Map<SGTableIter<'a>, fn(&'a SGEntry) -> (u64, u64)>;
+
+/// The DMA addresses of the blocks of a [`Umem`], from [`Umem::dma_blocks`].
+pub type DmaBlocks<'a> = Blocks<Segments<'a>>;
+
+/// The `pgsz`-aligned blocks that cover a list of DMA segments (address, length), in order:
+/// one step per segment and additions per block, so a long segment costs no call per block.
+/// A block that a segment boundary cuts is returned once.
+pub struct Blocks<S> {
+    segments: S,
+    /// Bytes to pass over at the start of the first segment.
+    skip: u64,
+    /// The next block of the current segment, and the segment's end.
+    next: u64,
+    end: u64,
+    /// The block returned last.
+    last: Option<u64>,
+    /// Blocks still to return.
+    left: usize,
+    pgsz: u64,
+}
+
+impl<S: Iterator<Item = (u64, u64)>> Blocks<S> {
+    /// At most `count` blocks of `pgsz` (a power of two) covering `segments`, leaving out the
+    /// whole blocks of the first `offset` bytes of the first segment.
+    pub fn new(segments: S, offset: u64, pgsz: u64, count: usize) -> Self {
+        let pgsz = pgsz.max(1);
+        Self {
+            segments,
+            skip: offset & !(pgsz - 1),
+            next: 0,
+            end: 0,
+            last: None,
+            left: count,
+            pgsz,
+        }
+    }
+}
+
+impl<S: Iterator<Item = (u64, u64)>> Iterator for Blocks<S> {
+    type Item = u64;
+
+    #[inline]
+    fn next(&mut self) -> Option<u64> {
+        if self.left == 0 {
+            return None;
+        }
+        while self.next >= self.end {
+            let (start, len) = self.segments.next()?;
+            self.end = start + len;
+            self.next = (start + core::mem::take(&mut self.skip)) & !(self.pgsz - 1);
+            if Some(self.next) == self.last {
+                self.next += self.pgsz;
+            }
+        }
+        let block = self.next;
+        self.next += self.pgsz;
+        self.last = Some(block);
+        self.left -= 1;
+        Some(block)
     }
 }
 
@@ -118,20 +194,62 @@ impl Drop for Umem {
     }
 }
 
-/// The DMA addresses of the blocks of a [`Umem`], from [`Umem::dma_blocks`].
-pub struct DmaBlocks<'a> {
-    iter: bindings::ib_block_iter,
-    _umem: &'a Umem,
-}
+#[macros::kunit_tests(rust_kernel_rdma_umem)]
+mod tests {
+    use super::*;
 
-impl Iterator for DmaBlocks<'_> {
-    type Item = u64;
+    const K4: u64 = 0x1000;
 
-    fn next(&mut self) -> Option<u64> {
-        // SAFETY: The iterator was started on a umem that the borrow keeps alive.
-        unsafe {
-            bindings::__rdma_umem_block_iter_next(&mut self.iter)
-                .then(|| bindings::rdma_block_iter_dma_address(&mut self.iter))
+    fn blocks(segments: &[(u64, u64)], offset: u64, pgsz: u64, count: usize) -> KVec<u64> {
+        let mut out = KVec::new();
+        for b in Blocks::new(segments.iter().copied(), offset, pgsz, count) {
+            out.push(b, GFP_KERNEL).unwrap();
         }
+        out
+    }
+
+    #[test]
+    fn pages_of_scattered_and_contiguous_segments() {
+        let segments = [(0x10000, 3 * K4), (0x40000, K4), (0x7000, 2 * K4)];
+        assert_eq!(
+            &blocks(&segments, 0, K4, 6)[..],
+            &[0x10000, 0x11000, 0x12000, 0x40000, 0x7000, 0x8000]
+        );
+        // The count stops the walk (the range ends inside the table).
+        assert_eq!(
+            &blocks(&segments, 0, K4, 4)[..],
+            &[0x10000, 0x11000, 0x12000, 0x40000]
+        );
+        // More blocks asked for than the segments hold: the walk ends with them.
+        assert_eq!(blocks(&segments, 0, K4, 100).len(), 6);
+        assert!(blocks(&[], 0, K4, 3).is_empty());
+    }
+
+    #[test]
+    fn large_blocks_start_aligned_down() {
+        // 2 MiB blocks of a range whose segments meet on block boundaries.
+        let m2 = 0x20_0000;
+        let segments = [
+            (0x60_3000, m2 - 0x3000),
+            (0x100_0000, m2),
+            (0x200_0000, 0x5000),
+        ];
+        assert_eq!(
+            &blocks(&segments, 0, m2, 3)[..],
+            &[0x60_0000, 0x100_0000, 0x200_0000]
+        );
+    }
+
+    #[test]
+    fn sub_page_blocks_skip_the_offset_and_a_cut_block_comes_once() {
+        // 1 KiB blocks, the range starting 0x900 bytes into its first page.
+        let segments = [(0x5000, K4), (0x9000, K4)];
+        assert_eq!(
+            &blocks(&segments, 0x900, 0x400, 4)[..],
+            &[0x5800, 0x5c00, 0x9000, 0x9400]
+        );
+        // A block that two contiguous segments share is returned once.
+        let segments = [(0x1000, 0x1800), (0x2800, 0x1800)];
+        assert_eq!(&blocks(&segments, 0, 2 * K4, 2)[..], &[0x0, 0x2000]);
     }
 }

@@ -87,9 +87,12 @@ cycle() {
 		{ tap_diag "$1: $((after - before)) probes logged for $CYCLES binds"; return 1; }
 }
 
-# Every KUnit suite of the module (erdma_rs_*) ran and passed.
+# Every KUnit suite of the module (erdma_rs_*) ran and passed, and so did the
+# kernel crate's suites of kernel::rdma (rust_kernel_rdma*, run at boot).
 kunit_passed() {
-	suites=$(ls -d /sys/kernel/debug/kunit/erdma_rs_* 2>/dev/null)
+	[ -n "$(ls -d /sys/kernel/debug/kunit/rust_kernel_rdma* 2>/dev/null)" ] ||
+		{ tap_diag "no rust_kernel_rdma KUnit suite in debugfs"; return 1; }
+	suites=$(ls -d /sys/kernel/debug/kunit/erdma_rs_* /sys/kernel/debug/kunit/rust_kernel_rdma* 2>/dev/null)
 	[ -n "$suites" ] || { tap_diag "no erdma_rs KUnit suite in debugfs"; return 1; }
 	for d in $suites; do
 		grep -Eq "^ok [0-9]+ ${d##*/}\$" "$d/results" || { tap_diag "${d##*/} did not pass"; return 1; }
