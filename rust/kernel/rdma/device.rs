@@ -85,10 +85,20 @@ unsafe impl<T: Driver> AlwaysRefCounted for Device<T> {
     }
 
     unsafe fn dec_ref(obj: NonNull<Self>) {
-        let ib = obj.as_ptr().cast::<bindings::ib_device>();
-        // SAFETY: The caller owns a reference, so the device is valid.
-        unsafe { bindings::put_device(&raw mut (*ib).__bindgen_anon_1.dev) };
+        // SAFETY: The caller owns a reference.
+        unsafe { put_ib_device(obj.as_ptr().cast()) };
     }
+}
+
+/// Drops a reference on `ib` taken with [`AlwaysRefCounted::inc_ref`], for owners that do not
+/// know the driver type (a [`super::Umem`]).
+///
+/// # Safety
+///
+/// The caller owns a reference on `ib`, which it does not use afterwards.
+pub(crate) unsafe fn put_ib_device(ib: *mut bindings::ib_device) {
+    // SAFETY: The caller owns a reference, so the device is valid.
+    unsafe { bindings::put_device(&raw mut (*ib).__bindgen_anon_1.dev) };
 }
 
 impl<T: Driver> Device<T> {

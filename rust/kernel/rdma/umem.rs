@@ -5,6 +5,7 @@
 //! C header: [`include/rdma/ib_umem.h`](srctree/include/rdma/ib_umem.h).
 
 use super::{
+    device::put_ib_device,
     mr::AccessFlags,
     Device,
     Driver, //
@@ -18,7 +19,8 @@ use crate::{
         SGEntry,
         SGTable,
         SGTableIter, //
-    }, //
+    },
+    sync::aref::AlwaysRefCounted, //
 };
 use core::ptr::NonNull;
 
@@ -62,9 +64,8 @@ impl Umem {
         let Some(ptr) = NonNull::new(ptr) else {
             return Err(ENOMEM);
         };
-        // SAFETY: The device is live, so its embedded `struct device` is; the reference is
-        // dropped after the umem's release.
-        unsafe { bindings::get_device(&raw mut (*dev.as_raw()).__bindgen_anon_1.dev) };
+        // Dropped after the umem's release, by `put_ib_device`.
+        dev.inc_ref();
         // INVARIANT: `from_err_ptr` let through only a valid umem of `dev`, now referenced.
         Ok(Self { ptr })
     }
@@ -190,7 +191,7 @@ impl Drop for Umem {
         // (type invariant).
         unsafe { bindings::ib_umem_release(self.ptr.as_ptr()) };
         // SAFETY: The reference taken by `get`; nothing uses the device after this.
-        unsafe { bindings::put_device(&raw mut (*ibdev).__bindgen_anon_1.dev) };
+        unsafe { put_ib_device(ibdev) };
     }
 }
 
