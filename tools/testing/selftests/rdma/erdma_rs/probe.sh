@@ -90,10 +90,12 @@ cycle() {
 # Every KUnit suite of the module (erdma_rs_*) ran and passed, and so did the
 # kernel crate's suites of kernel::rdma (rust_kernel_rdma*, run at boot).
 kunit_passed() {
-	[ -n "$(ls -d /sys/kernel/debug/kunit/rust_kernel_rdma* 2>/dev/null)" ] ||
-		{ tap_diag "no rust_kernel_rdma KUnit suite in debugfs"; return 1; }
-	suites=$(ls -d /sys/kernel/debug/kunit/erdma_rs_* /sys/kernel/debug/kunit/rust_kernel_rdma* 2>/dev/null)
-	[ -n "$suites" ] || { tap_diag "no erdma_rs KUnit suite in debugfs"; return 1; }
+	suites=""
+	for prefix in erdma_rs_ rust_kernel_rdma; do
+		found=$(ls -d /sys/kernel/debug/kunit/$prefix* 2>/dev/null)
+		[ -n "$found" ] || { tap_diag "no $prefix* KUnit suite in debugfs"; return 1; }
+		suites="$suites $found"
+	done
 	for d in $suites; do
 		grep -Eq "^ok [0-9]+ ${d##*/}\$" "$d/results" || { tap_diag "${d##*/} did not pass"; return 1; }
 	done
