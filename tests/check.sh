@@ -166,28 +166,27 @@ lane_ours() {
 	# stock provider: ibv_rc_pingpong (rc.sh), perftest (perftest.sh), bad
 	# requests through raw uverbs (badinput.sh) and rdma-core's pyverbs suite
 	# (pyverbs.sh), and kernel consumers posting every opcode (kverbs.sh). Ours
-	# also repeats rmmod while ib_mad polls its CQ (rmmod_race.sh) and runs all
-	# of rdma-core's suite.
-	guest data-path --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
+	# runs all of rdma-core's suite.
+	guest data-path --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
 		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-		--run 'RACE_CYCLES=4 erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh rmmod_race.sh pyverbs.sh'
+		--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh pyverbs.sh'
 	# A/B: the upstream C erdma driver on the same model. Its RDMA devices must show
 	# exactly the attributes the model was told to report (ibdev.sh), the portable
 	# checks of ctrlq.sh and verbs.sh apply to it too, and abdiff.sh loads both
 	# drivers in turn and compares ibv_devinfo -v and rdma dev/link field for field.
-	guest upstream-c-driver --smp 4 --timeout 2400 \
+	guest upstream-c-driver --smp 2 --timeout 2400 \
 		--dev proto=roce,test_page=on \
 		--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,test_page=on \
 		--run "ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh $C_CTL_TESTS"
 	# RC traffic between two guests through one model process, ours then (in
 	# the same boot) the C driver.
-	guest two-guests-data-path --timeout 2400 \
+	guest two-guests-data-path --smp 1 --timeout 2400 \
 		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
 		--run "r=0; erdma_rs/run_tests.sh xguest.sh || r=1 $C_XGUEST; exit \$r"
 	# Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
 	# of the issue run in three-adapters. (Repetition counts here and in
 	# rmmod_race.sh are cut for the debug kernel's time: 3 and 4 cycles.)
-	guest two-guests-one-model --timeout 1200 \
+	guest two-guests-one-model --smp 1 --timeout 1200 \
 		--dev proto=roce --dev proto=iwarp --guest 0 --guest 1 \
 		--run 'CYCLES=3 erdma_rs/run_tests.sh probe.sh'
 }
@@ -195,16 +194,17 @@ lane_rest() {
 	# Every guest boots the debug kernel (KASAN, lockdep, kmemleak, ...): a kernel
 	# report ends the guest and fails the test that was running; time limits are
 	# set for that kernel under TCG.
-	guest three-adapters --timeout 1200 \
+	guest three-adapters --smp 1 --timeout 1200 \
 		--dev proto=roce --dev proto=iwarp --dev proto=roce,version=0 \
 		--run 'erdma_rs/run_tests.sh probe.sh'
-	# The control plane, both protocols, 4 vCPUs (so 4 CEQs per adapter); faults are
+	# The control plane, both protocols, 2 vCPUs (so 2 CEQs per adapter); faults are
 	# injected through the model's test page.
 	# The RDMA device on top: attributes (ibdev.sh), contexts, MTU, GIDs, counters,
-	# port events, revocation, netdev loss and deferred probe (verbs.sh).
-	guest control-plane --smp 4 --timeout 1800 \
+	# port events, revocation, netdev loss and deferred probe (verbs.sh). And
+	# rmmod while ib_mad polls its CQ, on two CPUs (rmmod_race.sh).
+	guest control-plane --smp 2 --timeout 1800 \
 		--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
-		--run 'erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh'
+		--run 'RACE_CYCLES=4 erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh rmmod_race.sh'
 	# The most CEQs an adapter can have: 32 vCPUs give 31 CEQs (one per vector after
 	# vector 0), brought up and torn down (the model is asked which are live).
 	# 32 vCPU threads on 2 host cores: a vCPU can wait more than 20 s for a
@@ -215,7 +215,7 @@ lane_rest() {
 	guest smp32 --smp 32 --memory 2G --timeout 1800 --append watchdog_thresh=60 \
 		--dev proto=roce,test_page=on \
 		--run 'CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh'
-	guest data-path-c-driver --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
+	guest data-path-c-driver --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
 		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
 		--run "ERDMA_DRIVER=erdma PYVERBS_MODULES='test_device test_pd test_cq test_mr test_qp test_cq_events test_atomic test_fork test_relaxed_ordering' erdma_rs/run_tests.sh $C_DP_TESTS"
 }
