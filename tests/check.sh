@@ -139,9 +139,12 @@ count() {
 	fi
 }
 
-# The scenarios run in two lanes, side by side, of about the same length: a TCG
-# guest keeps about one of the two cores busy, so two at a time finish sooner
-# than one after the other. Each lane is a sequence; the counts are taken
+# The scenarios run in two lanes, side by side, of about the same length (the
+# last run here: 2637 s and 2638 s): a TCG guest keeps about one of the two
+# cores busy, so two at a time finish sooner than one after the other. Most
+# guests have one vCPU: two guests of two vCPUs each on two host cores ran the
+# same tests 1.7 times slower than two of one (vCPUs wait for lock holders
+# the host descheduled). Each lane is a sequence; the counts are taken
 # afterwards, in a fixed order.
 # The upstream C driver on the same model (A/B): by default the part of its
 # tests that fits CI's 90 minutes on the debug kernel: its device attributes

@@ -211,7 +211,10 @@ ibdev_of() {
 }
 
 # gid_index IBDEV IPV4: the index of the RoCEv2 GID of IPV4 on port 1.
-gid_index() {
+gid_index() { find_gid "$1" "$2" && echo "$GID"; }
+
+# find_gid IBDEV IPV4: as gid_index, into $GID (no subshell).
+find_gid() {
 	for _g in /sys/class/infiniband/"$1"/ports/1/gids/*; do
 		read -r _gid <"$_g" 2>/dev/null || continue
 		# An IPv4-mapped GID: ::ffff:AABB:CCDD is AA.BB.CC.DD.
@@ -221,9 +224,23 @@ gid_index() {
 		[ "$((_hi >> 8)).$((_hi & 255)).$((_lo >> 8)).$((_lo & 255))" = "$2" ] || continue
 		_i=${_g##*/}
 		read -r _type <"/sys/class/infiniband/$1/ports/1/gid_attrs/types/$_i" 2>/dev/null &&
-			[ "$_type" = "RoCE v2" ] && { echo "$_i"; return 0; }
+			[ "$_type" = "RoCE v2" ] && { GID=$_i; return 0; }
 	done
 	return 1
+}
+
+# find_ibdev BDF: the RDMA device of PCI function BDF, into $IBDEV.
+find_ibdev() {
+	for _ibd in /sys/bus/pci/devices/"$1"/infiniband/*; do
+		[ -e "$_ibd" ] && { IBDEV=${_ibd##*/}; return 0; }
+	done
+	return 1
+}
+
+# find_port_netdev IBDEV: the netdev of its port 1 (that of the default GID,
+# index 0, which a RoCEv2 port has whenever a netdev is attached), into $NETDEV.
+find_port_netdev() {
+	read -r NETDEV <"/sys/class/infiniband/$1/ports/1/gid_attrs/ndevs/0" 2>/dev/null && [ -n "$NETDEV" ]
 }
 
 # ipv4_of NETDEV: its first IPv4 address.
@@ -236,15 +253,15 @@ roce_pair() {
 	_ibs="" _gids="" _ips=""
 	for _bdf in $(erdma_functions); do
 		wait_for 10 is_bound "$_bdf" || continue
-		_nd=$(netdev_of "$(mac_of "$_bdf")") || continue
-		wait_for 10 sh -c "rdma link show | grep -q ' netdev $_nd '"
-		_ib=$(ibdev_of "$_nd")
-		[ -n "$_ib" ] || continue
+		wait_for 10 find_ibdev "$_bdf" || continue
+		_ib=$IBDEV
 		read -r _type <"/sys/class/infiniband/$_ib/node_type" && [ "$_type" = "4: RNIC" ] && continue
+		wait_for 10 find_port_netdev "$_ib" || { tap_diag "$_ib: no netdev on port 1"; continue; }
+		_nd=$NETDEV
 		_ip=$(ipv4_of "$_nd")
-		wait_for 10 gid_index "$_ib" "$_ip" >/dev/null || { tap_diag "$_ib: no RoCEv2 GID for $_ip"; continue; }
-		_ibs="$_ibs $_ib" _gids="$_gids $(gid_index "$_ib" "$_ip")" _ips="$_ips $_ip"
-		tap_diag "$_bdf: $_ib on $_nd, $_ip, GID index $(gid_index "$_ib" "$_ip")"
+		wait_for 10 find_gid "$_ib" "$_ip" || { tap_diag "$_ib: no RoCEv2 GID for $_ip"; continue; }
+		_ibs="$_ibs $_ib" _gids="$_gids $GID" _ips="$_ips $_ip"
+		tap_diag "$_bdf: $_ib on $_nd, $_ip, GID index $GID"
 	done
 	set -- $_ibs
 	[ $# -ge 2 ] || return 1
@@ -259,8 +276,19 @@ PORT=18515
 # next_port: a fresh TCP port for the next client/server pair in $PORT.
 next_port() { PORT=$((PORT + 1)); }
 
-# listening PORT: a TCP socket listens on PORT.
-listening() { ss -ltnH "sport = :$1" | grep -q .; }
+# listening PORT: a TCP socket listens on PORT (IPv4 or IPv6). Read from
+# /proc/net/tcp* by the shell: run_pair polls this.
+listening() {
+	for _t in /proc/net/tcp /proc/net/tcp6; do
+		[ -r "$_t" ] || continue
+		# Fields: sl local_address (ADDR:PORT, hex) rem_address st ...; st 0A
+		# is LISTEN. The header line's st is "st".
+		while read -r _sl _local _rem _st _rest; do
+			[ "$_st" = 0A ] && [ $((0x${_local##*:})) -eq "$1" ] && return 0
+		done <"$_t"
+	done
+	return 1
+}
 
 # run_pair NAME PORT DONE SERVER-CMD... -- CLIENT-CMD...: starts the server,
 # waits (20 s) until it listens on TCP port PORT, runs the client, and waits for
