@@ -229,20 +229,6 @@ find_gid() {
 	return 1
 }
 
-# find_ibdev BDF: the RDMA device of PCI function BDF, into $IBDEV.
-find_ibdev() {
-	for _ibd in /sys/bus/pci/devices/"$1"/infiniband/*; do
-		[ -e "$_ibd" ] && { IBDEV=${_ibd##*/}; return 0; }
-	done
-	return 1
-}
-
-# find_port_netdev IBDEV: the netdev of its port 1 (that of the default GID,
-# index 0, which a RoCEv2 port has whenever a netdev is attached), into $NETDEV.
-find_port_netdev() {
-	read -r NETDEV <"/sys/class/infiniband/$1/ports/1/gid_attrs/ndevs/0" 2>/dev/null && [ -n "$NETDEV" ]
-}
-
 # ipv4_of NETDEV: its first IPv4 address.
 ipv4_of() { ip -4 -o addr show dev "$1" | awk '{ split($4, a, "/"); print a[1]; exit }'; }
 
@@ -253,11 +239,11 @@ roce_pair() {
 	_ibs="" _gids="" _ips=""
 	for _bdf in $(erdma_functions); do
 		wait_for 10 is_bound "$_bdf" || continue
-		wait_for 10 find_ibdev "$_bdf" || continue
-		_ib=$IBDEV
+		_nd=$(netdev_of "$(mac_of "$_bdf")") || continue
+		wait_for 10 sh -c "rdma link show | grep -q ' netdev $_nd '"
+		_ib=$(ibdev_of "$_nd")
+		[ -n "$_ib" ] || continue
 		read -r _type <"/sys/class/infiniband/$_ib/node_type" && [ "$_type" = "4: RNIC" ] && continue
-		wait_for 10 find_port_netdev "$_ib" || { tap_diag "$_ib: no netdev on port 1"; continue; }
-		_nd=$NETDEV
 		_ip=$(ipv4_of "$_nd")
 		wait_for 10 find_gid "$_ib" "$_ip" || { tap_diag "$_ib: no RoCEv2 GID for $_ip"; continue; }
 		_ibs="$_ibs $_ib" _gids="$_gids $GID" _ips="$_ips $_ip"
