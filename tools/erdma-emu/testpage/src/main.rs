@@ -12,13 +12,14 @@
 //! drive the mailbox with one `devmem` process per 32-bit word, about 150
 //! processes per command, which the debug kernel under TCG makes cost seconds.
 
-use erdma_model::regs::{test_page, TEST_PAGE_BASE};
+use erdma_model::regs::{test_page, TEST_PAGE_BASE, TEST_PAGE_SIZE};
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::process::ExitCode;
 
-const PAGE: usize = 4096;
+/// The mapping's length: the test page, as the model lays out BAR0.
+const PAGE: usize = TEST_PAGE_SIZE as usize;
 
 /// The test page of one PCI function, mapped through `/dev/mem`.
 struct TestPage {

@@ -60,7 +60,7 @@ ksft_skip_all() {
 	exit $KSFT_SKIP
 }
 
-# Every process costs a quarter of a second on the debug kernel under TCG:
+# Every process costs about 0.3 s on the debug kernel under TCG:
 # the helpers below read sysfs with the shell's read, not with cat, and do
 # their arithmetic in the shell.
 
