@@ -20,20 +20,35 @@ tap_header() { echo "TAP version 13"; }
 
 tap_diag() { echo "# $*"; }
 
+# _tap_took: after a test point, how long it (and the work since the point
+# before) took, when that is 3 s or more: where a scenario's time goes.
+_tap_last=
+_tap_took() {
+	read -r _tap_up _tap_idle </proc/uptime
+	_tap_up=${_tap_up%.*}
+	[ -z "$_tap_last" ] || [ $((_tap_up - _tap_last)) -lt 3 ] ||
+		echo "# took $((_tap_up - _tap_last)) s"
+	_tap_last=$_tap_up
+}
+_tap_took
+
 tap_ok() {
 	_tap_n=$((_tap_n + 1))
 	echo "ok $_tap_n $*"
+	_tap_took
 }
 
 tap_not_ok() {
 	_tap_n=$((_tap_n + 1))
 	_tap_failed=$((_tap_failed + 1))
 	echo "not ok $_tap_n $*"
+	_tap_took
 }
 
 tap_skip() {
 	_tap_n=$((_tap_n + 1))
 	echo "ok $_tap_n $1 # SKIP $2"
+	_tap_took
 }
 
 # tap_check DESCRIPTION COMMAND...: one test point, passing when COMMAND does.

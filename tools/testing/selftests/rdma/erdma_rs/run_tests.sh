@@ -11,15 +11,19 @@ results=${ERDMA_RESULTS:-/tmp/erdma-results}
 [ "${ERDMA_LIB_LOADED:-}" = 1 ] || { echo "# lib.sh did not load completely"; exit 1; }
 mkdir -p "$results"
 rc=0
+# uptime: seconds since boot (the guest's clock), for each test's duration.
+uptime() { read -r _up _idle </proc/uptime; echo "${_up%.*}"; }
 for t in "$@"; do
 	name=${ERDMA_TAP_PREFIX:-}$(basename "$t" .sh)
 	echo "# selftests: erdma_rs: $name"
+	start=$(uptime)
 	{ sh "./$t"; echo $? >"$results/$name.rc"; } | tee "$results/$name.tap"
 	r=$(cat "$results/$name.rc")
+	took="$(($(uptime) - start))s"
 	case "$r" in
-	0) echo "# $name: pass" ;;
-	4) echo "# $name: skip" ;;
-	*) echo "# $name: FAIL (exit $r)"; rc=1 ;;
+	0) echo "# $name: pass ($took)" ;;
+	4) echo "# $name: skip ($took)" ;;
+	*) echo "# $name: FAIL (exit $r, $took)"; rc=1 ;;
 	esac
 done
 # The eRDMA drivers a scenario's tests left loaded (the upstream C driver
