@@ -211,7 +211,11 @@ lane_rest() {
 	# for this scenario. RCU's stall warning (21 s) is raised to 120 s for the
 	# same reason: with tickless idle, a boot here had CPUs 0, 14 and 15 spin
 	# 26 s in rcu_report_qs_rdp on an RCU node lock whose holder the host had
-	# descheduled.
+	# descheduled. With queued spinlocks a later run spun 125 s there (each
+	# waiter hands the lock to the next, whatever the host runs); the kernel
+	# now takes test-and-set locks on a hypervisor (CONFIG_PARAVIRT, see
+	# kernel/configs/erdma_rs.config). One TCG thread for all 32 vCPUs
+	# (-accel tcg,thread=single) was tried: the boot alone took minutes.
 	guest smp32 --smp 32 --memory 2G --timeout 1800 \
 		--append "watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=120" \
 		--dev proto=roce,test_page=on \
