@@ -73,8 +73,9 @@ class Uverbs:
 
 
 def buffer(size):
-    """Page-aligned anonymous memory and its address."""
-    m = mmap.mmap(-1, size)
+    """Page-aligned private anonymous memory and its address (a shared mapping would be
+    shmem, whose page faults cost the debug kernel about twice as much)."""
+    m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     return m, ctypes.addressof(ctypes.c_char.from_buffer(m))
 
 
