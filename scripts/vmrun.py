@@ -315,6 +315,8 @@ def qemu_argv(run, adapters, all_adapters, payload):
             "-smp", str(a.smp), "-m", mem,
             "-object", f"memory-backend-memfd,id=mem,size={mem},share=on",
             "-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio",
+            # for scripts/guest-profile.py (where a running guest spends its time)
+            "-qmp", f"unix:{payload}.qmp,server=on,wait=off",
             "-kernel", str(a.kernel), "-append", append,
             "-virtfs", f"local,id=rootfs,path={a.rootfs},mount_tag=/dev/root,security_model=none,readonly=on",
             "-virtfs", f"local,id=payload,path={payload},mount_tag=payload,security_model=none",
