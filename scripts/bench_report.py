@@ -8,15 +8,21 @@ RAW holds "DRIVER ROUND METRIC VALUE UNIT" lines (bench.sh in the guest;
 VALUE "nan" for a failed measurement). A round whose figure is missing, not a
 number, zero or negative failed: no rate, bandwidth or latency of a working
 run is zero (perftest prints 0.00 MiB/s when its run broke down), so such a
-round is shown as "failed" and left out of the median, never averaged in as
-a zero. Each figure of the table is the median over the rounds that did not
-fail; a row with fewer than MIN_ROUNDS good rounds of ours or C (at most the
-rounds run) has no verdict but TOO FEW ROUNDS, and fails the run. Ratios are oriented so that >= 1.00 always means ours is at
-least as good: ours/theirs for rates and bandwidths, theirs/ours for
-latencies. The noise of a row is the larger of ours' and C's half-range over
-the rounds (from 5 rounds on, without each one's highest and lowest round),
-as a percentage of the median; a row is SLOWER when ours/C is below 1.00 by
-more than that noise.
+round is shown as "failed" and left out, never averaged in as a zero.
+
+The figures of the table are medians over the rounds that did not fail. The
+comparison with C is paired by round: the guest runs ours and C back to back
+in every round (bench.sh), so each round gives one ratio ours/C measured under
+the same host load, and the drift of a busy host over the run (both drivers'
+rates falling from round to round) cancels out of it. ours/C is the median of
+those ratios; the noise of a row is their half-range (from 5 rounds on,
+without the highest and the lowest) as a fraction of that median; a row is
+SLOWER when ours/C is below 1.00 by more than that noise. A row with fewer
+than MIN_ROUNDS rounds in which both ours and C have figures (at most the
+rounds run) has no verdict but TOO FEW ROUNDS, and fails the run. Ratios are
+oriented so that >= 1.00 always means ours is at least as good: ours/theirs
+for rates and bandwidths, theirs/ours for latencies. ours/rxe, an outside
+reference, is the ratio of the medians.
 
 Prints the table (and writes it, with every round's figures, to FILE).
 Exit status: 0 when every row has figures for ours and C and none is SLOWER;
@@ -91,24 +97,59 @@ def load(path):
     return values, units, sorted(rounds)
 
 
-def summary(samples):
-    """(median of the good values, their half-range as a fraction of it, how many)."""
-    good = sorted(v for _, v in samples if not math.isnan(v))
-    if not good:
-        return math.nan, math.nan, 0
-    med = statistics.median(good)
-    n = len(good)
-    # One odd round (a burst of other work on the host) should not decide
-    # the noise of a row: with 5 rounds or more, leave out the extremes.
-    if n >= 5:
-        good = good[1:-1]
-    return med, ((good[-1] - good[0]) / 2 / med if med > 0 else math.nan), n
+def median(samples):
+    """(median of the good values, how many there are)."""
+    good = [v for _, v in samples if not math.isnan(v)]
+    return (statistics.median(good) if good else math.nan), len(good)
 
 
 def ratio(ours, theirs, lower_is_better):
     if math.isnan(ours) or math.isnan(theirs) or ours <= 0 or theirs <= 0:
         return math.nan
     return theirs / ours if lower_is_better else ours / theirs
+
+
+def paired(ours, theirs, lower_is_better):
+    """Ours against theirs round by round: (median of the per-round ratios,
+    their half-range as a fraction of it, how many rounds have both figures,
+    in how many of them ours is worse)."""
+    o = {r: v for r, v in ours if not math.isnan(v)}
+    t = {r: v for r, v in theirs if not math.isnan(v)}
+    ratios = sorted(ratio(o[r], t[r], lower_is_better) for r in o.keys() & t.keys())
+    if not ratios:
+        return math.nan, math.nan, 0, 0
+    med = statistics.median(ratios)
+    worse = sum(1 for x in ratios if x < 1.0)
+    # One odd round (a burst of other work on the host between ours and C)
+    # should not decide the noise of a row: with 5 rounds or more, leave out
+    # the extremes.
+    core = ratios[1:-1] if len(ratios) >= 5 else ratios
+    return med, (core[-1] - core[0]) / 2 / med, len(ratios), worse
+
+
+def judge(values, rounds):
+    """One result per row of ROWS: (label, metric, figures, verdict)."""
+    need = min(MIN_ROUNDS, len(rounds)) if rounds else 1
+    out = []
+    for metric, label, lower in ROWS:
+        o, o_n = median(values[metric][OURS])
+        c, c_n = median(values[metric][C])
+        r, _ = median(values[metric][RXE])
+        oc, noise, n, worse = paired(values[metric][OURS], values[metric][C], lower)
+        if math.isnan(oc):
+            verdict = "FAILED"
+        elif n < need:
+            verdict = "TOO FEW ROUNDS"
+        elif round(oc, 2) >= 1.0:  # as printed: "1.00" is never SLOWER
+            verdict = "ok"
+        elif oc >= 1.0 - noise:
+            verdict = "ok (noise)"
+        else:
+            verdict = "SLOWER"
+        figures = {"ours": o, "c": c, "rxe": r, "oc": oc, "orx": ratio(o, r, lower), "noise": noise,
+                   "paired": n, "worse": worse, "partial": o_n < len(rounds) or c_n < len(rounds)}
+        out.append((label, metric, figures, verdict))
+    return out, need
 
 
 def main():
@@ -119,37 +160,22 @@ def main():
     args = ap.parse_args()
 
     values, units, rounds = load(args.raw)
-    head = ["metric", "unit", "ours", "C", "rxe", "ours/C", "ours/rxe", "noise", "verdict"]
+    head = ["metric", "unit", "ours", "C", "rxe", "ours/C", "worse", "noise", "ours/rxe", "verdict"]
+    results, need = judge(values, rounds)
     rows = []
-    slower, missing, few = [], [], []
-    need = min(MIN_ROUNDS, len(rounds)) if rounds else 1
-    for metric, label, lower in ROWS:
-        o, o_spread, o_n = summary(values[metric][OURS])
-        c, c_spread, c_n = summary(values[metric][C])
-        r, _, _ = summary(values[metric][RXE])
-        oc = ratio(o, c, lower)
-        orx = ratio(o, r, lower)
-        noise = max((x for x in (o_spread, c_spread) if not math.isnan(x)), default=math.nan)
-        if math.isnan(oc):
-            verdict = "FAILED"
-            missing.append(label)
-        elif min(o_n, c_n) < need:
-            verdict = "TOO FEW ROUNDS"
-            few.append(label)
-        elif round(oc, 2) >= 1.0:  # as printed: "1.00" is never SLOWER
-            verdict = "ok"
-        elif not math.isnan(noise) and oc >= 1.0 - noise:
-            verdict = "ok (noise)"
-        else:
-            verdict = "SLOWER"
-            slower.append(label)
-        partial = o_n < len(rounds) or c_n < len(rounds)
-        rows.append([label + (" *" if partial else ""), units.get(metric, "-"), num(o), num(c), num(r),
-                     "-" if math.isnan(oc) else f"{oc:.2f}", "-" if math.isnan(orx) else f"{orx:.2f}",
-                     "-" if math.isnan(noise) else f"±{noise * 100:.0f}%", verdict])
+    for label, metric, f, verdict in results:
+        rows.append([label + (" *" if f["partial"] else ""), units.get(metric, "-"),
+                     num(f["ours"]), num(f["c"]), num(f["rxe"]),
+                     "-" if math.isnan(f["oc"]) else f"{f['oc']:.2f}",
+                     f"{f['worse']}/{f['paired']}" if f["paired"] else "-",
+                     "-" if math.isnan(f["noise"]) else f"±{f['noise'] * 100:.0f}%",
+                     "-" if math.isnan(f["orx"]) else f"{f['orx']:.2f}", verdict])
+    slower = [r for r in results if r[3] == "SLOWER"]
+    missing = [r for r in results if r[3] == "FAILED"]
+    few = [r for r in results if r[3] == "TOO FEW ROUNDS"]
 
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    right = {2, 3, 4, 5, 6, 7}
+    right = {2, 3, 4, 5, 6, 7, 8}
 
     def fmt(row):
         return "  ".join(str(x).rjust(w) if i in right else str(x).ljust(w)
@@ -160,13 +186,15 @@ def main():
         "rxe = rdma_rxe on the adapters' twin virtio-net NICs (outside reference).",
         f"Figures: medians of {len(rounds)} round{'' if len(rounds) == 1 else 's'} (drivers interleaved; the order changes every round).",
         "Ratios: >= 1.00 means ours is at least as good (latencies: theirs/ours; rates and bandwidths: ours/theirs).",
-        "Noise: the larger of ours' and C's half-range over the rounds (from 5 rounds on, without each one's",
-        "  highest and lowest round), as % of the median. Verdict: ok (ours/C >= 1.00), ok (noise) (below",
-        "  1.00 by less than the noise), SLOWER (below by more).",
+        "ours/C: the median of the per-round ratios (ours and C run back to back in each round, so host drift",
+        "  cancels); worse: the rounds in which ours was worse than C, of those with figures for both;",
+        "  noise: the half-range of the per-round ratios (from 5 rounds on, without the highest and lowest),",
+        "  as % of ours/C. ours/rxe: the ratio of the medians. Verdict: ok (ours/C >= 1.00), ok (noise)",
+        "  (below 1.00 by less than the noise), SLOWER (below by more).",
     ] + args.note + ["", fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
     if any(r[0].endswith(" *") for r in rows):
         lines.append("* some rounds failed for ours or C: the median is over the rounds that did not")
-        lines.append(f"  (a row needs {need} good rounds of each for a verdict; see every round below)")
+        lines.append(f"  (a row needs {need} rounds with figures for both for a verdict; see every round below)")
     verdict = (f"bench: {len(rows)} rows, {len(slower)} slower than C, {len(missing)} without figures, "
                f"{len(few)} with too few good rounds")
     lines += ["", verdict]
@@ -175,11 +203,15 @@ def main():
 
     if args.out:
         detail = ["", "Every round (value per round, in round order; failed = no figure, or zero):"]
-        for metric, label, _ in ROWS:
+        for metric, label, lower in ROWS:
             for drv in (OURS, C, RXE):
                 samples = sorted(values[metric][drv])
                 detail.append(f"  {metric:<14} {drv:<8} " + " ".join(num(v) if not math.isnan(v) else "failed"
                                                                  for _, v in samples))
+            o, c = dict(values[metric][OURS]), dict(values[metric][C])
+            per_round = (ratio(o.get(r, math.nan), c.get(r, math.nan), lower) for r in rounds)
+            detail.append(f"  {metric:<14} {'ours/C':<8} " + " ".join("-" if math.isnan(x) else f"{x:.2f}"
+                                                                for x in per_round))
         with open(args.out, "w") as f:
             f.write(table + "\n".join(detail) + "\n")
     return 1 if slower or missing or few else 0

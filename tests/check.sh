@@ -4,7 +4,8 @@
 # check.sh: every test of erdma-rs, from the bottom of the pyramid up.
 #
 #   1. set-up (installs what is missing)
-#   2. the model: rustfmt, clippy, cargo test, release build
+#   2. the model: rustfmt, clippy, cargo test, release build; the host
+#      scripts' unit tests (scripts/test_*.py)
 #   3. the test kernel (incremental), then rustfmt and clippy on our kernel Rust
 #   4. guest tests under QEMU (kselftest TAP), one scenario per VM run
 #
@@ -91,6 +92,8 @@ pass model-test "$np"
 say "model-test: $np passed, $nf failed"
 step model-build cargo build --locked --release || true
 cd "$TOP"
+# The host scripts' own unit tests (the bench table's verdicts).
+step scripts-test python3 -m unittest discover -s "$TOP/scripts" -p 'test_*.py' -v || true
 
 # ---- 3. the kernel and our kernel Rust --------------------------------------------
 if ! step kernel-build "$TOP/scripts/build-kernel.sh"; then

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Unit tests of bench_report.py's verdicts (make check runs them; no guest).
+
+    python3 -m unittest discover -s scripts -p 'test_*.py'
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_report  # noqa: E402
+from bench_report import C, OURS, RXE, ROWS  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def raw(rows):
+    """A bench.raw text: every metric of ROWS gets the figures of rows[metric]
+    ({driver: [value per round]}), or ours = C = rxe = 100 in every round."""
+    rounds = 5
+    lines = []
+    for metric, _, _ in ROWS:
+        figures = rows.get(metric, {})
+        for drv in (OURS, C, RXE):
+            for r, v in enumerate(figures.get(drv, [100] * rounds)):
+                lines.append(f"{drv} {r} {metric} {v} 1/s")
+    return "\n".join(lines) + "\n"
+
+
+def judge(text):
+    with tempfile.NamedTemporaryFile("w", suffix=".raw", delete=False) as f:
+        f.write(text)
+    try:
+        values, _, rounds = bench_report.load(f.name)
+    finally:
+        os.unlink(f.name)
+    results, _ = bench_report.judge(values, rounds)
+    return {metric: (figures, verdict) for _, metric, figures, verdict in results}
+
+
+class Verdicts(unittest.TestCase):
+    def test_equal_drivers_are_ok(self):
+        for figures, verdict in judge(raw({})).values():
+            self.assertEqual(verdict, "ok")
+            self.assertEqual(figures["oc"], 1.0)
+
+    def test_host_drift_cancels_in_the_pairing(self):
+        # Both drivers fall from round to round (a host getting busier), ours a
+        # little above C in every round: the medians' spread is large, the
+        # per-round ratios agree.
+        c = [2000, 1800, 1600, 1400, 1200]
+        ours = [x * 1.05 for x in c]
+        figures, verdict = judge(raw({"cq": {OURS: ours, C: c}}))["cq"]
+        self.assertEqual(verdict, "ok")
+        self.assertAlmostEqual(figures["oc"], 1.05)
+        self.assertAlmostEqual(figures["noise"], 0.0)
+        self.assertEqual(figures["worse"], 0)
+
+    def test_consistently_slower_is_slower_despite_drift(self):
+        c = [2000, 1800, 1600, 1400, 1200]
+        ours = [x * f for x, f in zip(c, (0.90, 0.88, 0.92, 0.89, 0.91))]
+        figures, verdict = judge(raw({"cq": {OURS: ours, C: c}}))["cq"]
+        self.assertEqual(verdict, "SLOWER")
+        self.assertEqual(figures["worse"], 5)
+        self.assertAlmostEqual(figures["oc"], 0.90)
+
+    def test_scattered_ratios_are_noise(self):
+        c = [100] * 5
+        ours = [80, 130, 95, 110, 90]  # ratios 0.80 .. 1.30, median 0.95
+        figures, verdict = judge(raw({"cq": {OURS: ours, C: c}}))["cq"]
+        self.assertEqual(verdict, "ok (noise)")
+        self.assertAlmostEqual(figures["oc"], 0.95)
+
+    def test_latency_is_oriented_lower_is_better(self):
+        c = [10.0] * 5
+        ours = [12.0] * 5  # ours takes longer: theirs/ours = 0.83
+        figures, verdict = judge(raw({"send_lat_p50": {OURS: ours, C: c}}))["send_lat_p50"]
+        self.assertEqual(verdict, "SLOWER")
+        self.assertAlmostEqual(figures["oc"], 10 / 12)
+        _, verdict = judge(raw({"send_lat_p50": {OURS: c, C: ours}}))["send_lat_p50"]
+        self.assertEqual(verdict, "ok")
+
+    def test_failed_rounds_are_left_out_never_zero(self):
+        # perftest printed 0.00 in one of ours' rounds and failed in another,
+        # where C failed too.
+        ours = [100, 0, 100, "nan", 100]
+        c = [100, 100, 100, "x", 100]
+        figures, verdict = judge(raw({"write_bw_q1": {OURS: ours, C: c}}))["write_bw_q1"]
+        self.assertEqual(verdict, "ok")
+        self.assertEqual(figures["ours"], 100)
+        self.assertEqual(figures["paired"], 3)
+        self.assertTrue(figures["partial"])
+
+    def test_too_few_rounds_with_both_figures(self):
+        # Each driver has 3 good rounds, but only 2 of them are the same rounds.
+        ours = [100, 100, 100, 0, 0]
+        c = [0, 100, 100, 100, 0]
+        figures, verdict = judge(raw({"mr1g": {OURS: ours, C: c}}))["mr1g"]
+        self.assertEqual(verdict, "TOO FEW ROUNDS")
+        self.assertEqual(figures["paired"], 2)
+
+    def test_no_figures_fails(self):
+        _, verdict = judge(raw({"qp": {OURS: [0] * 5}}))["qp"]
+        self.assertEqual(verdict, "FAILED")
+
+    def test_one_odd_round_does_not_decide_the_noise(self):
+        c = [100] * 5
+        ours = [97, 96, 98, 60, 97]  # one round hit by host work between ours and C
+        figures, verdict = judge(raw({"ctx": {OURS: ours, C: c}}))["ctx"]
+        self.assertEqual(verdict, "SLOWER")
+        self.assertLess(figures["noise"], 0.02)
+
+
+class ExitStatus(unittest.TestCase):
+    def run_report(self, text):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "bench.raw")
+            with open(path, "w") as f:
+                f.write(text)
+            return subprocess.run([sys.executable, os.path.join(HERE, "bench_report.py"), path,
+                                   "--out", os.path.join(d, "results.txt")],
+                                  capture_output=True, text=True)
+
+    def test_all_ok_exits_0(self):
+        p = self.run_report(raw({}))
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn(f"bench: {len(ROWS)} rows, 0 slower than C", p.stdout)
+
+    def test_a_slower_row_exits_1(self):
+        p = self.run_report(raw({"qp": {OURS: [80] * 5}}))
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("1 slower than C", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
