@@ -109,13 +109,18 @@ def ratio(ours, theirs, lower_is_better):
     return theirs / ours if lower_is_better else ours / theirs
 
 
+def per_round(ours, theirs, lower_is_better):
+    """{round: ratio} over the rounds in which both have a figure."""
+    o = {r: v for r, v in ours if not math.isnan(v)}
+    t = {r: v for r, v in theirs if not math.isnan(v)}
+    return {r: ratio(o[r], t[r], lower_is_better) for r in o.keys() & t.keys()}
+
+
 def paired(ours, theirs, lower_is_better):
     """Ours against theirs round by round: (median of the per-round ratios,
     their half-range as a fraction of it, how many rounds have both figures,
     in how many of them ours is worse)."""
-    o = {r: v for r, v in ours if not math.isnan(v)}
-    t = {r: v for r, v in theirs if not math.isnan(v)}
-    ratios = sorted(ratio(o[r], t[r], lower_is_better) for r in o.keys() & t.keys())
+    ratios = sorted(per_round(ours, theirs, lower_is_better).values())
     if not ratios:
         return math.nan, math.nan, 0, 0
     med = statistics.median(ratios)
@@ -208,10 +213,9 @@ def main():
                 samples = sorted(values[metric][drv])
                 detail.append(f"  {metric:<14} {drv:<8} " + " ".join(num(v) if not math.isnan(v) else "failed"
                                                                  for _, v in samples))
-            o, c = dict(values[metric][OURS]), dict(values[metric][C])
-            per_round = (ratio(o.get(r, math.nan), c.get(r, math.nan), lower) for r in rounds)
-            detail.append(f"  {metric:<14} {'ours/C':<8} " + " ".join("-" if math.isnan(x) else f"{x:.2f}"
-                                                                for x in per_round))
+            by_round = per_round(values[metric][OURS], values[metric][C], lower)
+            detail.append(f"  {metric:<14} {'ours/C':<8} " + " ".join(f"{by_round[r]:.2f}" if r in by_round else "-"
+                                                                for r in rounds))
         with open(args.out, "w") as f:
             f.write(table + "\n".join(detail) + "\n")
     return 1 if slower or missing or few else 0

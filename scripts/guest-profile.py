@@ -17,15 +17,14 @@ import argparse
 import bisect
 import collections
 import json
-import os
 import re
 import socket
 import sys
 import time
 from pathlib import Path
 
-CACHE = Path(os.environ.get("ERDMA_CACHE",
-                            Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "erdma-rs"))
+from vmrun import debug_kernel_dir
+
 REGS = re.compile(r"RIP=([0-9a-f]{16}).*?\nCS =([0-9a-f]{4})", re.S)
 # x86-64 MODULES_VADDR without KASLR (the test kernels have no RANDOMIZE_BASE)
 MODULES_START = 0xffffffffa0000000
@@ -74,10 +73,10 @@ def main():
     ap.add_argument("--map", help="System.map of the guest's kernel (default: the debug kernel's)")
     ap.add_argument("--top", type=int, default=40, help="functions to show")
     a = ap.parse_args()
-    maps = [Path(a.map)] if a.map else sorted(CACHE.glob("linux-*/build-debug/System.map"))
-    if not maps or not maps[0].exists():
-        sys.exit("guest-profile: no System.map; build the kernel (scripts/build-kernel.sh) or pass --map")
-    addrs, names = load_map(maps[0])
+    kmap = Path(a.map) if a.map else debug_kernel_dir() / "System.map"
+    if not kmap.exists():
+        sys.exit(f"guest-profile: no {kmap}; build the kernel (scripts/build-kernel.sh) or pass --map")
+    addrs, names = load_map(kmap)
     try:
         qmp = Qmp(a.qmp)
     except OSError as e:
@@ -107,7 +106,7 @@ def main():
         sys.exit("guest-profile: no samples")
     for name, n in hits.most_common(a.top):
         print(f"{100.0 * n / samples:6.2f}% {n:7d}  {name}")
-    print(f"{samples} samples (all vCPUs) in {a.seconds:.0f} s, kernel map {maps[0]}")
+    print(f"{samples} samples (all vCPUs) in {a.seconds:.0f} s, kernel map {kmap}")
 
 
 if __name__ == "__main__":

@@ -11,11 +11,10 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 import bench_report  # noqa: E402
 from bench_report import C, OURS, RXE, ROWS  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def raw(rows):

@@ -100,6 +100,11 @@ def default_path(*parts):
     return CACHE.joinpath(*parts)
 
 
+def debug_kernel_dir():
+    """The build directory of the debug kernel (scripts/build-kernel.sh)."""
+    return default_path("linux-" + pinned("KERNEL_PKG_VERSION"), "build-debug")
+
+
 @dataclass
 class Adapter:
     index: int
@@ -454,8 +459,7 @@ def main():
     ap.add_argument("--append", default="", help="extra kernel command line")
     ap.add_argument("--msg-timeout-ms", type=int, default=20000, help="vfio-user message timeout")
     ap.add_argument("--quiet", action="store_true", help="do not echo guest consoles")
-    ap.add_argument("--kernel", default=str(default_path("linux-" + pinned("KERNEL_PKG_VERSION"),
-                                                         "build-debug", "arch", "x86", "boot", "bzImage")),
+    ap.add_argument("--kernel", default=str(debug_kernel_dir() / "arch" / "x86" / "boot" / "bzImage"),
                     help="guest kernel (default: the debug kernel; make bench passes the release one)")
     ap.add_argument("--modules", default=None, help="lib/modules directory of the test kernel")
     ap.add_argument("--rootfs", default=str(default_path("rootfs", "current")))
