@@ -95,6 +95,14 @@ snapshot || { sleep 5 && snapshot; } ||
 say "kernel $(ls "$OUT/kernel/modules") from $KOUT, copied to $OUT/kernel"
 
 # ---- 3. the guest run -------------------------------------------------------------
+# The one kernel report the run lets pass: rdma_rxe (the outside reference,
+# not ours and not the C driver) can WARN_ON_ONCE in rxe_completer, a state
+# its completer does not expect, under ib_read_bw with 4 QPs (seen once in 5
+# rounds on 7.3.4: rxe_comp.c:827). The guest goes on, the report is shown
+# below the table, and rxe's measurements that failed are left out of its
+# medians. Any other report, and every report of ours or C, ends the run.
+TOLERATE='WARNING: drivers/infiniband/sw/rxe/rxe_comp\.c:[0-9]+ at rxe_completer\+'
+
 # One guest, two RoCEv2 adapters whose NICs are wired to each other; 3 GiB so
 # that a 1 GiB MR fits next to everything else.
 VM=$OUT/vm
@@ -105,8 +113,8 @@ say "booting one guest (4 vCPUs, 3 GiB, two RoCEv2 adapters) for $ROUNDS rounds 
 "$TOP/scripts/vmrun.py" --quiet --out "$VM" --timeout "$TIMEOUT" --emu "$EMU" \
 	--kernel "$OUT/kernel/bzImage" --modules "$OUT/kernel/modules" \
 	--smp 4 --memory 3G --dev proto=roce --dev proto=roce \
-	--copy "$SELFTESTS" \
-	--run "BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS sh erdma_rs/bench.sh" \
+	--copy "$SELFTESTS" --tolerate "$TOLERATE" \
+	--run "BENCH_TOLERATE='$TOLERATE' BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS sh erdma_rs/bench.sh" \
 	>"$OUT/vm.log" 2>&1 &
 vm_pid=$!
 # vmrun stops everything it started on SIGTERM; so does this script.
@@ -135,12 +143,18 @@ fi
 cp "$RAW" "$OUT/bench.raw"
 
 # ---- 4. the table -----------------------------------------------------------------
+tolerated=$(sed -n 's/^vmrun: guest0: tolerated kernel report (--tolerate): //p' "$OUT/vm.log")
+notes=()
+if [ -n "$tolerated" ]; then
+	notes=(--note "Tolerated kernel report of the reference rdma_rxe (console: $CONSOLE):" --note "  $tolerated")
+fi
 report_rc=0
 python3 "$TOP/scripts/bench_report.py" "$OUT/bench.raw" --out "$OUT/results.txt" \
 	--note "Run: $(date -u '+%Y-%m-%d %H:%M UTC'), tree $rev, $(uname -m) host with $(nproc) cores," \
 	--note "  guest under QEMU TCG, 4 vCPUs (4 CEQs per adapter); host load average $load_start at the start, $load_end at the end." \
 	--note "Control loops ${CTL_SECONDS}s each (pyverbs, bench_ctl.py); perftest: latency $LAT_ITERS iterations" \
-	--note "  (rxe: $RXE_LAT_ITERS; median = perftest's t_typical, p99 = its 99% percentile), bandwidth ${BW_SECONDS}s per run (-D)." ||
+	--note "  (rxe: $RXE_LAT_ITERS; median = perftest's t_typical, p99 = its 99% percentile), bandwidth ${BW_SECONDS}s per run (-D)." \
+	"${notes[@]}" ||
 	report_rc=$?
 say "done in $(($(date +%s) - t0))s; table in $OUT/results.txt, raw figures in $OUT/bench.raw," \
 	"every tool's output in $VM/guest0/results/bench/"

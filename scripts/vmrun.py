@@ -21,7 +21,10 @@ report goes into the TAP file of the test that was running (as its last,
 failing test point, with the console trace as diagnostics), and the other
 guests of the run go on. At the end of each guest's command kmemleak is
 scanned and any leak is a failure (kmemleak.tap). See KERNEL_REPORT for what
-counts as a report.
+counts as a report. --tolerate REGEX names a report to record and let pass
+(results/tolerated-reports.txt), and nothing else: make bench uses it for one
+known WARN of its outside reference, rdma_rxe. Every guest also checks that
+it has the vCPUs it was given (machine.tap).
 
 Exit status: 0 when every guest ran its command with exit status 0, made no
 kernel report, and every TAP file it wrote has no failure; 1 otherwise; 2 on
@@ -70,6 +73,7 @@ KERNEL_REPORT = re.compile(
     r"INFO: rcu\w* (?:self-)?detected (?:stall|expedited stall)|"
     r"INFO: trying to register non-static key|Watchdog detected hard LOCKUP|"
     r"\w+: panicked at )")
+CUT_HERE = re.compile(r"-+\[ cut here \]-+")
 # A kernel console line (for the trace that follows a report's headline).
 KERNEL_LINE = re.compile(r"\[\s*\d+\.\d+\]")
 # run_tests.sh names each test before it runs it.
@@ -284,6 +288,13 @@ mkdir -p /dev/shm && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
 hostname guest{gi}
 cd /mnt/payload
 {KMEMLEAK_SH}
+# The guest is the machine it was asked to be: every vCPU online (the tests
+# size what they check by the CPUs they find: one CEQ per CPU).
+n=$(grep -c '^processor' /proc/cpuinfo)
+{{ echo "TAP version 13"
+  if [ "$n" -eq {run.args.smp} ]; then echo "ok 1 {run.args.smp} vCPUs online"
+  else echo "not ok 1 {run.args.smp} vCPUs online: the kernel found $n"; fi
+  echo "1..1"; }} >results/machine.tap
 echo "vmrun-guest: running command.sh: $(head -c 200 command.sh)"
 {{ sh command.sh; echo $? > results/exit-status; }} 2>&1 | tee results/output.log
 echo "vmrun-guest: kmemleak"
@@ -303,6 +314,14 @@ busybox poweroff -f
 # configuration says; on the release kernel (make bench) a WARN ends the
 # guest as well.
 PANIC_ARGS = "panic=-1 panic_on_warn=1 softlockup_panic=1 sysctl.kernel.hung_task_panic=1"
+
+
+def panic_args(tolerate):
+    """PANIC_ARGS, but a WARN() cannot end the guest before its headline is
+    read when some are tolerated (vmrun then ends it on every other report)."""
+    return PANIC_ARGS.replace("panic_on_warn=1", "panic_on_warn=0") if tolerate else PANIC_ARGS
+
+
 # 4-level paging: with the 5-level paging of QEMU's "-cpu max" the debug
 # kernel (7.3.4, KASAN) reports a wild-memory-access in do_raw_spin_lock from
 # an interrupt during identify_cpu at boot, and panics.
@@ -314,7 +333,7 @@ def qemu_argv(run, adapters, all_adapters, payload):
     mem = a.memory
     append = ("console=ttyS0 root=/dev/root rootfstype=9p "
               "rootflags=trans=virtio,version=9p2000.L,cache=loose,msize=262144 ro "
-              "init=/sbin/erdma-init " + PANIC_ARGS + " " + PAGING_ARGS + " " + a.append).strip()
+              "init=/sbin/erdma-init " + " ".join((panic_args(a.tolerate), PAGING_ARGS, a.append))).strip()
     argv = [str(a.qemu),
             "-machine", "q35,memory-backend=mem", "-accel", "tcg", "-cpu", "max",
             "-smp", str(a.smp), "-m", mem,
@@ -340,9 +359,11 @@ class Console:
     """One guest's console: logged, echoed with a prefix (unless None), and
     watched for kernel reports and for the test that is running."""
 
-    def __init__(self, prefix, logpath):
+    def __init__(self, prefix, logpath, tolerate=()):
         self.prefix = prefix
         self.logpath = logpath
+        self.tolerate = [re.compile(t) for t in tolerate]
+        self.tolerated = []       # headlines of the reports --tolerate names
         self.lock = threading.Lock()
         self.test = None          # the test run_tests.sh started last
         self.report = []          # the report's kernel lines, first the headline
@@ -361,6 +382,7 @@ class Console:
                     self.report_at = now
                     self.report_test = self.test
                     self.report.append(line[m.start():])
+                    self._forgive()
                     return
                 t = TEST_START.search(line)
                 if t:
@@ -372,6 +394,19 @@ class Console:
                 k = KERNEL_LINE.search(line)
                 if k:
                     self.report.append(line[k.start():])
+                    if len(self.report) <= 3:
+                        self._forgive()
+
+    def _forgive(self):
+        """Drops the report being read if --tolerate names its headline (the
+        caller holds the lock). A WARN()'s headline is not its "cut here"
+        line but the WARNING line one or two lines below (after the WARN's
+        message, if it has one)."""
+        head = next((ln for ln in self.report if not CUT_HERE.search(ln) and KERNEL_REPORT.search(ln)), None)
+        if head is None or not any(t.search(strip_stamp(head)) for t in self.tolerate):
+            return
+        self.tolerated.append(strip_stamp(head))
+        self.report, self.report_at, self.report_test = [], None, None
 
     def stream(self, proc):
         with open(self.logpath, "w") as log:
@@ -457,6 +492,10 @@ def main():
     ap.add_argument("--smp", type=int, default=2)
     ap.add_argument("--memory", default="1G")
     ap.add_argument("--append", default="", help="extra kernel command line")
+    ap.add_argument("--tolerate", action="append", default=[], metavar="REGEX",
+                    help="a kernel report whose headline (without its timestamp) matches REGEX is "
+                    "recorded, not a failure, and the guest goes on; the guests then boot with "
+                    "panic_on_warn=0, and any other report ends its guest as always (repeatable)")
     ap.add_argument("--msg-timeout-ms", type=int, default=20000, help="vfio-user message timeout")
     ap.add_argument("--quiet", action="store_true", help="do not echo guest consoles")
     ap.add_argument("--kernel", default=str(debug_kernel_dir() / "arch" / "x86" / "boot" / "bzImage"),
@@ -524,7 +563,7 @@ def main():
             p = run.spawn(f"qemu guest{gi}", argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT)
             logpath = run.out / f"guest{gi}.console.log"
-            con = Console(None if args.quiet else f"[guest{gi}]", logpath)
+            con = Console(None if args.quiet else f"[guest{gi}]", logpath, args.tolerate)
             t = threading.Thread(target=con.stream, args=(p,), daemon=True)
             t.start()
             print(f"vmrun: guest{gi} booting with adapters {idxs} (console: {logpath})", file=sys.stderr)
@@ -554,6 +593,10 @@ def main():
             time.sleep(0.2)
         for gi, p, t, con, payload, logpath in vms:
             t.join(5)
+            if con.tolerated:
+                (payload / "results" / "tolerated-reports.txt").write_text("\n".join(con.tolerated) + "\n")
+            for headline in con.tolerated:
+                print(f"vmrun: guest{gi}: tolerated kernel report (--tolerate): {headline}", file=sys.stderr)
             if con.report:
                 tap = record_report(payload / "results", con.report_test, con.report)
                 print(f"vmrun: FAIL guest{gi}: kernel report during "
