@@ -5,3 +5,7 @@
     /// the device can exist, which is what makes setting it safe.
     const DMA_MASK: Option<crate::dma::DmaMask> = None;
 
+    /// The largest DMA segment the device takes in one piece, in bytes, or `None` to keep the
+    /// bus default (64 KiB for PCI). Set before [`Driver::probe`] runs, as [`Driver::DMA_MASK`].
+    const DMA_MAX_SEG_SIZE: Option<u32> = None;
+

@@ -127,7 +127,7 @@ impl Cq {
                 AccessFlag::LocalWrite.into(),
             )?;
             let mtt = Mtt::new(data.bound(), &buf, req.qbuf_va, CQ_PAGE_SIZES, 1)?;
-            let dbrec = DbRecord::pin(dev, req.db_va, 8)?;
+            let dbrec = DbRecord::pin(dev, &ctx.dbrecs, req.db_va, 8)?;
             cmd.cfg0 = cmd.cfg0.with_page_code(low32(mtt.page_code()));
             cmd.addr_lo = lower(mtt.entries[0]);
             cmd.addr_hi = upper(mtt.entries[0]);

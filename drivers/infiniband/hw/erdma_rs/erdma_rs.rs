@@ -424,6 +424,10 @@ impl pci::Driver for ErdmaDriver {
 
     const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
     const DMA_MASK: Option<DmaMask> = Some(DmaMask::new::<64>());
+    // No limit of the adapter's on a DMA segment: with the bus default of 64 KiB, user memory
+    // that is physically contiguous beyond it would be mapped in 64 KiB pieces, and a memory
+    // region could not take larger MTT pages than that.
+    const DMA_MAX_SEG_SIZE: Option<u32> = Some(u32::MAX);
 
     fn probe<'bound>(
         pdev: &'bound pci::Device<Core<'_>>,

@@ -92,6 +92,7 @@ use crate::{
         Ids,
         ObjIds, //
     },
+    mtt::DbRecPages,
     regs::{
         MacAddr,
         Protocol, //
@@ -144,9 +145,11 @@ pub(crate) struct IbData<'bound> {
     contexts: AtomicU32,
 }
 
-/// A user context: the doorbell pages it was given, if the adapter hands them out.
+/// A user context: the doorbell pages it was given, if the adapter hands them out, and the
+/// pages of its queues' doorbell records.
 pub(crate) struct UCtx {
     pub(crate) db: Option<DbPages>,
+    pub(crate) dbrecs: Arc<DbRecPages>,
 }
 
 impl<'bound> IbData<'bound> {
@@ -333,17 +336,19 @@ impl<'bound> IbData<'bound> {
     }
 
     fn open_context(&self, setup: &UContextSetup<'_>, udata: &mut UData<'_>) -> Result<UCtx> {
+        let dbrecs = DbRecPages::new()?;
         let ctx = if self.caps.extend_db {
             let resp = self.hw.exec(&AllocDb::new(), Wait::Sleep)?;
             UCtx {
                 db: Some(DbPages::from_response(resp)),
+                dbrecs,
             }
         } else {
             // The doorbell pages are shared with every other context.
             if !capable(Capability::SYS_RAWIO) {
                 return Err(EPERM);
             }
-            UCtx { db: None }
+            UCtx { db: None, dbrecs }
         };
         let ret = self.map_doorbells(setup, udata, &ctx);
         if ret.is_err() {

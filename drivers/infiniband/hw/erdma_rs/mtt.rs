@@ -14,8 +14,13 @@ use kernel::{
     prelude::*,
     rdma::{
         self,
-        AccessFlag,
+        AccessFlags,
         Umem, //
+    },
+    sync::{
+        new_mutex,
+        Arc,
+        Mutex, //
     },
 };
 
@@ -197,25 +202,104 @@ impl Mtt {
     }
 }
 
-/// A user doorbell record: the pinned page holding it and the record's DMA address.
-pub(crate) struct DbRecord {
+/// The doorbell-record pages of one user context. The provider hands out records from pages
+/// it shares between queues, so each page is pinned once, when the first queue with a record
+/// on it is created, and released with the last one.
+#[pin_data]
+pub(crate) struct DbRecPages {
+    #[pin]
+    pages: Mutex<KVec<DbRecPage>>,
+}
+
+/// One pinned page of doorbell records.
+struct DbRecPage {
+    /// The page's user address.
+    va: u64,
+    /// The records on it that queues hold ([`DbRecord`]s).
+    users: usize,
+    /// The page's DMA address.
+    dma: u64,
     _page: Umem,
+}
+
+impl DbRecPages {
+    /// No page pinned yet.
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                pages <- new_mutex!(KVec::new()),
+            }),
+            GFP_KERNEL,
+        )
+    }
+}
+
+/// A user doorbell record: its page held pinned, and the record's DMA address.
+pub(crate) struct DbRecord {
+    pages: Arc<DbRecPages>,
+    page_va: u64,
     pub(crate) dma: u64,
 }
 
 impl DbRecord {
-    /// Pins the `len` bytes of doorbell record at `va` (8-byte aligned, inside one page).
-    pub(crate) fn pin<T: rdma::Driver>(dev: &rdma::Device<T>, va: u64, len: u64) -> Result<Self> {
+    /// Takes the `len` bytes of doorbell record at `va` (8-byte aligned, inside one page),
+    /// pinning its page unless another record of the context holds it already. The adapter
+    /// only reads records, so the page is pinned without write access.
+    pub(crate) fn pin<T: rdma::Driver>(
+        dev: &rdma::Device<T>,
+        pages: &Arc<DbRecPages>,
+        va: u64,
+        len: u64,
+    ) -> Result<Self> {
         let page_size = PAGE_SIZE as u64;
         let offset = va % page_size;
         if !va.is_multiple_of(8) || offset + len > page_size {
             return Err(EINVAL);
         }
-        let page = Umem::get(dev, va - offset, PAGE_SIZE, AccessFlag::LocalWrite.into())?;
-        let base = page.dma_blocks(page_size).next().ok_or(EFAULT)?;
+        let page_va = va - offset;
+        let mut list = pages.pages.lock();
+        let base = match list.iter_mut().find(|p| p.va == page_va) {
+            Some(page) => {
+                page.users += 1;
+                page.dma
+            }
+            None => {
+                let page = Umem::get(dev, page_va, PAGE_SIZE, AccessFlags::default())?;
+                let dma = page.dma_blocks(page_size).next().ok_or(EFAULT)?;
+                list.push(
+                    DbRecPage {
+                        va: page_va,
+                        users: 1,
+                        dma,
+                        _page: page,
+                    },
+                    GFP_KERNEL,
+                )?;
+                dma
+            }
+        };
         Ok(Self {
+            pages: pages.clone(),
+            page_va,
             dma: base + offset,
-            _page: page,
         })
+    }
+}
+
+impl Drop for DbRecord {
+    fn drop(&mut self) {
+        let mut list = self.pages.pages.lock();
+        let Some(i) = list.iter().position(|p| p.va == self.page_va) else {
+            return;
+        };
+        list[i].users -= 1;
+        let unused = if list[i].users == 0 {
+            list.remove(i).ok()
+        } else {
+            None
+        };
+        drop(list);
+        // Unpinned outside the lock.
+        drop(unused);
     }
 }

@@ -14,7 +14,7 @@ use kernel::{
             self as ibqp,
             udp_sport, //
         },
-        AccessFlag,
+        AccessFlags,
         QpAttr,
         QpAttrBit,
         QpAttrMask,
@@ -245,16 +245,12 @@ impl Qp {
                 return Err(EINVAL);
             }
             let rq_va = req.qbuf_va + rq_offset;
-            let sq = Umem::get(
-                dev,
-                req.qbuf_va,
-                sq_bytes as usize,
-                AccessFlag::LocalWrite.into(),
-            )?;
-            let rq = Umem::get(dev, rq_va, rq_bytes as usize, AccessFlag::LocalWrite.into())?;
+            // The adapter only reads work queues: pinned without write access.
+            let sq = Umem::get(dev, req.qbuf_va, sq_bytes as usize, AccessFlags::default())?;
+            let rq = Umem::get(dev, rq_va, rq_bytes as usize, AccessFlags::default())?;
             let sq_mtt = Mtt::new(data.bound(), &sq, req.qbuf_va, QP_PAGE_SIZES, INLINE_MTT)?;
             let rq_mtt = Mtt::new(data.bound(), &rq, rq_va, QP_PAGE_SIZES, INLINE_MTT)?;
-            let dbrec = DbRecord::pin(dev, req.db_va, 16)?;
+            let dbrec = DbRecord::pin(dev, &ctx.dbrecs, req.db_va, 16)?;
             cmd.sq_cfg = cmd.sq_cfg.with_page_code(low32(sq_mtt.page_code()));
             cmd.rq_cfg = cmd.rq_cfg.with_page_code(low32(rq_mtt.page_code()));
             cmd.sq_addr = sq_mtt.entries[0];

@@ -154,6 +154,50 @@ def teardown(uv, pd):
     del qmem, dmem
 
 
+def pinned_kib():
+    """The pages this process has pinned (ib_umem_get counts them in VmPin), in KiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmPin:"):
+                return int(line.split()[1])
+    raise SystemExit("no VmPin in /proc/self/status")
+
+
+def pin_check(name, got_kib, want_kib):
+    ok = got_kib == want_kib
+    results.append(ok)
+    print(f"{'ok' if ok else 'not ok'} {len(results)} - {name}: {got_kib} KiB pinned"
+          + ("" if ok else f" (expected {want_kib} KiB)"), flush=True)
+
+
+def shared_record_page(uv, pd, cq, qbuf, db):
+    """Queues whose doorbell records share a page (as the provider places them) pin it once:
+    with CQ `cq`'s record already on page `db`, 8 more CQs of one buffer page each and an RC
+    QP (a send and a receive queue page) pin 10 pages, and their destruction unpins them."""
+    before = pinned_kib()
+    cqs = []
+    for i in range(8):
+        udata = cq_udata(db + 32 + 8 * i, qbuf + (256 << 10) + i * PAGE, PAGE)
+        err, r = uv.cmd(CMD_CREATE_CQ, cq_body(64), udata, resp_len=8, drv_out=8)
+        if err:
+            check(f"CREATE_CQ {i + 2} with its record on the first CQ's page", err, 0)
+            return
+        cqs.append(struct.unpack_from("<I", r)[0])
+    err, r = uv.cmd(CMD_CREATE_QP, qp_body(pd, cq), cq_udata(db + 96, qbuf + (512 << 10), 2 * PAGE),
+                    resp_len=32, drv_out=16)
+    if err:
+        check("CREATE_QP with its records on the first CQ's page", err, 0)
+        return
+    qp = struct.unpack_from("<I", r)[0]
+    pin_check("8 CQs and a QP with records on one pinned page pin only their queues",
+              pinned_kib() - before, 10 * PAGE // 1024)
+    err, _ = uv.cmd(CMD_DESTROY_QP, struct.pack("<QII", 0, qp, 0), resp_len=4)
+    for c in cqs:
+        err = err or uv.cmd(CMD_DESTROY_CQ, struct.pack("<QII", 0, c, 0), resp_len=8)[0]
+    check("destroying them", err, 0)
+    pin_check("and their destruction unpins exactly those pages", pinned_kib() - before, 0)
+
+
 def main():
     ibdev = sys.argv[1]
     strict = "--strict" in sys.argv
@@ -199,6 +243,7 @@ def main():
     err, r = create_cq(64, cq_udata(db, qbuf, 4096))
     check("CREATE_CQ well-formed", err, 0)
     cq = struct.unpack_from("<I", r)[0]
+    shared_record_page(uv, pd, cq, qbuf, db)
 
     def create_qp(udata, **kw):
         return uv.cmd(CMD_CREATE_QP, qp_body(pd, cq, **kw), udata, resp_len=32, drv_out=16)
