@@ -66,14 +66,15 @@ CACHE = Path(os.environ.get("ERDMA_CACHE",
 # has its own headline above its trace. kmemleak's "suspected memory leaks"
 # line does not count here either: the guest scans on purpose at the end and
 # reports the leaks as a TAP failure (kmemleak.tap).
+# The line a WARN() prints first; its headline proper (WARNING: ...) follows.
+CUT_HERE = re.compile(r"-+\[ cut here \]-+")
 KERNEL_REPORT = re.compile(
     r"\[\s*\d+\.\d+\](?:\[\s*[TC]\d+\])? (?:watchdog: |rcu: )?"
-    r"(BUG: |BUG \S+ \(.*\): |kernel BUG at |WARNING: |-+\[ cut here \]-+|Oops|"
+    r"(BUG: |BUG \S+ \(.*\): |kernel BUG at |WARNING: |" + CUT_HERE.pattern + r"|Oops|"
     r"general protection fault|Kernel panic|UBSAN: |INFO: task .+ blocked|"
     r"INFO: rcu\w* (?:self-)?detected (?:stall|expedited stall)|"
     r"INFO: trying to register non-static key|Watchdog detected hard LOCKUP|"
     r"\w+: panicked at )")
-CUT_HERE = re.compile(r"-+\[ cut here \]-+")
 # A kernel console line (for the trace that follows a report's headline).
 KERNEL_LINE = re.compile(r"\[\s*\d+\.\d+\]")
 # run_tests.sh names each test before it runs it.

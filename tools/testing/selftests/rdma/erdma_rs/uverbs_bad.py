@@ -79,13 +79,18 @@ def buffer(size):
     return m, ctypes.addressof(ctypes.c_char.from_buffer(m))
 
 
-def check(name, got, want):
+def tap(name, got, want, show):
+    """One TAP test point: `got` must equal `want`; both are shown through `show`."""
     ok = got == want
     results.append(ok)
-    n = len(results)
     status = "ok" if ok else "not ok"
-    print(f"{status} {n} - {name}: {errno.errorcode.get(got, got)}"
-          + ("" if ok else f" (expected {errno.errorcode.get(want, want)})"), flush=True)
+    print(f"{status} {len(results)} - {name}: {show(got)}" + ("" if ok else f" (expected {show(want)})"),
+          flush=True)
+
+
+def check(name, got, want):
+    """An errno test point (0 for success)."""
+    tap(name, got, want, lambda e: errno.errorcode.get(e, e))
 
 
 def cq_body(cqe, vector=0):
@@ -164,10 +169,7 @@ def pinned_kib():
 
 
 def pin_check(name, got_kib, want_kib):
-    ok = got_kib == want_kib
-    results.append(ok)
-    print(f"{'ok' if ok else 'not ok'} {len(results)} - {name}: {got_kib} KiB pinned"
-          + ("" if ok else f" (expected {want_kib} KiB)"), flush=True)
+    tap(name, got_kib, want_kib, lambda k: f"{k} KiB pinned")
 
 
 def shared_record_page(uv, pd, cq, qbuf, db):
