@@ -79,6 +79,18 @@ def buffer(size):
     return m, ctypes.addressof(ctypes.c_char.from_buffer(m))
 
 
+def read_only_page():
+    """The address of a new private anonymous page mapped read-only (kept for the process)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_long]
+    addr = libc.mmap(None, PAGE, mmap.PROT_READ, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "mmap of a read-only page failed")
+    return addr
+
+
 def tap(name, got, want, show):
     """One TAP test point: `got` must equal `want`; both are shown through `show`."""
     ok = got == want
@@ -238,6 +250,11 @@ def main():
     err, _ = create_cq(64, cq_udata(db, 0xffff_ffff_ffff_ffc0, 4096))
     check("CREATE_CQ with a buffer wrapping the address space", err, errno.EINVAL)
     if strict:
+        # The adapter writes completions into the ring, so it is pinned for writing: memory
+        # the caller may only read is refused (the upstream C driver pins it read-only and
+        # takes it).
+        err, _ = create_cq(64, cq_udata(db, read_only_page(), 4096))
+        check("CREATE_CQ with a read-only ring", err, errno.EFAULT)
         err, _ = create_cq(64, cq_udata(db + PAGE - 4, qbuf, 4096))
         check("CREATE_CQ with a misaligned doorbell record", err, errno.EINVAL)
         err, _ = create_cq(1024, cq_udata(db, qbuf, 4096))
