@@ -107,9 +107,10 @@ load() {
 	wait_for 20 pair_ready || { say "$1: no RDMA device with a RoCEv2 GID on $ND_A and $ND_B"; return 1; }
 }
 
-# unload_driver DRIVER: removes it; nothing of it may stay (20 s). The
-# upstream C driver goes through lib.sh's unload, with every CPU but CPU 0
-# offline: its removal races with ib_mad's CQ polling on a second CPU
+# unload_driver DRIVER: removes it; nothing of it may stay (20 s). The eRDMA
+# drivers go through lib.sh's unload, as in the check scenarios: it removes the
+# upstream C driver with every CPU but CPU 0 offline, as its removal races with
+# ib_mad's CQ polling on a second CPU
 # (Documentation/infiniband/erdma-upstream-rmmod-race.rst), and this guest has
 # four; a bench run that unloaded it on all four oopsed in erdma_poll_cq.
 unload_driver() {
@@ -119,8 +120,7 @@ unload_driver() {
 		rdma link delete rxe_b 2>/dev/null
 		wait_for 20 rmmod rdma_rxe 2>/dev/null
 		;;
-	erdma) wait_for 20 unload erdma 2>/dev/null ;;
-	*) wait_for 20 rmmod "$1" 2>/dev/null ;;
+	*) wait_for 20 unload "$1" 2>/dev/null ;;
 	esac
 }
 

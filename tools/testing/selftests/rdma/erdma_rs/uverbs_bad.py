@@ -80,15 +80,11 @@ def buffer(size):
 
 
 def read_only_page():
-    """The address of a new private anonymous page mapped read-only (kept for the process)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_long]
-    addr = libc.mmap(None, PAGE, mmap.PROT_READ, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
-    if addr in (None, ctypes.c_void_p(-1).value):
-        raise OSError(ctypes.get_errno(), "mmap of a read-only page failed")
-    return addr
+    """A page of buffer() made read-only: (its mapping, to keep, and its address)."""
+    m, addr = buffer(PAGE)
+    if ctypes.CDLL(None, use_errno=True).mprotect(ctypes.c_void_p(addr), PAGE, mmap.PROT_READ):
+        raise OSError(ctypes.get_errno(), "mprotect(PROT_READ) failed")
+    return m, addr
 
 
 def tap(name, got, want, show):
@@ -253,7 +249,8 @@ def main():
         # The adapter writes completions into the ring, so it is pinned for writing: memory
         # the caller may only read is refused (the upstream C driver pins it read-only and
         # takes it).
-        err, _ = create_cq(64, cq_udata(db, read_only_page(), 4096))
+        _ro_mapping, roaddr = read_only_page()
+        err, _ = create_cq(64, cq_udata(db, roaddr, 4096))
         check("CREATE_CQ with a read-only ring", err, errno.EFAULT)
         err, _ = create_cq(64, cq_udata(db + PAGE - 4, qbuf, 4096))
         check("CREATE_CQ with a misaligned doorbell record", err, errno.EINVAL)
