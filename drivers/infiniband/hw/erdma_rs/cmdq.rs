@@ -131,7 +131,6 @@ struct State {
     cq_ci: u32,
     /// Completion events consumed, for the arm doorbell.
     cmdsn: u32,
-    eq: EqRing,
     slots: [Slot; MAX_OUTSTANDING],
     /// For each submission-ring position (in commands), the slot of the command posted there
     /// that has not completed yet.
@@ -160,6 +159,10 @@ pub(crate) struct Cmdq {
     sq_db: Doorbell,
     /// Completion-ring arm doorbell.
     cq_db: Doorbell,
+    /// The event queue, consumed and re-armed only by the vector-0 handler; never held with
+    /// `state`.
+    #[pin]
+    eq: SpinLockIrq<EqRing>,
     #[pin]
     state: SpinLockIrq<State>,
     #[pin]
@@ -187,11 +190,11 @@ impl Cmdq {
             cq,
             sq_db,
             cq_db,
+            eq <- new_spinlock_irq!(eq),
             state <- new_spinlock_irq!(State {
                 sq_pi: 0,
                 cq_ci: 0,
                 cmdsn: 0,
-                eq,
                 slots: [Slot::Free; MAX_OUTSTANDING],
                 pos_slot: [None; MAX_OUTSTANDING],
                 interrupts: false,
@@ -214,19 +217,19 @@ impl Cmdq {
         bar.write_reg(regs::CMDQ_CQ_ADDR_H::from_raw(upper(cq)));
         bar.write_reg(regs::CMDQ_CQ_ADDR_L::from_raw(lower(cq)));
         let _ = bar.try_write64(self.cq_db.record_addr(), regs::CMDQ_CQ_DBREC_ADDR);
-        let state = self.state.lock();
-        let eq = state.eq.dma_addr();
-        bar.write_reg(regs::CMDQ_EQ_ADDR_H::from_raw(upper(eq)));
-        bar.write_reg(regs::CMDQ_EQ_ADDR_L::from_raw(lower(eq)));
-        bar.write_reg(regs::CMDQ_EQ_DEPTH::from_raw(u32::from(state.eq.depth())));
-        let _ = bar.try_write64(state.eq.dbrec_addr(), regs::CMDQ_EQ_DBREC_ADDR);
+        let eq = self.eq.lock();
+        let addr = eq.dma_addr();
+        bar.write_reg(regs::CMDQ_EQ_ADDR_H::from_raw(upper(addr)));
+        bar.write_reg(regs::CMDQ_EQ_ADDR_L::from_raw(lower(addr)));
+        bar.write_reg(regs::CMDQ_EQ_DEPTH::from_raw(u32::from(eq.depth())));
+        let _ = bar.try_write64(eq.dbrec_addr(), regs::CMDQ_EQ_DBREC_ADDR);
     }
 
     /// Switches from polling to interrupt-driven completions by arming the completion ring.
     pub(crate) fn enable_interrupts(&self, bar: &Bar0<'_>) {
         let mut state = self.state.lock();
         state.interrupts = true;
-        self.arm_cq(bar, &state);
+        self.cq_db.ring(bar, Self::cq_arm_value(&state));
     }
 
     /// Runs `cmd` and returns the adapter's response.
@@ -386,30 +389,37 @@ impl Cmdq {
     }
 
     /// The vector-0 work for the command queue: consume the CMDQ EQ; if it had events, collect
-    /// completions and re-arm the completion ring; always re-arm the EQ; wake waiters.
+    /// completions, wake waiters and re-arm the completion ring; always re-arm the EQ.
+    ///
+    /// The doorbells are rung with no lock held and after the wake-up: under emulation an MMIO
+    /// write is a round trip to the device model, and a woken waiter (or the next command's
+    /// poster) would otherwise spin on `state` through two of them.
     pub(crate) fn handle_interrupt(
         &self,
         dev: &device::Device,
         reports: &DeviceReports,
         bar: &Bar0<'_>,
     ) {
-        let mut state = self.state.lock();
         let mut events = 0u32;
-        while state.eq.pop().is_some() {
-            events += 1;
-        }
-        if events > 0 {
-            state.cmdsn = state.cmdsn.wrapping_add(1);
-            self.poll_cq(dev, reports, &mut state);
-            if state.interrupts {
-                self.arm_cq(bar, &state);
+        {
+            let mut eq = self.eq.lock();
+            while eq.pop().is_some() {
+                events += 1;
             }
         }
-        state.eq.arm(bar);
-        drop(state);
         if events > 0 {
+            let mut state = self.state.lock();
+            state.cmdsn = state.cmdsn.wrapping_add(1);
+            self.poll_cq(dev, reports, &mut state);
+            let arm = state.interrupts.then(|| Self::cq_arm_value(&state));
+            drop(state);
             self.done.notify_all();
+            // Only this handler arms once interrupts are on, so arms cannot overtake each other.
+            if let Some(db) = arm {
+                self.cq_db.ring(bar, db);
+            }
         }
+        self.eq.lock().arm(bar);
     }
 
     /// Consumes every valid completion entry.
@@ -491,15 +501,14 @@ impl Cmdq {
         self.state.lock().disabled
     }
 
-    /// Arms the completion ring for one event.
-    fn arm_cq(&self, bar: &Bar0<'_>, state: &State) {
-        let db = CqDoorbell::zeroed()
+    /// The doorbell that arms the completion ring for one event.
+    fn cq_arm_value(state: &State) -> u64 {
+        CqDoorbell::zeroed()
             .with_arm(true)
             .with_ci(low64(state.cq_ci.into()))
             .with_cmdsn(low64(state.cmdsn.into()))
             .with_seq(low64(state.cmdsn.into()))
-            .into_raw();
-        self.cq_db.ring(bar, db);
+            .into_raw()
     }
 }
 

@@ -18,9 +18,11 @@
 //! 1. `Erdma::running` (probe and unbind).
 //! 2. `Qp::shadow` (modify, query, destroy), held while the command runs.
 //! 3. The command queue's state (`Cmdq`), held only to post a command or reap completions;
-//!    a sleeping waiter releases it.
+//!    a sleeping waiter releases it. The vector-0 handler rings the command queue's arm
+//!    doorbells after releasing it.
 //! 4. An event queue's ring: the AEQ's (`Hw::aeq`), or one CEQ's, each taken only by its own
-//!    interrupt handler.
+//!    interrupt handler. The command queue's EQ (`Cmdq::eq`) is a leaf: its handler takes
+//!    it alone, never with the command queue's state.
 //! 5. The object tables the handlers look objects up in: `Hw::qps` (the AEQ's) and one table
 //!    of CQs per CEQ (`Hw::ceq_cqs`), so CEQs never contend with each other. The completion
 //!    upcall runs under the CEQ's table lock and may poll or arm the CQ.
