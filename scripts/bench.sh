@@ -19,8 +19,10 @@
 #   3. the guest run (out/bench/vm/, console in guest0.console.log);
 #   4. the table.
 #
-# Knobs (environment): BENCH_ROUNDS (5), BENCH_CTL_SECONDS (2 s per control
-# loop), BENCH_LAT_ITERS (10000), BENCH_RXE_LAT_ITERS (1000: rxe is about 30
+# Knobs (environment): BENCH_ROUNDS (5), BENCH_PAIRS (20 pairs of ours' and
+# C's control loops, both drivers bound at once), BENCH_PAIR_SECONDS (0.3 s
+# per loop of a pair), BENCH_CTL_SECONDS (2 s per control loop of rxe's
+# rounds), BENCH_LAT_ITERS (10000), BENCH_RXE_LAT_ITERS (1000: rxe is about 30
 # times slower), BENCH_BW_SECONDS (2 s per bandwidth run),
 # BENCH_TIMEOUT (2400 s for the whole guest run), BENCH_BUILD (1; 0 uses the
 # current kernel and model as they are, without building anything).
@@ -34,6 +36,8 @@ _step_name=bench
 OUT=$TOP/out/bench
 ROUNDS=${BENCH_ROUNDS:-5}
 CTL_SECONDS=${BENCH_CTL_SECONDS:-2}
+PAIRS=${BENCH_PAIRS:-20}
+PAIR_SECONDS=${BENCH_PAIR_SECONDS:-0.3}
 LAT_ITERS=${BENCH_LAT_ITERS:-10000}
 RXE_LAT_ITERS=${BENCH_RXE_LAT_ITERS:-1000}
 BW_SECONDS=${BENCH_BW_SECONDS:-2}
@@ -114,7 +118,7 @@ say "booting one guest (4 vCPUs, 3 GiB, two RoCEv2 adapters) for $ROUNDS rounds 
 	--kernel "$OUT/kernel/bzImage" --modules "$OUT/kernel/modules" \
 	--smp 4 --memory 3G --dev proto=roce --dev proto=roce \
 	--copy "$SELFTESTS" --tolerate "$TOLERATE" \
-	--run "BENCH_TOLERATE='$TOLERATE' BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS sh erdma_rs/bench.sh" \
+	--run "BENCH_TOLERATE='$TOLERATE' BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_PAIRS=$PAIRS BENCH_PAIR_SECONDS=$PAIR_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS sh erdma_rs/bench.sh" \
 	>"$OUT/vm.log" 2>&1 &
 vm_pid=$!
 # vmrun stops everything it started on SIGTERM; so does this script.
@@ -152,7 +156,8 @@ report_rc=0
 python3 "$TOP/scripts/bench_report.py" "$OUT/bench.raw" --out "$OUT/results.txt" \
 	--note "Run: $(date -u '+%Y-%m-%d %H:%M UTC'), tree $rev, $(uname -m) host with $(nproc) cores," \
 	--note "  guest under QEMU TCG, 4 vCPUs (4 CEQs per adapter); host load average $load_start at the start, $load_end at the end." \
-	--note "Control loops ${CTL_SECONDS}s each (pyverbs, bench_ctl.py); perftest: latency $LAT_ITERS iterations" \
+	--note "Control loops (pyverbs, bench_ctl.py): ours and C in $PAIRS pairs of ${PAIR_SECONDS}s loops, both bound at once" \
+	--note "  (one adapter each; they swap adapters halfway), rxe ${CTL_SECONDS}s per round; perftest: latency $LAT_ITERS iterations" \
 	--note "  (rxe: $RXE_LAT_ITERS; median = perftest's t_typical, p99 = its 99% percentile), bandwidth ${BW_SECONDS}s per run (-D)." \
 	"${notes[@]}" ||
 	report_rc=$?

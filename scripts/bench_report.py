@@ -11,18 +11,22 @@ run is zero (perftest prints 0.00 MiB/s when its run broke down), so such a
 round is shown as "failed" and left out, never averaged in as a zero.
 
 The figures of the table are medians over the rounds that did not fail. The
-comparison with C is paired by round: the guest runs ours and C back to back
-in every round (bench.sh), so each round gives one ratio ours/C measured under
-the same host load, and the drift of a busy host over the run (both drivers'
-rates falling from round to round) cancels out of it. ours/C is the median of
-those ratios; the noise of a row is their half-range (from 5 rounds on,
-without the highest and the lowest) as a fraction of that median; a row is
-SLOWER when ours/C is below 1.00 by more than that noise. A row with fewer
-than MIN_ROUNDS rounds in which both ours and C have figures (at most the
-rounds run) has no verdict but TOO FEW ROUNDS, and fails the run. Ratios are
-oriented so that >= 1.00 always means ours is at least as good: ours/theirs
-for rates and bandwidths, theirs/ours for latencies. ours/rxe, an outside
-reference, is the ratio of the medians.
+comparison with C is paired by round: the guest measures ours and C at the
+same time (the control rows: both bound at once, alternating) or back to back
+(the other rows), so each round gives one ratio ours/C measured under the
+same host load, and the drift of a busy host over the run (both drivers'
+rates falling from round to round) cancels out of it. A row may have more
+rounds than another (the control rows have bench.sh's pairs). ours/C is the
+median of those ratios; its confidence interval is the distribution-free one
+of a median (order statistics; about 95%, and never narrower than the range
+of all rounds at 5 rounds or fewer, which is 94% at 5). A row is SLOWER when
+the whole interval is below 1.00: ours worse than C beyond the noise; "ok
+(noise)" when ours/C is below 1.00 but the interval reaches it. A row with
+fewer than MIN_ROUNDS rounds in which both ours and C have figures (at most
+the rounds run for that row) has no verdict but TOO FEW ROUNDS, and fails the
+run. Ratios are oriented so that >= 1.00 always means ours is at least as
+good: ours/theirs for rates and bandwidths, theirs/ours for latencies.
+ours/rxe, an outside reference, is the ratio of the medians.
 
 Prints the table (and writes it, with every round's figures, to FILE).
 Exit status: 0 when every row has figures for ours and C and none is SLOWER;
@@ -116,45 +120,58 @@ def per_round(ours, theirs, lower_is_better):
     return {r: ratio(o[r], t[r], lower_is_better) for r in o.keys() & t.keys()}
 
 
+def median_interval(ratios):
+    """The distribution-free confidence interval of the median of the sorted
+    `ratios`: (the k-th smallest, the k-th largest), k the largest with
+    P(Binomial(n, 1/2) < k) <= 2.5%, and at least 1."""
+    n = len(ratios)
+    k = 1
+    while k < (n + 1) // 2 and sum(math.comb(n, i) for i in range(k + 1)) / 2**n <= 0.025:
+        k += 1
+    return ratios[k - 1], ratios[n - k]
+
+
 def paired(ours, theirs, lower_is_better):
     """Ours against theirs round by round: (median of the per-round ratios,
-    their half-range as a fraction of it, how many rounds have both figures,
+    its confidence interval (low, high), how many rounds have both figures,
     in how many of them ours is worse)."""
     ratios = sorted(per_round(ours, theirs, lower_is_better).values())
     if not ratios:
-        return math.nan, math.nan, 0, 0
-    med = statistics.median(ratios)
+        return math.nan, (math.nan, math.nan), 0, 0
     worse = sum(1 for x in ratios if x < 1.0)
-    # One odd round (a burst of other work on the host between ours and C)
-    # should not decide the noise of a row: with 5 rounds or more, leave out
-    # the extremes.
-    core = ratios[1:-1] if len(ratios) >= 5 else ratios
-    return med, (core[-1] - core[0]) / 2 / med, len(ratios), worse
+    return statistics.median(ratios), median_interval(ratios), len(ratios), worse
 
 
-def judge(values, rounds):
+def rounds_of(values, metric):
+    """The rounds in which ours or C has a line for `metric`."""
+    return sorted({r for drv in (OURS, C) for r, _ in values[metric][drv]})
+
+
+def judge(values):
     """One result per row of ROWS: (label, metric, figures, verdict)."""
-    need = min(MIN_ROUNDS, len(rounds)) if rounds else 1
     out = []
     for metric, label, lower in ROWS:
+        rounds = rounds_of(values, metric)
+        need = min(MIN_ROUNDS, len(rounds)) if rounds else 1
         o, o_n = median(values[metric][OURS])
         c, c_n = median(values[metric][C])
         r, _ = median(values[metric][RXE])
-        oc, noise, n, worse = paired(values[metric][OURS], values[metric][C], lower)
+        oc, (lo, hi), n, worse = paired(values[metric][OURS], values[metric][C], lower)
         if math.isnan(oc):
             verdict = "FAILED"
         elif n < need:
             verdict = "TOO FEW ROUNDS"
         elif round(oc, 2) >= 1.0:  # as printed: "1.00" is never SLOWER
             verdict = "ok"
-        elif oc >= 1.0 - noise:
+        elif round(hi, 2) >= 1.0:
             verdict = "ok (noise)"
         else:
             verdict = "SLOWER"
-        figures = {"ours": o, "c": c, "rxe": r, "oc": oc, "orx": ratio(o, r, lower), "noise": noise,
-                   "paired": n, "worse": worse, "partial": o_n < len(rounds) or c_n < len(rounds)}
+        figures = {"ours": o, "c": c, "rxe": r, "oc": oc, "orx": ratio(o, r, lower), "low": lo, "high": hi,
+                   "paired": n, "worse": worse, "need": need,
+                   "partial": o_n < len(rounds) or c_n < len(rounds)}
         out.append((label, metric, figures, verdict))
-    return out, need
+    return out
 
 
 def main():
@@ -164,21 +181,26 @@ def main():
     ap.add_argument("--note", action="append", default=[], help="a line for the header (repeatable)")
     args = ap.parse_args()
 
-    values, units, rounds = load(args.raw)
-    head = ["metric", "unit", "ours", "C", "rxe", "ours/C", "worse", "noise", "ours/rxe", "verdict"]
-    results, need = judge(values, rounds)
+    values, units, _ = load(args.raw)
+    head = ["metric", "unit", "ours", "C", "rxe", "ours/C", "worse", "interval", "ours/rxe", "verdict"]
+    results = judge(values)
     rows = []
     for label, metric, f, verdict in results:
         rows.append([label + (" *" if f["partial"] else ""), units.get(metric, "-"),
                      num(f["ours"]), num(f["c"]), num(f["rxe"]),
                      "-" if math.isnan(f["oc"]) else f"{f['oc']:.2f}",
                      f"{f['worse']}/{f['paired']}" if f["paired"] else "-",
-                     "-" if math.isnan(f["noise"]) else f"±{f['noise'] * 100:.0f}%",
+                     "-" if math.isnan(f["low"]) else f"{f['low']:.2f}-{f['high']:.2f}",
                      "-" if math.isnan(f["orx"]) else f"{f['orx']:.2f}", verdict])
     slower = [r for r in results if r[3] == "SLOWER"]
     missing = [r for r in results if r[3] == "FAILED"]
     few = [r for r in results if r[3] == "TOO FEW ROUNDS"]
 
+    per_metric = {metric: len(rounds_of(values, metric)) for metric, _, _ in ROWS}
+    common = statistics.mode(per_metric.values())
+    counts = "; ".join([f"{n} for {' '.join(m for m, k in per_metric.items() if k == n)}"
+                        for n in sorted(set(per_metric.values()) - {common}, reverse=True)]
+                       + [f"{common} for {'the others' if len(set(per_metric.values())) > 1 else 'every row'}"])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     right = {2, 3, 4, 5, 6, 7, 8}
 
@@ -189,17 +211,20 @@ def main():
     lines = [
         "erdma_rs benchmark: ours = erdma_rs, C = the upstream C erdma driver (same model adapters, same boot),",
         "rxe = rdma_rxe on the adapters' twin virtio-net NICs (outside reference).",
-        f"Figures: medians of {len(rounds)} round{'' if len(rounds) == 1 else 's'} (drivers interleaved; the order changes every round).",
+        "Figures: medians of the rounds (drivers interleaved; the order changes every round).",
+        f"Rounds: {counts}.",
         "Ratios: >= 1.00 means ours is at least as good (latencies: theirs/ours; rates and bandwidths: ours/theirs).",
-        "ours/C: the median of the per-round ratios (ours and C run back to back in each round, so host drift",
-        "  cancels); worse: the rounds in which ours was worse than C, of those with figures for both;",
-        "  noise: the half-range of the per-round ratios (from 5 rounds on, without the highest and lowest),",
-        "  as % of ours/C. ours/rxe: the ratio of the medians. Verdict: ok (ours/C >= 1.00), ok (noise)",
-        "  (below 1.00 by less than the noise), SLOWER (below by more).",
+        "ours/C: the median of the per-round ratios (ours and C measured at the same time or back to back in",
+        "  each round, so host drift cancels); worse: the rounds in which ours was worse than C, of those with",
+        "  figures for both; interval: the ~95% distribution-free confidence interval of ours/C (order",
+        "  statistics; at 5 rounds, the range of all of them: 94%). ours/rxe: the ratio of the medians.",
+        "  Verdict: ok (ours/C >= 1.00), ok (noise) (below 1.00, the interval reaching it), SLOWER (the whole",
+        "  interval below 1.00).",
     ] + args.note + ["", fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
     if any(r[0].endswith(" *") for r in rows):
         lines.append("* some rounds failed for ours or C: the median is over the rounds that did not")
-        lines.append(f"  (a row needs {need} rounds with figures for both for a verdict; see every round below)")
+        lines.append(f"  (a row needs {MIN_ROUNDS} rounds, or every round run, with figures for both for a verdict;"
+                     " see every round below)")
     verdict = (f"bench: {len(rows)} rows, {len(slower)} slower than C, {len(missing)} without figures, "
                f"{len(few)} with too few good rounds")
     lines += ["", verdict]
@@ -215,7 +240,7 @@ def main():
                                                                  for _, v in samples))
             by_round = per_round(values[metric][OURS], values[metric][C], lower)
             detail.append(f"  {metric:<14} {'ours/C':<8} " + " ".join(f"{by_round[r]:.2f}" if r in by_round else "-"
-                                                                for r in rounds))
+                                                                for r in rounds_of(values, metric)))
         with open(args.out, "w") as f:
             f.write(table + "\n".join(detail) + "\n")
     return 1 if slower or missing or few else 0

@@ -34,11 +34,10 @@ def judge(text):
     with tempfile.NamedTemporaryFile("w", suffix=".raw", delete=False) as f:
         f.write(text)
     try:
-        values, _, rounds = bench_report.load(f.name)
+        values, _, _ = bench_report.load(f.name)
     finally:
         os.unlink(f.name)
-    results, _ = bench_report.judge(values, rounds)
-    return {metric: (figures, verdict) for _, metric, figures, verdict in results}
+    return {metric: (figures, verdict) for _, metric, figures, verdict in bench_report.judge(values)}
 
 
 class Verdicts(unittest.TestCase):
@@ -56,7 +55,8 @@ class Verdicts(unittest.TestCase):
         figures, verdict = judge(raw({"cq": {OURS: ours, C: c}}))["cq"]
         self.assertEqual(verdict, "ok")
         self.assertAlmostEqual(figures["oc"], 1.05)
-        self.assertAlmostEqual(figures["noise"], 0.0)
+        self.assertAlmostEqual(figures["low"], 1.05)
+        self.assertAlmostEqual(figures["high"], 1.05)
         self.assertEqual(figures["worse"], 0)
 
     def test_consistently_slower_is_slower_despite_drift(self):
@@ -106,12 +106,41 @@ class Verdicts(unittest.TestCase):
         _, verdict = judge(raw({"qp": {OURS: [0] * 5}}))["qp"]
         self.assertEqual(verdict, "FAILED")
 
-    def test_one_odd_round_does_not_decide_the_noise(self):
+    def test_worse_in_every_round_is_slower_whatever_the_spread(self):
         c = [100] * 5
         ours = [97, 96, 98, 60, 97]  # one round hit by host work between ours and C
         figures, verdict = judge(raw({"ctx": {OURS: ours, C: c}}))["ctx"]
         self.assertEqual(verdict, "SLOWER")
-        self.assertLess(figures["noise"], 0.02)
+        self.assertEqual((figures["low"], figures["high"]), (0.60, 0.98))
+
+    def test_one_better_round_of_five_is_noise(self):
+        # 4 of 5 worse happens by chance 19% of the time when the drivers are equal.
+        c = [100] * 5
+        ours = [97, 96, 98, 101, 97]
+        _, verdict = judge(raw({"read_bw_q1": {OURS: ours, C: c}}))["read_bw_q1"]
+        self.assertEqual(verdict, "ok (noise)")
+
+    def test_many_pairs_narrow_the_interval(self):
+        # 20 pairs (the control rows), ours 3% behind with +-5% scatter: 17 of
+        # 20 worse, the interval [x6, x15] below 1.00.
+        scatter = [0.95, 1.02, 0.97, 0.99, 0.92, 1.01, 0.96, 0.98, 0.94, 0.97,
+                   0.93, 0.99, 0.96, 1.00, 0.95, 0.98, 0.97, 0.94, 0.96, 0.98]
+        ours = [round(100 * x, 3) for x in scatter]
+        figures, verdict = judge(raw({"cq": {OURS: ours, C: [100] * 20}}))["cq"]
+        self.assertEqual(figures["paired"], 20)
+        self.assertEqual(figures["need"], 3)
+        self.assertEqual(verdict, "SLOWER")
+        self.assertEqual((figures["low"], figures["high"]), (0.95, 0.98))
+        # The same scatter around 1.00 is noise.
+        ours = [round(100 * (x + 0.03), 3) for x in scatter]
+        _, verdict = judge(raw({"cq": {OURS: ours, C: [100] * 20}}))["cq"]
+        self.assertIn(verdict, ("ok", "ok (noise)"))
+
+    def test_median_interval_coverage(self):
+        # k-th order statistics from each end: 1 up to n = 8, 6 at n = 20.
+        for n, k in ((3, 1), (5, 1), (8, 1), (9, 2), (20, 6), (30, 10)):
+            xs = list(range(n))
+            self.assertEqual(bench_report.median_interval(xs), (k - 1, n - k), n)
 
 
 class ExitStatus(unittest.TestCase):

@@ -16,12 +16,19 @@
 #     ib_write_lat and ib_send_lat at 8 bytes (median and 99th percentile),
 #     ib_write_bw and ib_read_bw at 64 KiB with one and four QPs.
 #
-# Every measurement is repeated BENCH_ROUNDS times. A round loads each driver
-# in turn, measures everything once and unloads it. Ours and C always run back
-# to back, in alternating order, with rxe before or after them every other
-# pair of rounds: slow drift of the host (other work on its cores) then hits
-# both sides of the comparison alike, no driver always goes first, and the
-# spread of the rounds shows the run's noise.
+# The control path of ours and C is measured first, in BENCH_PAIRS pairs: both
+# drivers bound at once, each to an adapter of its own (driver_override), and
+# bench_ctl.py alternating short loops (BENCH_PAIR_SECONDS) between them, so
+# that each pair compares the two under the same host load at the same moment;
+# halfway through, the drivers swap adapters. (Measured one driver after the
+# other, minutes apart, the CQ row's ratio moved by 10% from run to run.)
+#
+# Everything else is repeated BENCH_ROUNDS times. A round loads each driver in
+# turn, measures once and unloads it. Ours and C always run back to back, in
+# alternating order, with rxe before or after them every other pair of rounds:
+# slow drift of the host (other work on its cores) then hits both sides of the
+# comparison alike, no driver always goes first, and the spread of the rounds
+# shows the run's noise. rxe's control path is measured in its rounds.
 #
 # Writes "DRIVER ROUND METRIC VALUE UNIT" lines to $ERDMA_RESULTS/bench.raw
 # (VALUE "nan" when a measurement failed) and each tool's output under
@@ -40,6 +47,9 @@ DRIVERS=${BENCH_DRIVERS:-erdma_rs erdma rxe}
 # bandwidth run of a few hundred iterations lasts milliseconds and lands in
 # one of them or not, which made bandwidth bimodal from one run to the next.
 CTL_SECONDS=${BENCH_CTL_SECONDS:-2}
+CTL_METRICS="qp cq mr4k mr2m mr1g ctx"
+PAIRS=${BENCH_PAIRS:-20}
+PAIR_SECONDS=${BENCH_PAIR_SECONDS:-0.3}
 LAT_ITERS=${BENCH_LAT_ITERS:-10000}
 # rxe takes about 1 ms a round trip here (30 times the model), and much more
 # on a busy host: fewer iterations keep it inside run_pair's 120 s.
@@ -58,6 +68,14 @@ failures=0
 ref_failures=0
 
 say() { echo "bench: $*"; }
+
+# listed WORD LIST: WORD is one of LIST's words.
+listed() {
+	case " $2 " in
+	*" $1 "*) return 0 ;;
+	esac
+	return 1
+}
 
 # record DRIVER ROUND METRIC VALUE UNIT
 record() {
@@ -84,6 +102,8 @@ done
 set -- $NETDEVS
 [ $# -ge 2 ] || { say "FAILED: need two eRDMA adapters with twin NICs, found: $NETDEVS"; exit 1; }
 ND_A=$1 ND_B=$2
+set -- $(erdma_functions)
+BDF_A=$1 BDF_B=$2
 
 # pair_ready: the RDMA devices on ND_A and ND_B exist and have the RoCEv2 GID
 # of their netdev's IPv4 address; sets IB_A/IB_B, GID_A/GID_B, IP_A.
@@ -128,9 +148,9 @@ unload_driver() {
 control() {
 	log=$tmp/$1-r$2-ctl.log
 	timeout 600 python3 "$HERE/bench_ctl.py" --dev "$IB_A" --gid "$GID_A" --seconds "$CTL_SECONDS" \
-		qp cq mr4k mr2m mr1g ctx >"$log" 2>&1
+		$CTL_METRICS >"$log" 2>&1
 	rc=$?
-	for m in qp cq mr4k mr2m mr1g ctx; do
+	for m in $CTL_METRICS; do
 		line=$(grep "^$m " "$log")
 		if [ -n "$line" ]; then
 			record "$1 $2 $line"
@@ -140,6 +160,68 @@ control() {
 	done
 	[ $rc -eq 0 ] || say "$1 round $2: bench_ctl.py exited $rc; read $log"
 	say "$1 round $2: $(awk 'NF == 3 && $2 ~ /^[0-9.e+]+$/ { printf "%s %s %s; ", $1, $2, $3 }' "$log")"
+}
+
+# side_ready: ours' and C's devices exist on their netdevs (O_ND, T_ND) with
+# RoCEv2 GIDs; sets IB_O/IB_T and GID_O/GID_T.
+side_ready() {
+	IB_O=$(ibdev_of "$O_ND") IB_T=$(ibdev_of "$T_ND")
+	[ -n "$IB_O" ] && [ -n "$IB_T" ] || return 1
+	GID_O=$(gid_index "$IB_O" "$(ipv4_of "$O_ND")") && GID_T=$(gid_index "$IB_T" "$(ipv4_of "$T_ND")")
+}
+
+# paired HALF FIRST N: N pairs (rounds FIRST+1 .. FIRST+N) of the control loops
+# with ours and C bound at once: ours on adapter A and C on B for HALF 0, the
+# other way round for HALF 1.
+paired() {
+	if [ "$1" -eq 0 ]; then
+		O_BDF=$BDF_A O_ND=$ND_A T_BDF=$BDF_B T_ND=$ND_B
+	else
+		O_BDF=$BDF_B O_ND=$ND_B T_BDF=$BDF_A T_ND=$ND_A
+	fi
+	log=$tmp/paired-$1.log
+	out=$tmp/paired-$1.raw
+	: >"$log"
+	echo erdma_rs >"/sys/bus/pci/devices/$O_BDF/driver_override" &&
+		echo erdma >"/sys/bus/pci/devices/$T_BDF/driver_override" &&
+		modprobe erdma_rs && modprobe erdma && wait_for 20 side_ready
+	if [ $? -eq 0 ]; then
+		say "paired $1: ours $IB_O on $O_ND ($O_BDF), C $IB_T on $T_ND ($T_BDF): $3 pairs of $CTL_METRICS"
+		timeout 900 python3 "$HERE/bench_ctl.py" --dev "$IB_O" --gid "$GID_O" --versus "$IB_T:$GID_T" \
+			--pairs "$3" --seconds "$PAIR_SECONDS" $CTL_METRICS >"$log" 2>&1 ||
+			say "paired $1: bench_ctl.py exited $?; read $log"
+	else
+		say "paired $1: ours on $O_ND and C on $T_ND did not both come up; read the console log"
+	fi
+	# One line per expected figure: "nan" where bench_ctl.py gave none.
+	awk -v first="$2" -v n="$3" -v metrics="$CTL_METRICS" '
+		NF == 5 { v[$1, $2, $3] = $4; u[$3] = $5 }
+		END {
+			split(metrics, ms, " ")
+			for (i = 0; i < n; i++)
+				for (k in ms)
+					for (w = 1; w <= 2; w++) {
+						side = w == 1 ? "a" : "b"
+						val = ((i, side, ms[k]) in v) ? v[i, side, ms[k]] : "nan"
+						print (w == 1 ? "erdma_rs" : "erdma"), first + i + 1, ms[k], val, \
+							(ms[k] in u ? u[ms[k]] : "-")
+					}
+		}' "$log" >"$out"
+	while read -r line; do record "$line"; done <"$out"
+	unload_driver erdma_rs || say "paired $1: erdma_rs did not unload"
+	unload_driver erdma || say "paired $1: erdma did not unload"
+	echo >"/sys/bus/pci/devices/$O_BDF/driver_override"
+	echo >"/sys/bus/pci/devices/$T_BDF/driver_override"
+	say "paired $1, means of ours and C: $(awk -v metrics="$CTL_METRICS" '$4 != "nan" { s[$1, $3] += $4; c[$1, $3]++ }
+		END {
+			n = split(metrics, ms, " ")
+			for (k = 1; k <= n; k++) {
+				m = ms[k]
+				o = c["erdma_rs", m] ? sprintf("%.4g", s["erdma_rs", m] / c["erdma_rs", m]) : "nan"
+				t = c["erdma", m] ? sprintf("%.4g", s["erdma", m] / c["erdma", m]) : "nan"
+				printf "%s %s %s; ", m, o, t
+			}
+		}' "$out")"
 }
 
 # kcq DRIVER ROUND: kernel CQ completions per second (the module prints
@@ -234,9 +316,17 @@ data() {
 
 nics_up $NET
 rmmod rdma_rxe 2>/dev/null
-say "$ROUNDS rounds of: $DRIVERS; ports $ND_A and $ND_B; control loops ${CTL_SECONDS}s each," \
-	"latency $LAT_ITERS iterations (rxe $RXE_LAT_ITERS), bandwidth ${BW_SECONDS}s per run," \
-	"kernel CQs $KCQ_QPS QPs for ${KCQ_SECONDS}s"
+# The control path of ours and C in pairs, when both are measured.
+PAIRED=""
+if listed erdma_rs "$DRIVERS" && listed erdma "$DRIVERS"; then
+	say "$PAIRS pairs of ours' and C's control loops (${PAIR_SECONDS}s each), both bound at once"
+	paired 0 0 $((PAIRS / 2))
+	paired 1 $((PAIRS / 2)) $((PAIRS - PAIRS / 2))
+	PAIRED="erdma_rs erdma"
+fi
+say "$ROUNDS rounds of: $DRIVERS; ports $ND_A and $ND_B; control loops ${CTL_SECONDS}s each" \
+	"${PAIRED:+(not for $PAIRED: paired above)}; latency $LAT_ITERS iterations" \
+	"(rxe $RXE_LAT_ITERS), bandwidth ${BW_SECONDS}s per run, kernel CQs $KCQ_QPS QPs for ${KCQ_SECONDS}s"
 round=1
 while [ $round -le "$ROUNDS" ]; do
 	# Rounds 1-4: ours C rxe, C ours rxe, rxe ours C, rxe C ours; and again.
@@ -253,12 +343,14 @@ while [ $round -le "$ROUNDS" ]; do
 		say "round $round/$ROUNDS: $drv"
 		if load "$drv"; then
 			say "$drv: $IB_A ($ND_A, GID $GID_A) and $IB_B ($ND_B, GID $GID_B)"
-			control "$drv" "$round"
+			listed "$drv" "$PAIRED" || control "$drv" "$round"
 			kcq "$drv" "$round"
 			data "$drv" "$round"
 		else
 			say "round $round: $drv did not load; read the console log"
-			for m in qp cq mr4k mr2m mr1g ctx kcq write_lat_p50 write_lat_p99 send_lat_p50 send_lat_p99 \
+			ctl=$CTL_METRICS
+			! listed "$drv" "$PAIRED" || ctl=""
+			for m in $ctl kcq write_lat_p50 write_lat_p99 send_lat_p50 send_lat_p99 \
 				write_bw_q1 write_bw_q4 read_bw_q1 read_bw_q4; do
 				record "$drv $round $m nan -"
 			done

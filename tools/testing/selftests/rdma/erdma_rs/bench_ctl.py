@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Control-path rates of one RDMA device, for `make bench` (bench.sh).
 
-Usage: bench_ctl.py --dev IBDEV --gid N [--seconds S] [METRIC...]
+Usage: bench_ctl.py --dev IBDEV --gid N [--seconds S] [--versus IBDEV:N --pairs K] [METRIC...]
 
 Each metric is a loop of verbs through pyverbs and the stock provider, timed
 for about S seconds (and at least a few iterations), after one untimed
@@ -15,6 +15,12 @@ line per metric, "METRIC VALUE UNIT":
   mr2m    the same for 2 MiB
   mr1g    the same for 1 GiB
   ctx     user context (device) open + close, per second
+
+With --versus, each metric is measured K times on each of the two devices,
+alternating (the first device first in even pairs, the second first in odd
+ones), and each measurement is printed as "PAIR WHICH METRIC VALUE UNIT" with
+WHICH "a" (--dev) or "b" (--versus): make bench compares two drivers, each
+bound to an adapter of its own, under the same host load at the same moment.
 
 The MR regions are allocated and written once, before any timing, so that the
 loops measure registration (pinning, DMA mapping, the device's translation
@@ -57,7 +63,7 @@ def timed(step, seconds, min_iters):
 
 
 class Bench:
-    def __init__(self, dev, gid_index, seconds):
+    def __init__(self, dev, gid_index, seconds, buffers=None):
         self.dev = dev
         self.seconds = seconds
         self.ctx = Context(name=dev)
@@ -78,7 +84,8 @@ class Bench:
         self.rts.sq_psn = 0
         self.rts.ah_attr = AHAttr(port_num=PORT, is_global=1,
                                   gr=GlobalRoute(dgid=gid, sgid_index=gid_index))
-        self.buffers = {}
+        # Shareable between two Bench objects: one 1 GiB buffer, not two.
+        self.buffers = {} if buffers is None else buffers
 
     def qp_cycle(self):
         init = QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq,
@@ -127,24 +134,37 @@ def main():
     ap.add_argument("--dev", required=True)
     ap.add_argument("--gid", type=int, required=True, help="RoCEv2 GID index of the device's IPv4 address")
     ap.add_argument("--seconds", type=float, default=1.5)
+    ap.add_argument("--versus", metavar="IBDEV:N", help="a second device and its GID index")
+    ap.add_argument("--pairs", type=int, default=1, help="measurements of each metric on each device")
     ap.add_argument("metrics", nargs="*", default=["qp", "cq", "mr4k", "mr2m", "mr1g", "ctx"])
     args = ap.parse_args()
 
-    b = Bench(args.dev, args.gid, args.seconds)
-    run = {
+    benches = {"a": Bench(args.dev, args.gid, args.seconds)}
+    if args.versus:
+        dev, _, gid = args.versus.rpartition(":")
+        if not dev or not gid.isdigit():
+            ap.error(f"--versus wants IBDEV:GID_INDEX, not {args.versus!r}")
+        benches["b"] = Bench(dev, int(gid), args.seconds, benches["a"].buffers)
+    runs = {which: {
         "qp": b.qp_cycle,
         "cq": b.cq_cycle,
-        "mr4k": lambda: b.mr(4 * KiB, 20),
-        "mr2m": lambda: b.mr(2 * MiB, 5),
-        "mr1g": lambda: b.mr(1 * GiB, 2),
+        "mr4k": lambda b=b: b.mr(4 * KiB, 20),
+        "mr2m": lambda b=b: b.mr(2 * MiB, 5),
+        "mr1g": lambda b=b: b.mr(1 * GiB, 2),
         "ctx": b.ctx_open,
-    }
+    } for which, b in benches.items()}
     for m in args.metrics:
-        if m not in run:
+        if m not in runs["a"]:
             ap.error(f"unknown metric {m!r}")
     for m in args.metrics:
-        value, unit = run[m]()
-        print(f"{m} {value:.6g} {unit}", flush=True)
+        if not args.versus:
+            value, unit = runs["a"][m]()
+            print(f"{m} {value:.6g} {unit}", flush=True)
+            continue
+        for i in range(args.pairs):
+            for which in ("a", "b") if i % 2 == 0 else ("b", "a"):
+                value, unit = runs[which][m]()
+                print(f"{i} {which} {m} {value:.6g} {unit}", flush=True)
     return 0
 
 
