@@ -79,7 +79,7 @@ demo: all
 check:
 	@tests/check.sh
 
-# Not part of check: about 12 minutes of measurements (scripts/bench.sh).
+# Not part of check: about 10 minutes of measurements (scripts/bench.sh).
 bench:
 	@scripts/bench.sh
 
