@@ -142,26 +142,39 @@ if [ ! -f "$KOUT/.config" ] || ! stamp_ok "$KOUT/.fragment.key" "$cfgkey"; then
 	fi
 	kmake tinyconfig "${fragments[@]}" >"$KOUT/config.log" 2>&1 ||
 		die "make tinyconfig ${fragments[*]} failed; see $KOUT/config.log"
-	bad=0
+	# Every option as the last fragment that names it sets it (a later fragment
+	# overrides an earlier one, as in the kernel's merge_config.sh) must stick.
+	declare -A want=() from=()
 	for frag in "${cfgfiles[@]}"; do
 		while read -r line; do
 			case "$line" in
-			CONFIG_*=*)
-				grep -qxF "$line" "$KOUT/.config" || {
-					warn "$(basename "$frag"): $line did not stick (now: $(grep "^${line%%=*}=" "$KOUT/.config" || echo unset))"
-					bad=1
-				}
-				;;
+			CONFIG_*=*) opt=${line%%=*} ;;
 			"# CONFIG_"*" is not set")
 				opt=${line#\# }
 				opt=${opt%% *}
-				! grep -q "^$opt=" "$KOUT/.config" || {
-					warn "$(basename "$frag"): $opt should be unset"
-					bad=1
-				}
 				;;
+			*) continue ;;
 			esac
+			want[$opt]=$line from[$opt]=$(basename "$frag")
 		done <"$frag"
+	done
+	bad=0
+	for opt in "${!want[@]}"; do
+		line=${want[$opt]}
+		case "$line" in
+		CONFIG_*=*)
+			grep -qxF "$line" "$KOUT/.config" || {
+				warn "${from[$opt]}: $line did not stick (now: $(grep "^$opt=" "$KOUT/.config" || echo unset))"
+				bad=1
+			}
+			;;
+		*)
+			! grep -q "^$opt=" "$KOUT/.config" || {
+				warn "${from[$opt]}: $opt should be unset"
+				bad=1
+			}
+			;;
+		esac
 	done
 	[ $bad = 0 ] || die "the configuration does not match ${fragments[*]}; inspect dependencies with: make -C $KSRC O=$KOUT LLVM=-$LLVM_MAJOR menuconfig"
 	echo "$cfgkey" >"$KOUT/.fragment.key"
