@@ -172,7 +172,7 @@ else
 	tap_skip "command timeout" "needs erdma_rs and the model's test page"
 fi
 
-tap_check "rmmod $DRV" rmmod "$DRV"
+tap_check "rmmod $DRV" unload "$DRV"
 if [ -n "$target" ]; then
 	tap_check "$target: after rmmod the adapter has no CEQ left" model_eqs "$target" ""
 fi
