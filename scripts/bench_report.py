@@ -78,10 +78,9 @@ def num(v):
 
 
 def load(path):
-    """{metric: {driver: [values by round]}}, {metric: unit}, rounds seen."""
+    """{metric: {driver: [(round, value)]}}, {metric: unit}."""
     values = defaultdict(lambda: defaultdict(list))
     units = {}
-    rounds = set()
     with open(path) as f:
         for line in f:
             parts = line.split()
@@ -95,10 +94,9 @@ def load(path):
             if not v > 0:  # also catches nan and inf-nan comparisons
                 v = math.nan
             values[metric][drv].append((int(rnd), v))
-            rounds.add(int(rnd))
             if unit != "-":
                 units[metric] = unit
-    return values, units, sorted(rounds)
+    return values, units
 
 
 def median(samples):
@@ -181,7 +179,7 @@ def main():
     ap.add_argument("--note", action="append", default=[], help="a line for the header (repeatable)")
     args = ap.parse_args()
 
-    values, units, _ = load(args.raw)
+    values, units = load(args.raw)
     head = ["metric", "unit", "ours", "C", "rxe", "ours/C", "worse", "interval", "ours/rxe", "verdict"]
     results = judge(values)
     rows = []

@@ -34,7 +34,7 @@ def judge(text):
     with tempfile.NamedTemporaryFile("w", suffix=".raw", delete=False) as f:
         f.write(text)
     try:
-        values, _, _ = bench_report.load(f.name)
+        values, _ = bench_report.load(f.name)
     finally:
         os.unlink(f.name)
     return {metric: (figures, verdict) for _, metric, figures, verdict in bench_report.judge(values)}

@@ -162,14 +162,6 @@ control() {
 	say "$1 round $2: $(awk 'NF == 3 && $2 ~ /^[0-9.e+]+$/ { printf "%s %s %s; ", $1, $2, $3 }' "$log")"
 }
 
-# side_ready: ours' and C's devices exist on their netdevs (O_ND, T_ND) with
-# RoCEv2 GIDs; sets IB_O/IB_T and GID_O/GID_T.
-side_ready() {
-	IB_O=$(ibdev_of "$O_ND") IB_T=$(ibdev_of "$T_ND")
-	[ -n "$IB_O" ] && [ -n "$IB_T" ] || return 1
-	GID_O=$(gid_index "$IB_O" "$(ipv4_of "$O_ND")") && GID_T=$(gid_index "$IB_T" "$(ipv4_of "$T_ND")")
-}
-
 # paired HALF FIRST N: N pairs (rounds FIRST+1 .. FIRST+N) of the control loops
 # with ours and C bound at once: ours on adapter A and C on B for HALF 0, the
 # other way round for HALF 1.
@@ -179,13 +171,19 @@ paired() {
 	else
 		O_BDF=$BDF_B O_ND=$ND_B T_BDF=$BDF_A T_ND=$ND_A
 	fi
+	# pair_ready finds the devices by port: ours is A's in half 0, B's in half 1.
 	log=$tmp/paired-$1.log
 	out=$tmp/paired-$1.raw
 	: >"$log"
 	echo erdma_rs >"/sys/bus/pci/devices/$O_BDF/driver_override" &&
 		echo erdma >"/sys/bus/pci/devices/$T_BDF/driver_override" &&
-		modprobe erdma_rs && modprobe erdma && wait_for 20 side_ready
+		modprobe erdma_rs && modprobe erdma && wait_for 20 pair_ready
 	if [ $? -eq 0 ]; then
+		if [ "$1" -eq 0 ]; then
+			IB_O=$IB_A GID_O=$GID_A IB_T=$IB_B GID_T=$GID_B
+		else
+			IB_O=$IB_B GID_O=$GID_B IB_T=$IB_A GID_T=$GID_A
+		fi
 		say "paired $1: ours $IB_O on $O_ND ($O_BDF), C $IB_T on $T_ND ($T_BDF): $3 pairs of $CTL_METRICS"
 		timeout 900 python3 "$HERE/bench_ctl.py" --dev "$IB_O" --gid "$GID_O" --versus "$IB_T:$GID_T" \
 			--pairs "$3" --seconds "$PAIR_SECONDS" $CTL_METRICS >"$log" 2>&1 ||
