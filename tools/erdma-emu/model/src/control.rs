@@ -15,7 +15,8 @@
 //! ceq eqn=<n> cqn=<c>
 //! stats <counter>=<value> ...
 //! clear
-//! query mtu|page_shift|eqs|cmds|init_done|dbs|gids|ahs|rules|qps|cqs|mrs|objects|stats|all
+//! query mtu|page_shift|eqs|cmds|init_done|dbs|gids|ahs|ahns|rules|qps|cqs|mrs|objects|ud_drops|
+//!       stats|all
 //! ```
 //!
 //! `<op>` is a command name (`COMMON.CREATE_EQ`, `RDMA.QUERY_DEVICE`, case-insensitive), a
@@ -224,6 +225,9 @@ pub enum Query {
     Gids,
     /// `ahs=<n>`: live address handles.
     Ahs,
+    /// `ahns=<ahn>:<pdn>,...`: the live address handles by AHN, with their PDs (`ahns=` when
+    /// none). Not part of [`Query::All`].
+    Ahns,
     /// `rules=<n>`: active fault rules.
     Rules,
     /// `qps=<qpn>:<state>,...`: the live QPs by QPN (`qps=` when none). Not part of
@@ -233,8 +237,12 @@ pub enum Query {
     Cqs,
     /// `mrs=<stag>,...`: the registered MRs' STags in hex. Not part of [`Query::All`].
     Mrs,
-    /// `objects=<qps>/<cqs>/<mrs>`: how many QPs, CQs and MRs exist. Not part of [`Query::All`].
+    /// `objects=<qps>/<cqs>/<mrs>/<ahs>`: how many QPs, CQs, MRs and address handles exist
+    /// (what leak checks compare). Not part of [`Query::All`].
     Objects,
+    /// `ud_drops=<total> no_fabric=<n> unknown_gid=<n> ...`: UD datagrams dropped, by cause
+    /// ([`crate::stats::UdDrop`]). Not part of [`Query::All`].
+    UdDrops,
     /// The 11 GET_STATS counters, `tx_reqs=<n> ...`.
     Stats,
     /// Everything above except [`Query::Gids`] (it would push the rest beyond the test page's
@@ -243,7 +251,7 @@ pub enum Query {
 }
 
 impl Query {
-    const NAMES: [(&'static str, Query); 15] = [
+    const NAMES: [(&'static str, Query); 17] = [
         ("mtu", Query::Mtu),
         ("page_shift", Query::PageShift),
         ("eqs", Query::Eqs),
@@ -252,11 +260,13 @@ impl Query {
         ("dbs", Query::Dbs),
         ("gids", Query::Gids),
         ("ahs", Query::Ahs),
+        ("ahns", Query::Ahns),
         ("rules", Query::Rules),
         ("qps", Query::Qps),
         ("cqs", Query::Cqs),
         ("mrs", Query::Mrs),
         ("objects", Query::Objects),
+        ("ud_drops", Query::UdDrops),
         ("stats", Query::Stats),
         ("all", Query::All),
     ];
@@ -622,6 +632,11 @@ mod tests {
         assert_eq!(parse("query all"), Ok(ControlCommand::Query(Query::All)));
         assert_eq!(parse("query GIDs"), Ok(ControlCommand::Query(Query::Gids)));
         assert_eq!(parse("query ahs"), Ok(ControlCommand::Query(Query::Ahs)));
+        assert_eq!(parse("query AHNS"), Ok(ControlCommand::Query(Query::Ahns)));
+        assert_eq!(
+            parse("query ud_drops"),
+            Ok(ControlCommand::Query(Query::UdDrops))
+        );
         assert!(parse("stats tx_reqs=1").unwrap().allowed_at_startup());
         assert!(!parse("query all").unwrap().allowed_at_startup());
     }
@@ -722,6 +737,8 @@ mod tests {
             "query page_shift",
             "query gids",
             "query ahs",
+            "query ahns",
+            "query ud_drops",
             "query all",
         ] {
             let cmd = parse(line).unwrap();

@@ -76,7 +76,7 @@ use crate::io::Io;
 use crate::pci::{self, ConfigSpace};
 use crate::regs::{self, AdminQueue, Bar0Area, Doorbell, Reg, RegSlot};
 use crate::roce::{AhTable, GidTable};
-use crate::stats::TrafficCounters;
+use crate::stats::{TrafficCounters, UdDrops};
 
 mod cmdq_engine;
 mod engine;
@@ -457,6 +457,8 @@ struct Harness {
     /// Commands fetched from the CMDQ.
     cmds: u64,
     test_page: TestPage,
+    /// UD datagrams dropped, by cause.
+    ud_drops: UdDrops,
 }
 
 /// What an unexpected access was, for rate-limited logging.
@@ -481,6 +483,10 @@ enum Oddity {
     MissingCq,
     DataPath,
     ShortDoorbell,
+    /// A UD datagram dropped (key: the cause).
+    UdDrop,
+    /// A UD source GID index naming an empty GID table entry (key: the index).
+    UdSourceGid,
 }
 
 /// Remembers which odd accesses were already logged, so that a guest cannot flood the log.

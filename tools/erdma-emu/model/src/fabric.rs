@@ -2,7 +2,8 @@
 
 //! The in-process network that connects every device of the process (erdma-hw.md §7.2, §10.20).
 //!
-//! The model does not speak RoCEv2 on a wire; it exchanges RC *messages* between devices:
+//! The model does not speak RoCEv2 on a wire; it exchanges RC *messages* and UD *datagrams*
+//! between devices:
 //!
 //! * A device attaches a [`Port`] ([`Fabric::attach`]) with a [`Waker`]. It publishes the GIDs
 //!   of its GID table ([`Port::set_gids`]); a request is addressed by destination GID (from the
@@ -18,6 +19,10 @@
 //! * Requests beyond [`MAX_INBOX`] queued packets are refused ([`SendError::Congested`]; the
 //!   requester completes the WQE with "retry exceeded"). Responses are never refused: they are
 //!   bounded by the requests.
+//! * A [`Datagram`] (UD SEND) is addressed like a request but never answered: it carries what
+//!   the receiver needs to build the GRH area and the UD completion (addresses, traffic class,
+//!   flow label, hop limit, SL, Q_Key). Datagrams beyond [`MAX_INBOX`] are refused like requests
+//!   (the sender drops them: UD is unreliable).
 //!
 //! Lock order: a device's lock → the fabric's lock (leaf, never held while calling out).
 
@@ -25,7 +30,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::cmdq::Gid;
+use crate::cmdq::{Gid, NetType};
 
 /// Number of a port on the fabric.
 pub type PortId = u32;
@@ -122,6 +127,34 @@ impl Request {
     }
 }
 
+/// A UD datagram (SEND or SEND_WITH_IMM on a UD QP, erdma-hw.md §5.4): delivered to one QP,
+/// never answered. The addressing fields come from the sender's address handle and GID table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Datagram {
+    /// The Q_Key the sender put in its WQE; the receiving QP's Q_Key must equal it.
+    pub qkey: u32,
+    /// Payload.
+    pub data: Vec<u8>,
+    /// Immediate (network order) for SEND_WITH_IMM.
+    pub imm: Option<[u8; 4]>,
+    /// SE flag.
+    pub solicited: bool,
+    /// The AV's network type: which header the receiver writes into the GRH area.
+    pub net_type: NetType,
+    /// The AV's traffic class (IPv4 TOS).
+    pub traffic_class: u8,
+    /// The AV's flow label (20 bits; IPv6 only).
+    pub flow_label: u32,
+    /// The AV's hop limit (IPv4 TTL).
+    pub hop_limit: u8,
+    /// The AV's service level (reported in the receive CQE).
+    pub sl: u8,
+    /// Source GID: the sender's GID table entry at the AV's source GID index.
+    pub sgid: Gid,
+    /// Destination GID (the AV's).
+    pub dgid: Gid,
+}
+
 /// Why a request failed at the responder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Nak {
@@ -162,6 +195,8 @@ pub enum Body {
         /// The result.
         result: Result<Reply, Nak>,
     },
+    /// A UD datagram (no response).
+    Datagram(Datagram),
 }
 
 /// A message between two QPs.
@@ -182,6 +217,7 @@ impl Packet {
     pub fn payload_len(&self) -> usize {
         match &self.body {
             Body::Request { req, .. } => req.payload_len(),
+            Body::Datagram(d) => d.data.len(),
             Body::Response {
                 result: Ok(Reply::Read(d)),
                 ..
@@ -340,6 +376,12 @@ impl Port {
         self.fabric.deliver(to, pkt, true)
     }
 
+    /// Sends a UD datagram to port `to` (refused like a request when the inbox is full).
+    pub fn send_datagram(&self, to: PortId, mut pkt: Packet) -> Result<(), SendError> {
+        pkt.src_port = self.id;
+        self.fabric.deliver(to, pkt, true)
+    }
+
     /// Sends a response to port `to` (dropped if the port is gone).
     pub fn send_response(&self, to: PortId, mut pkt: Packet) {
         pkt.src_port = self.id;
@@ -408,8 +450,30 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].src_port, b.id());
         let bid = b.id();
+        let dgram = Packet {
+            src_port: 0,
+            src_qpn: 1,
+            dst_qpn: 1,
+            body: Body::Datagram(Datagram {
+                qkey: 0x8001_0000,
+                data: vec![1, 2, 3],
+                imm: None,
+                solicited: false,
+                net_type: NetType::Ipv4,
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 64,
+                sl: 0,
+                sgid: [3; 16],
+                dgid: g,
+            }),
+        };
+        assert_eq!(a.send_datagram(bid, dgram.clone()), Ok(()));
+        let got = b.take_inbox();
+        assert_eq!((got[0].src_port, got[0].payload_len()), (a.id(), 3));
         drop(b);
         assert_eq!(f.ports(), 1);
         assert_eq!(a.send_request(bid, pkt), Err(SendError::Unreachable));
+        assert_eq!(a.send_datagram(bid, dgram), Err(SendError::Unreachable));
     }
 }

@@ -11,16 +11,100 @@
 //!   re-adds entries after address changes); a delete needs a populated entry.
 //! * Address handles: created once per AHN; destroyed only with the PD they were created with.
 //!   The source GID index of the address vector must lie inside the GID table, but the entry
-//!   need not be populated (the GID may be deleted while AHs still name it: the data path checks
-//!   when it sends).
+//!   need not be populated (the GID may be deleted while AHs still name it): a UD send through
+//!   such an AH is not refused, its datagram carries the zero source address.
 //!
 //! Both tables are function state: `DEV_CTRL.RESET` and a client disconnect clear them.
+//!
+//! [`grh_area`] builds the 40 bytes a UD receive places in front of the payload (§5.6): the
+//! network header the datagram would have carried on the wire, as RoCEv2 adapters present it
+//! (an IPv6 header, or 20 zero bytes and an IPv4 header with a valid checksum).
 
 use std::collections::btree_map::{BTreeMap, Entry};
 use std::fmt::Write as _;
 use std::net::Ipv6Addr;
 
 use crate::cmdq::{AddressVector, Gid, NetType, Status};
+use crate::fabric::Datagram;
+
+/// Size of the GRH area at the start of a UD receive buffer (an IPv6 header / a GRH).
+pub const GRH_SIZE: usize = 40;
+/// IPv4 header without options.
+const IPV4_HEADER: usize = 20;
+/// UDP header.
+const UDP_HEADER: usize = 8;
+/// InfiniBand base transport header.
+const BTH: usize = 12;
+/// Datagram extended transport header (Q_Key, source QPN).
+const DETH: usize = 8;
+/// Immediate data extended transport header.
+const IMMDT: usize = 4;
+/// Invariant CRC.
+const ICRC: usize = 4;
+/// IP protocol / next header: UDP.
+const IPPROTO_UDP: u8 = 17;
+/// IPv4 flags and fragment offset: don't fragment.
+const IPV4_DF: u16 = 0x4000;
+
+/// The IPv4 header checksum of `hdr` (an even number of bytes, the checksum field included as
+/// it is): the ones' complement of the ones' complement sum of its 16-bit words. A header whose
+/// checksum field holds the right value sums to 0xffff, so this returns 0 for it.
+pub fn ipv4_checksum(hdr: &[u8]) -> u16 {
+    let mut sum: u32 = hdr
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// The 40-byte GRH area of a UD receive of `d` (erdma-hw.md §5.6): what RoCEv2 puts in front of
+/// the payload, counted in the receive's byte count.
+///
+/// * IPv6 path (`d.net_type` IPv6): a 40-byte IPv6 header: version 6, traffic class, 20-bit flow
+///   label, payload length (UDP + BTH + DETH [+ ImmDt] + payload + ICRC), next header UDP, hop
+///   limit, source GID, destination GID.
+/// * IPv4 path: bytes 0..20 zero, bytes 20..40 an IPv4 header: version 4, IHL 5, TOS = traffic
+///   class, total length (IP + UDP + BTH + DETH [+ ImmDt] + payload + ICRC), identification 0,
+///   DF, TTL = hop limit, protocol UDP, a valid header checksum, and the addresses in the last 4
+///   bytes of the GIDs (IPv4-mapped).
+///
+/// Lengths beyond 16 bits (payloads are limited to the UD MTU, far below) saturate.
+pub fn grh_area(d: &Datagram) -> [u8; GRH_SIZE] {
+    let l4 =
+        UDP_HEADER + BTH + DETH + if d.imm.is_some() { IMMDT } else { 0 } + d.data.len() + ICRC;
+    let mut g = [0u8; GRH_SIZE];
+    match d.net_type {
+        NetType::Ipv6 => {
+            let w0 = 6u32 << 28 | u32::from(d.traffic_class) << 20 | d.flow_label & 0xf_ffff;
+            g[0..4].copy_from_slice(&w0.to_be_bytes());
+            let plen = u16::try_from(l4).unwrap_or(u16::MAX);
+            g[4..6].copy_from_slice(&plen.to_be_bytes());
+            g[6] = IPPROTO_UDP;
+            g[7] = d.hop_limit;
+            g[8..24].copy_from_slice(&d.sgid);
+            g[24..40].copy_from_slice(&d.dgid);
+        }
+        NetType::Ipv4 => {
+            let h = &mut g[GRH_SIZE - IPV4_HEADER..];
+            h[0] = 0x45;
+            h[1] = d.traffic_class;
+            let total = u16::try_from(IPV4_HEADER + l4).unwrap_or(u16::MAX);
+            h[2..4].copy_from_slice(&total.to_be_bytes());
+            // Identification 0.
+            h[6..8].copy_from_slice(&IPV4_DF.to_be_bytes());
+            h[8] = d.hop_limit;
+            h[9] = IPPROTO_UDP;
+            h[12..16].copy_from_slice(&d.sgid[12..]);
+            h[16..20].copy_from_slice(&d.dgid[12..]);
+            let sum = ipv4_checksum(h);
+            h[10..12].copy_from_slice(&sum.to_be_bytes());
+        }
+    }
+    g
+}
 
 /// One populated GID table entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,6 +320,58 @@ mod tests {
             mac_string(&[0x52, 0x54, 0, 0xab, 0xcd, 1]),
             "52:54:00:ab:cd:01"
         );
+    }
+
+    fn datagram(net_type: NetType, len: usize, imm: bool) -> Datagram {
+        Datagram {
+            qkey: 1,
+            data: vec![0x5a; len],
+            imm: imm.then_some([1, 2, 3, 4]),
+            solicited: false,
+            net_type,
+            traffic_class: 0,
+            flow_label: 0x12_3456,
+            hop_limit: 0x40,
+            sl: 0,
+            sgid: ipv4_gid([192, 168, 0, 1]),
+            dgid: ipv4_gid([192, 168, 0, 199]),
+        }
+    }
+
+    #[test]
+    fn ipv4_grh_area() {
+        // The textbook header 4500 0073 0000 4000 4011 b861 c0a8 0001 c0a8 00c7: total length
+        // 0x73 = 20 + 8 + 12 + 8 + 63 + 4.
+        let g = grh_area(&datagram(NetType::Ipv4, 63, false));
+        assert_eq!(g[..20], [0; 20]);
+        assert_eq!(
+            g[20..],
+            [
+                0x45, 0, 0, 0x73, 0, 0, 0x40, 0, 0x40, 0x11, 0xb8, 0x61, 192, 168, 0, 1, 192, 168,
+                0, 199
+            ]
+        );
+        assert_eq!(ipv4_checksum(&g[20..]), 0, "a correct header sums to zero");
+        assert_eq!(ipv4_checksum(&[0x45, 0, 0, 0x73]), !0x4573);
+        // With an immediate: 4 more bytes.
+        let g = grh_area(&datagram(NetType::Ipv4, 59, true));
+        assert_eq!(g[22..24], [0, 0x73]);
+        assert_eq!(ipv4_checksum(&g[20..]), 0);
+    }
+
+    #[test]
+    fn ipv6_grh_area() {
+        let mut d = datagram(NetType::Ipv6, 10, true);
+        d.traffic_class = 0xab;
+        d.sgid = [0xfe; 16];
+        d.dgid = [0x20; 16];
+        let g = grh_area(&d);
+        // Version 6, traffic class 0xab, flow label cut to 20 bits.
+        assert_eq!(g[..4], [0x6a, 0xb2, 0x34, 0x56]);
+        assert_eq!(g[4..6], [0, 8 + 12 + 8 + 4 + 10 + 4]);
+        assert_eq!((g[6], g[7]), (17, 0x40));
+        assert_eq!(g[8..24], [0xfe; 16]);
+        assert_eq!(g[24..], [0x20; 16]);
     }
 
     #[test]

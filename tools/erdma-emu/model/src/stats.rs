@@ -5,8 +5,13 @@
 //!
 //! The data path counts: every WQE the requester takes from an SQ is a transmit request; every
 //! packet it sends (requests and responses) a transmit packet with its payload bytes; every
-//! packet it receives a receive packet with its payload bytes. The model drops nothing, so the
-//! drop counters stay at what the control language (`stats ...`) set them to.
+//! packet it receives a receive packet with its payload bytes. The model has no rate limits and
+//! is never disabled, so the GET_STATS drop counters stay at what the control language
+//! (`stats ...`) set them to.
+//!
+//! UD datagrams the data path drops (UD is unreliable: no destination, no receive WQE, Q_Key
+//! mismatch, ...) are counted apart, by cause ([`UdDrops`], the control language's
+//! `query ud_drops`): they are the model's own counters, not the adapter's.
 //!
 //! GET_STATS writes the counters in [`Counter::ALL`] order. The statistics registers
 //! (`regs::STATS`) read the same counters: erdma-hw.md lists eleven registers and eleven GET_STATS
@@ -14,6 +19,8 @@
 //! tx_packets, TSO_OUT_BYTES / tx_bytes, TX_DROP_PKTS / tx_disable_drop, TX_BPS/PPS_METER_DROP /
 //! tx_bps/pps_limit_drop, and the same for RX); the drivers never read the registers, and the
 //! model pairs them one to one.
+
+use std::fmt::Write as _;
 
 /// One traffic counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -155,6 +162,102 @@ impl TrafficCounters {
     }
 }
 
+/// Why a UD datagram was dropped (counted by the device that dropped it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UdDrop {
+    /// Sender: the device is not attached to a fabric.
+    NoFabric,
+    /// Sender: no port owns the destination GID.
+    UnknownGid,
+    /// Sender: the destination's inbox is full.
+    Congested,
+    /// Receiver: the destination QPN does not exist.
+    NoQp,
+    /// Receiver: the destination QP is not a UD QP.
+    NotUd,
+    /// Receiver: the destination QP is not in RTR, RTS or SQD.
+    NotReady,
+    /// Receiver: the Q_Key differs from the destination QP's.
+    Qkey,
+    /// Receiver: no receive WQE posted.
+    NoRqe,
+}
+
+impl UdDrop {
+    /// Every cause, in report order.
+    pub const ALL: [UdDrop; 8] = [
+        UdDrop::NoFabric,
+        UdDrop::UnknownGid,
+        UdDrop::Congested,
+        UdDrop::NoQp,
+        UdDrop::NotUd,
+        UdDrop::NotReady,
+        UdDrop::Qkey,
+        UdDrop::NoRqe,
+    ];
+
+    /// The name in `query ud_drops`.
+    pub fn name(self) -> &'static str {
+        match self {
+            UdDrop::NoFabric => "no_fabric",
+            UdDrop::UnknownGid => "unknown_gid",
+            UdDrop::Congested => "congested",
+            UdDrop::NoQp => "no_qp",
+            UdDrop::NotUd => "not_ud",
+            UdDrop::NotReady => "not_ready",
+            UdDrop::Qkey => "qkey",
+            UdDrop::NoRqe => "no_rqe",
+        }
+    }
+
+    /// Position in [`UdDrop::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            UdDrop::NoFabric => 0,
+            UdDrop::UnknownGid => 1,
+            UdDrop::Congested => 2,
+            UdDrop::NoQp => 3,
+            UdDrop::NotUd => 4,
+            UdDrop::NotReady => 5,
+            UdDrop::Qkey => 6,
+            UdDrop::NoRqe => 7,
+        }
+    }
+}
+
+/// Dropped UD datagrams by cause (wrapping 64-bit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdDrops([u64; 8]);
+
+impl UdDrops {
+    /// Counts one drop.
+    pub fn count(&mut self, cause: UdDrop) {
+        let c = &mut self.0[cause.index()];
+        *c = c.wrapping_add(1);
+    }
+
+    /// Drops for `cause`.
+    pub fn get(&self, cause: UdDrop) -> u64 {
+        self.0[cause.index()]
+    }
+
+    /// Drops for every cause.
+    pub fn total(&self) -> u64 {
+        self.0.iter().fold(0u64, |t, &n| t.wrapping_add(n))
+    }
+
+    /// `ud_drops=<total> <cause>=<n> ...` (the `query ud_drops` reply).
+    pub fn report(&self) -> String {
+        UdDrop::ALL
+            .iter()
+            .fold(format!("ud_drops={}", self.total()), |mut s, &c| {
+                // Writing to a String cannot fail.
+                let _ = write!(s, " {}={}", c.name(), self.get(c));
+                s
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,5 +289,25 @@ mod tests {
         );
         assert_eq!(Counter::names()[3], "tx_disable_drop");
         assert_eq!(Counter::RxBpsLimitDrop.name(), "rx_bps_limit_drop");
+    }
+
+    #[test]
+    fn ud_drops_by_cause() {
+        let mut d = UdDrops::default();
+        assert_eq!(d.total(), 0);
+        d.count(UdDrop::Qkey);
+        d.count(UdDrop::Qkey);
+        d.count(UdDrop::NoFabric);
+        assert_eq!(
+            (d.get(UdDrop::Qkey), d.get(UdDrop::NoRqe), d.total()),
+            (2, 0, 3)
+        );
+        assert_eq!(
+            d.report(),
+            "ud_drops=3 no_fabric=1 unknown_gid=0 congested=0 no_qp=0 not_ud=0 not_ready=0 \
+             qkey=2 no_rqe=0"
+        );
+        let names: std::collections::HashSet<_> = UdDrop::ALL.iter().map(|c| c.name()).collect();
+        assert_eq!(names.len(), UdDrop::ALL.len());
     }
 }

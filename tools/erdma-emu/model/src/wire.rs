@@ -11,7 +11,7 @@
 //! never do (§3.2, §10.4). Every encoder (`write_fields`) is what a driver writes and exists for
 //! tests.
 
-use crate::cmdq::{AddressVector, Request, Status};
+use crate::cmdq::{AddressVector, NetType, Request, Status};
 
 /// Size of an SQ WQEBB.
 pub const SQ_WQEBB_SIZE: usize = 32;
@@ -1256,6 +1256,59 @@ pub enum CqeExtra {
     InvRkey(u32),
 }
 
+/// UD info word: network type (bit 31).
+const UD_INFO_IPV6: u32 = 1 << 31;
+/// UD info word: SL (bits 27:20).
+const UD_INFO_SL_SHIFT: u32 = 20;
+/// UD info word: source QPN (bits 19:0).
+const UD_INFO_QPN_MASK: u32 = 0xf_ffff;
+
+/// The UD/GSI info word of a receive CQE (@28, BE u32, §5.6): bit 31 network type of the
+/// received packet (0 IPv4, 1 IPv6), 27:20 the sender's SL, 19:0 the sender's QPN. All zero in
+/// RC CQEs and in SQ CQEs ([`UdInfo::NONE`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdInfo {
+    /// Bit 31: the network header type the GRH area holds.
+    pub net_type: NetType,
+    /// Bits 27:20: service level.
+    pub sl: u8,
+    /// Bits 19:0: source QPN (cut to 20 bits when encoded).
+    pub src_qpn: u32,
+}
+
+impl UdInfo {
+    /// The word of a CQE that is not a UD receive: 0.
+    pub const NONE: UdInfo = UdInfo {
+        net_type: NetType::Ipv4,
+        sl: 0,
+        src_qpn: 0,
+    };
+
+    /// The 32-bit word (host order).
+    pub fn word(&self) -> u32 {
+        let ty = match self.net_type {
+            NetType::Ipv4 => 0,
+            NetType::Ipv6 => UD_INFO_IPV6,
+        };
+        ty | u32::from(self.sl) << UD_INFO_SL_SHIFT | self.src_qpn & UD_INFO_QPN_MASK
+    }
+
+    /// Decodes the word (bits 30:28 are ignored).
+    pub fn from_word(w: u32) -> Self {
+        UdInfo {
+            net_type: NetType::from_bit(w & UD_INFO_IPV6 != 0),
+            sl: (w >> UD_INFO_SL_SHIFT) as u8,
+            src_qpn: w & UD_INFO_QPN_MASK,
+        }
+    }
+}
+
+impl Default for UdInfo {
+    fn default() -> Self {
+        UdInfo::NONE
+    }
+}
+
 /// A data CQE (32 bytes, big-endian but the immediate).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DataCqe {
@@ -1275,6 +1328,8 @@ pub struct DataCqe {
     pub extra: CqeExtra,
     /// Byte count.
     pub byte_len: u32,
+    /// @28: the UD info word ([`UdInfo::NONE`] but for UD receive completions).
+    pub ud: UdInfo,
 }
 
 impl DataCqe {
@@ -1295,6 +1350,7 @@ impl DataCqe {
             CqeExtra::InvRkey(k) => b[12..16].copy_from_slice(&k.to_be_bytes()),
         }
         b[16..20].copy_from_slice(&self.byte_len.to_be_bytes());
+        b[28..32].copy_from_slice(&self.ud.word().to_be_bytes());
         b
     }
 
@@ -1312,6 +1368,7 @@ impl DataCqe {
             qpn: be(8),
             extra: CqeExtra::Imm([b[15], b[14], b[13], b[12]]),
             byte_len: be(16),
+            ud: UdInfo::from_word(be(28)),
         }
     }
 }
@@ -1752,6 +1809,7 @@ mod tests {
             qpn: 0x0001_0203,
             extra: CqeExtra::InvRkey(0x0a0b_0c0d),
             byte_len: 0x1112_1314,
+            ud: UdInfo::NONE,
         };
         // Big-endian: dword 0 is owner (31), opcode (23:16), queue type (15:8), status (7:0).
         let img = image(
@@ -1774,6 +1832,38 @@ mod tests {
         img0[0] = 0;
         img0[12..16].fill(0);
         assert_eq!(none.encode().to_vec(), img0);
+        // The UD info word @28: bit 31 IPv6, 27:20 SL, 19:0 source QPN.
+        let ud = DataCqe {
+            ud: UdInfo {
+                net_type: NetType::Ipv6,
+                sl: 0xa5,
+                src_qpn: 0x1_2345,
+            },
+            ..none
+        };
+        let mut img_ud = img0.clone();
+        img_ud[28..32].copy_from_slice(&[0x8a, 0x51, 0x23, 0x45]);
+        assert_eq!(ud.encode().to_vec(), img_ud);
+        let back = DataCqe::decode(&ud.encode());
+        assert_eq!((back.ud, back.byte_len), (ud.ud, ud.byte_len));
+        let v4 = UdInfo {
+            net_type: NetType::Ipv4,
+            sl: 3,
+            src_qpn: 1,
+        };
+        assert_eq!(v4.word(), 0x0030_0001);
+        assert_eq!(UdInfo::from_word(0x7030_0001), v4, "bits 30:28 ignored");
+        assert_eq!(UdInfo::NONE.word(), 0);
+        assert_eq!(UdInfo::default(), UdInfo::NONE);
+        // QPNs are cut to 20 bits.
+        assert_eq!(
+            UdInfo {
+                src_qpn: 0xff_ffff,
+                ..v4
+            }
+            .word(),
+            0x003f_ffff
+        );
     }
 
     #[test]
@@ -1874,6 +1964,7 @@ mod tests {
             qpn: 9,
             extra: CqeExtra::Imm([1, 2, 3, 4]),
             byte_len: 100,
+            ud: UdInfo::NONE,
         };
         let b = c.encode();
         assert_eq!(&b[12..16], &[4, 3, 2, 1]);

@@ -663,3 +663,165 @@ fn hostile_data_path_never_panics() {
     assert_eq!(b.peek(bbuf, 11), b"still alive");
     assert_eq!(a.poll(2).map(|c| c.status), Some(0));
 }
+
+#[test]
+fn hostile_ud_traffic_never_panics() {
+    use erdma_model::cmdq::{AddressVector, NetType};
+    use erdma_model::testing::dp::{fabric, pump, Wqe, ALL_ACCESS, PDN};
+    use erdma_model::testing::ipv4_gid;
+    use erdma_model::wire::{self, QpState, Sge};
+
+    const QKEY: u32 = 0x8001_0000;
+    let mut rng = XorShift(0x0d47_a6a3);
+    let f = fabric();
+    let mut a = TestDriver::new(DeviceConfig::default());
+    let mut b = TestDriver::new(DeviceConfig::default());
+    a.attach(&f);
+    b.attach(&f);
+    a.dp_setup(1);
+    b.dp_setup(2);
+    for d in [&mut a, &mut b] {
+        assert_eq!(d.create_cq(1, 6).status, 0);
+        for qpn in [1, 2] {
+            assert_eq!(d.create_ud_qp(qpn, 1, 6, 4, PDN).status, 0);
+            d.ud_ready(qpn, QKEY);
+        }
+        let buf = d.alloc(0x4000, 0x1000);
+        assert_eq!(d.reg_mr(1, 0, PDN, buf, 0x4000, ALL_ACCESS).status, 0);
+    }
+    let wild = |rng: &mut XorShift| match rng.below(6) {
+        0 => u64::MAX - rng.below(64),
+        1 => rng.next_u64(),
+        2 => 0,
+        _ => layout::DP_HEAP + rng.below(0x6_0000),
+    };
+    for step in 0..20_000u32 {
+        let d = if rng.below(2) == 0 { &mut a } else { &mut b };
+        let qpn = 1 + rng.below(2) as u32;
+        match rng.below(10) {
+            0..=3 => {
+                // A UD SEND: random Q_Key, destination, AHN, SGL.
+                let qkey = if rng.below(3) == 0 {
+                    rng.next_u64() as u32
+                } else {
+                    QKEY
+                };
+                let dst = if rng.below(4) == 0 {
+                    rng.next_u64() as u32
+                } else {
+                    1 + rng.below(2) as u32
+                };
+                let ahn = rng.below(8) as u32;
+                let mut w = if rng.below(2) == 0 {
+                    let mut data = vec![0u8; rng.below(97) as usize];
+                    rng.fill(&mut data);
+                    Wqe::ud_send_inline(qkey, dst, ahn, &data)
+                } else {
+                    let s = Sge {
+                        addr: wild(&mut rng),
+                        len: rng.next_u64() as u32 >> rng.below(32),
+                        key: if rng.below(2) == 0 {
+                            wire::stag(1, 0)
+                        } else {
+                            rng.next_u64() as u32
+                        },
+                    };
+                    Wqe::ud_send(qkey, dst, ahn, &[s])
+                };
+                if rng.below(3) == 0 {
+                    w = w.imm(rng.next_u64().to_le_bytes()[..4].try_into().unwrap());
+                }
+                if rng.below(8) == 0 {
+                    w = w.opcode(rng.below(20) as u8);
+                }
+                if rng.below(8) == 0 {
+                    w.sgl_len = rng.below(255) as u8;
+                }
+                d.send_wqe(qpn, &w);
+            }
+            4 => {
+                let len = rng.next_u64() as u32 >> rng.below(32);
+                let key = if rng.below(2) == 0 {
+                    wire::stag(1, 0)
+                } else {
+                    rng.next_u64() as u32
+                };
+                d.post_recv(qpn, wild(&mut rng), len, key);
+            }
+            5 => {
+                // AHs with random address vectors (GIDs that exist or not, empty GID entries).
+                let host = [1u8, 2, 77][rng.below(3) as usize];
+                let mut dgid = ipv4_gid([10, 0, 0, host]);
+                if rng.below(4) == 0 {
+                    rng.fill(&mut dgid);
+                }
+                let av = AddressVector {
+                    flow_label: rng.next_u64() as u32,
+                    net_type: if rng.below(2) == 0 {
+                        NetType::Ipv4
+                    } else {
+                        NetType::Ipv6
+                    },
+                    traffic_class: rng.next_u64() as u8,
+                    hop_limit: rng.next_u64() as u8,
+                    sl: rng.next_u64() as u8,
+                    udp_sport: rng.next_u64() as u16,
+                    sgid_index: rng.below(20) as u16,
+                    dmac: [0; 6],
+                    dgid,
+                };
+                let ahn = rng.below(8) as u32;
+                let pdn = PDN + rng.below(2) as u32;
+                d.destroy_ah(ahn, pdn);
+                d.create_ah(ahn, pdn, av);
+            }
+            6 => {
+                let s = QpState::from_u8(rng.below(7) as u8).unwrap_or(QpState::Error);
+                d.modify_state(qpn, s);
+                if rng.below(2) == 0 {
+                    d.reflush(qpn);
+                }
+            }
+            7 => {
+                d.modify_state(qpn, QpState::Reset);
+                if let Some(q) = d.dp.qps.get_mut(&qpn) {
+                    q.sq_pi = 0;
+                    q.rq_pi = 0;
+                }
+                d.ud_ready(qpn, QKEY);
+            }
+            8 => {
+                d.arm(1, rng.below(2) == 0);
+            }
+            _ => {
+                d.poll_all(1);
+                while d.poll_aeqe().is_some() {}
+                d.arm_aeq();
+            }
+        }
+        if step % 5 == 0 {
+            pump(&mut [&mut a, &mut b]);
+        }
+    }
+    pump(&mut [&mut a, &mut b]);
+    // A fresh pair of UD QPs still talks.
+    for d in [&mut a, &mut b] {
+        assert_eq!(d.create_cq(2, 6).status, 0);
+        assert_eq!(d.create_ud_qp(20, 2, 6, 4, PDN).status, 0);
+        d.ud_ready(20, QKEY);
+        d.destroy_ah(100, PDN);
+    }
+    assert_eq!(
+        a.create_ah(100, PDN, erdma_model::testing::ipv4_av(0, 2))
+            .status,
+        0
+    );
+    let bbuf = b.alloc(0x100, 0x100);
+    assert_eq!(b.reg_mr(40, 0, PDN, bbuf, 0x100, ALL_ACCESS).status, 0);
+    b.post_recv(20, bbuf, 0x100, wire::stag(40, 0));
+    a.send_wqe(20, &Wqe::ud_send_inline(QKEY, 20, 100, b"still alive"));
+    pump(&mut [&mut a, &mut b]);
+    assert_eq!(b.peek(bbuf + 40, 11), b"still alive");
+    assert_eq!(a.poll(2).map(|c| c.status), Some(0));
+    assert_eq!(b.poll(2).map(|c| (c.status, c.byte_len)), Some((0, 51)));
+}

@@ -2,7 +2,7 @@
 
 //! Data-path tests: objects and their commands, doorbells, the RC engine, CQs and the fabric.
 
-use crate::cmdq::Status;
+use crate::cmdq::{AddressVector, Command, ConfMtu, Gid, NetType, Status};
 use crate::device::{DeviceConfig, Protocol};
 use crate::io::GuestMemory;
 use crate::regs;
@@ -12,7 +12,7 @@ use crate::testing::{ipv4_gid, TestDriver};
 use crate::wire::AeqEvent;
 use crate::wire::{
     self, access, op, wc, CqeExtra, CreateQp, DataCqe, ModifyQpRoce, QpState, QueueMttCfg, RegMr,
-    RqDoorbell, Sge, SqDoorbell, CQE_QTYPE_RQ, CQE_QTYPE_SQ, QP_TYPE_RC, QP_TYPE_UD,
+    RqDoorbell, Sge, SqDoorbell, UdInfo, CQE_QTYPE_RQ, CQE_QTYPE_SQ, QP_TYPE_RC, QP_TYPE_UD,
 };
 
 const CQ: u32 = 1;
@@ -248,7 +248,7 @@ fn qp_commands_validate_and_state_machine() {
         d.control("query qps"),
         Ok("qps=5:RESET,6:RESET,7:RESET".into())
     );
-    assert_eq!(d.control("query objects"), Ok("objects=3/1/0".into()));
+    assert_eq!(d.control("query objects"), Ok("objects=3/1/0/0".into()));
     let c = d.exec(crate::cmdq::Command::DestroyQp, |s| {
         wire::U32Arg(5).write_fields(s)
     });
@@ -283,8 +283,10 @@ fn reset_drops_objects() {
     d.w32(regs::DEV_CTRL, regs::DEV_CTRL_RESET);
     assert!(d.dev.qps().is_empty() && d.dev.cqs().is_empty() && d.dev.mrs().is_empty());
     let (mut d, _) = loopback();
+    assert_eq!(d.create_ah(1, PDN, crate::testing::ipv4_av(0, 1)).status, 0);
+    assert_eq!(d.control("query objects"), Ok("objects=2/1/1/1".into()));
     d.dev.reset();
-    assert_eq!(d.control("query objects"), Ok("objects=0/0/0".into()));
+    assert_eq!(d.control("query objects"), Ok("objects=0/0/0/0".into()));
 }
 
 #[test]
@@ -949,39 +951,80 @@ fn flush_on_error_doorbells_and_reflush() {
     let (mut d, buf) = loopback();
     d.post_recv(10, buf, 16, stag(1, 0));
     assert_eq!(d.modify_state(10, QpState::Error).status, 0);
+    // The transition flushes what was posted before it.
     let c = d.poll(CQ).unwrap();
     assert_eq!((c.qtype, c.status), (CQE_QTYPE_RQ, wc::FLUSHED));
-    // A doorbell in ERROR flushes.
+    assert!(d.poll(CQ).is_none());
+    // A doorbell in ERROR only records the PI (§10.13): nothing is flushed yet.
     let i = d.send_wqe(10, &Wqe::write_inline(stag(1, 0), buf, b"x").unsignaled());
-    let c = d.poll(CQ).unwrap();
-    assert_eq!(
-        (c.qtype, c.status, c.wqe_index),
-        (CQE_QTYPE_SQ, wc::FLUSHED, u32::from(i))
-    );
-    // REFLUSH with producer indices the device has not seen by doorbell.
+    let r = d.post_recv(10, buf, 16, stag(1, 0));
+    assert!(d.poll(CQ).is_none(), "no flush without REFLUSH");
+    // REFLUSH with the producer indices: one more WQE than the device saw by doorbell.
     let j = d.post_wqe(10, &Wqe::read(stag(1, 0), buf, 8, stag(1, 0), buf));
-    let pi = d.dp.qps[&10].sq_pi;
+    assert_eq!(d.reflush(10).status, 0);
+    let got: Vec<_> = d
+        .poll_all(CQ)
+        .iter()
+        .map(|c| (c.qtype, c.opcode, c.status, c.wqe_index))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (CQE_QTYPE_SQ, op::WRITE, wc::FLUSHED, u32::from(i)),
+            (CQE_QTYPE_SQ, op::READ, wc::FLUSHED, u32::from(j)),
+            (CQE_QTYPE_RQ, op::RECEIVE, wc::FLUSHED, u32::from(r)),
+        ]
+    );
+    // Nothing is left for a second REFLUSH; a REFLUSH outside ERROR does nothing.
+    assert_eq!(d.reflush(10).status, 0);
+    d.post_recv(11, buf, 16, stag(1, 0));
+    assert_eq!(d.reflush(11).status, 0);
+    assert!(d.poll(CQ).is_none());
     let r = wire::Reflush {
-        qpn: 10,
-        sq_pi: u32::from(pi),
-        rq_pi: 1,
+        qpn: 99,
+        sq_pi: 0,
+        rq_pi: 0,
     };
     assert_eq!(
         d.exec(crate::cmdq::Command::Reflush, |s| r.write_fields(s))
             .status,
-        0
-    );
-    let c = d.poll(CQ).unwrap();
-    assert_eq!(
-        (c.opcode, c.status, c.wqe_index),
-        (op::READ, wc::FLUSHED, u32::from(j))
-    );
-    assert!(d.poll(CQ).is_none());
-    let r = wire::Reflush { qpn: 99, ..r };
-    assert_eq!(
-        d.exec(crate::cmdq::Command::Reflush, |s| r.write_fields(s))
-            .status,
         Status::NotFound.code()
+    );
+}
+
+#[test]
+fn a_wqe_posted_after_an_error_waits_for_reflush() {
+    let (mut d, buf) = loopback();
+    // An error completion (bad lkey) moves QP 10 to ERROR.
+    let bad = Sge {
+        addr: buf,
+        len: 4,
+        key: stag(9, 0),
+    };
+    d.send_wqe(10, &Wqe::send(&[bad]));
+    assert_eq!(d.poll(CQ).unwrap().status, wc::SEND_STAG);
+    assert_eq!(d.dev.qp_info(10).unwrap().2, QpState::Error);
+    // Posted later: however often the doorbells ring, no completion (a driver that forgets
+    // REFLUSH sees its drain hang).
+    let i = d.send_wqe(10, &Wqe::send_inline(b"late"));
+    let r = d.post_recv(10, buf, 16, stag(1, 0));
+    d.ring_sq(10);
+    pump1(&mut d);
+    assert!(d.poll(CQ).is_none());
+    assert_eq!(d.dev.qp_info(10).unwrap().2, QpState::Error);
+    // REFLUSH flushes both.
+    assert_eq!(d.reflush(10).status, 0);
+    let got: Vec<_> = d
+        .poll_all(CQ)
+        .iter()
+        .map(|c| (c.qtype, c.status, c.wqe_index))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (CQE_QTYPE_SQ, wc::FLUSHED, u32::from(i)),
+            (CQE_QTYPE_RQ, wc::FLUSHED, u32::from(r)),
+        ]
     );
 }
 
@@ -1276,53 +1319,6 @@ fn bogus_doorbells_are_ignored() {
 }
 
 #[test]
-fn ud_sends_are_dropped_successfully() {
-    let mut d = TestDriver::new(DeviceConfig::default());
-    d.dp_setup(1);
-    assert_eq!(d.create_cq(CQ, 6).status, 0);
-    let mut req = CreateQp {
-        qpn: 1,
-        sq_depth_log2: 6,
-        rq_depth_log2: 4,
-        pdn: PDN,
-        send_cqn: CQ,
-        recv_cqn: CQ,
-        ext_db: false,
-        sq: QueueMttCfg {
-            page_shift: 20,
-            level: 0,
-            count: 1,
-            offset: 0,
-            addr: 0,
-            more: [0; 3],
-        },
-        rq: QueueMttCfg {
-            page_shift: 20,
-            level: 0,
-            count: 1,
-            offset: 0,
-            addr: 0,
-            more: [0; 3],
-        },
-        sq_dbrec: 0,
-        rq_dbrec: 0,
-        db_pages: (0, 0),
-        qp_type: QP_TYPE_UD,
-    };
-    req.sq.addr = d.alloc(64 * 32, 0x1000);
-    req.rq.addr = d.alloc(16 * 32, 0x1000);
-    assert_eq!(d.create_qp_raw(&req).status, 0);
-    for s in [QpState::Init, QpState::Rtr, QpState::Rts] {
-        assert_eq!(d.modify_state(1, s).status, 0);
-    }
-    d.send_wqe(1, &Wqe::ud_send_inline(0x8001_0000, 1, 0, b"mad"));
-    let c = d.poll(CQ).unwrap();
-    assert_eq!((c.status, c.opcode), (0, op::SEND));
-    d.send_wqe(1, &Wqe::write_inline(0, 0, b"x"));
-    assert_eq!(d.poll(CQ).unwrap().status, wc::SEND_FORMAT);
-}
-
-#[test]
 fn fabric_reset_of_responder_fails_held_sends() {
     let (mut a, mut b, _, _) = pair();
     a.send_wqe(10, &Wqe::send_inline(b"held"));
@@ -1335,4 +1331,509 @@ fn fabric_reset_of_responder_fails_held_sends() {
     let m = a.dev.port().unwrap().resolve(&ipv4_gid([10, 0, 0, 2]));
     assert_eq!(m, None);
     let _ = dp::EQN;
+}
+
+// ------------------------------------------------------------------------------------------------
+// UD
+// ------------------------------------------------------------------------------------------------
+
+/// Q_Key of the UD QPs of [`ud_pair`].
+const QKEY: u32 = 0x1111_2222;
+/// Q_Key of the GSI QP (IB_QP1_QKEY).
+const GSI_QKEY: u32 = 0x8001_0000;
+/// The non-GSI UD QP of [`ud_pair`].
+const UD_QP: u32 = 5;
+/// The AH of [`ud_pair`] towards the other function.
+const AH: u32 = 3;
+
+/// The AV of [`ud_pair`]'s AHs: IPv4 to 10.0.0.`host` via GID 0, TOS 0x28, TTL 17, SL 5.
+fn ud_av(host: u8) -> AddressVector {
+    AddressVector {
+        traffic_class: 0x28,
+        hop_limit: 17,
+        sl: 5,
+        flow_label: 0x1_2345,
+        ..crate::testing::ipv4_av(0, host)
+    }
+}
+
+/// Two functions (hosts 1 and 2) on one fabric, each with CQ 1, the GSI QP 1 (Q_Key
+/// [`GSI_QKEY`]) and UD QP [`UD_QP`] (Q_Key [`QKEY`]) in RTS, MR 1 (64 KiB, all rights) and AH
+/// [`AH`] towards the other host, all in PD [`PDN`].
+fn ud_pair() -> (TestDriver, TestDriver, u64, u64) {
+    let f = fabric();
+    let mut a = TestDriver::new(DeviceConfig::default());
+    let mut b = TestDriver::new(DeviceConfig::default());
+    a.attach(&f);
+    b.attach(&f);
+    a.dp_setup(1);
+    b.dp_setup(2);
+    let mut bufs = [0u64; 2];
+    for ((d, buf), peer) in [&mut a, &mut b]
+        .into_iter()
+        .zip(bufs.iter_mut())
+        .zip([2, 1])
+    {
+        assert_eq!(d.create_cq(CQ, 6).status, 0);
+        assert_eq!(d.create_ud_qp(1, CQ, 6, 4, PDN).status, 0);
+        assert_eq!(d.create_ud_qp(UD_QP, CQ, 6, 4, PDN).status, 0);
+        d.ud_ready(1, GSI_QKEY);
+        d.ud_ready(UD_QP, QKEY);
+        *buf = d.alloc(0x1_0000, 0x1000);
+        assert_eq!(d.reg_mr(1, 0, PDN, *buf, 0x1_0000, ALL_ACCESS).status, 0);
+        assert_eq!(d.create_ah(AH, PDN, ud_av(peer)).status, 0);
+    }
+    (a, b, bufs[0], bufs[1])
+}
+
+/// Whether an IPv4 header's checksum is right: its 16-bit words add up (ones' complement) to
+/// 0xffff. Written here independently of the model's checksum.
+fn ipv4_checksum_ok(h: &[u8]) -> bool {
+    let mut sum: u32 = h
+        .chunks_exact(2)
+        .map(|w| (u32::from(w[0]) << 8) | u32::from(w[1]))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum == 0xffff
+}
+
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+
+#[test]
+fn ud_datagrams_between_two_functions() {
+    let (mut a, mut b, abuf, bbuf) = ud_pair();
+    let payload = b"a management datagram";
+    let n = payload.len();
+    a.poke(abuf, payload);
+    b.poke(bbuf + 0x100, &[0xee; 0x100]);
+    let r = b.post_recv(UD_QP, bbuf + 0x100, 0x100, stag(1, 0));
+    let s = a.send_wqe(
+        UD_QP,
+        &Wqe::ud_send(QKEY, UD_QP, AH, &[sge(abuf, n as u32)]),
+    );
+    // Complete as soon as the datagram is on the fabric.
+    let sc = a.poll(CQ).expect("send CQE");
+    assert_eq!(
+        (
+            sc.qtype,
+            sc.opcode,
+            sc.status,
+            sc.wqe_index,
+            sc.qpn,
+            sc.byte_len,
+            sc.ud
+        ),
+        (
+            CQE_QTYPE_SQ,
+            op::SEND,
+            0,
+            u32::from(s),
+            UD_QP,
+            n as u32,
+            UdInfo::NONE
+        )
+    );
+    assert!(b.poll(CQ).is_none());
+    pump2(&mut a, &mut b);
+    let rc = b.poll(CQ).expect("receive CQE");
+    assert_eq!(
+        (
+            rc.qtype,
+            rc.opcode,
+            rc.status,
+            rc.wqe_index,
+            rc.qpn,
+            rc.byte_len
+        ),
+        (
+            CQE_QTYPE_RQ,
+            op::RECEIVE,
+            0,
+            u32::from(r),
+            UD_QP,
+            40 + n as u32
+        ),
+        "the GRH area is counted"
+    );
+    assert_eq!(
+        rc.ud,
+        UdInfo {
+            net_type: NetType::Ipv4,
+            sl: 5,
+            src_qpn: UD_QP
+        }
+    );
+    // The GRH area: 20 zero bytes, then the IPv4 header.
+    let area = b.peek(bbuf + 0x100, 40 + n + 1);
+    assert_eq!(&area[..20], &[0; 20]);
+    let ip = &area[20..40];
+    assert_eq!(ip[0], 0x45, "version 4, IHL 5");
+    assert_eq!(ip[1], 0x28, "TOS = traffic class");
+    assert_eq!(
+        be16(&ip[2..]),
+        (20 + 8 + 12 + 8 + n + 4) as u16,
+        "IP + UDP + BTH + DETH + payload + ICRC"
+    );
+    assert_eq!(be16(&ip[4..]), 0, "identification");
+    assert_eq!(be16(&ip[6..]), 0x4000, "DF");
+    assert_eq!((ip[8], ip[9]), (17, 17), "TTL = hop limit, UDP");
+    assert!(
+        ipv4_checksum_ok(ip),
+        "header checksum {:#06x}",
+        be16(&ip[10..])
+    );
+    assert_eq!(&ip[12..16], &[10, 0, 0, 1]);
+    assert_eq!(&ip[16..20], &[10, 0, 0, 2]);
+    assert_eq!(&area[40..40 + n], payload);
+    assert_eq!(area[40 + n], 0xee, "nothing beyond the payload");
+    assert_eq!(b.dev.qp_info(UD_QP).unwrap().1, 1, "RQ PSN");
+    assert_eq!(a.dev.qp_info(UD_QP).unwrap().0, 1, "SQ PSN");
+    // The answer through the GSI QPs, SEND_WITH_IMM and solicited: it wakes a solicited-only
+    // arm that an unsolicited datagram does not.
+    a.post_recv(1, abuf + 0x1000, 0x100, stag(1, 0));
+    a.post_recv(1, abuf + 0x1100, 0x100, stag(1, 0));
+    a.take_irqs();
+    a.arm(CQ, true);
+    b.send_wqe(1, &Wqe::ud_send_inline(GSI_QKEY, 1, AH, b"plain"));
+    pump2(&mut a, &mut b);
+    assert!(a.take_irqs().is_empty());
+    let w = Wqe::ud_send_inline(GSI_QKEY, 1, AH, b"reply")
+        .imm([1, 2, 3, 4])
+        .solicited();
+    b.send_wqe(1, &w);
+    pump2(&mut a, &mut b);
+    assert_eq!(a.take_irqs(), [1]);
+    let cqes = a.poll_all(CQ);
+    assert_eq!(cqes.len(), 2);
+    let rc = cqes[1];
+    assert_eq!(
+        (rc.opcode, rc.status, rc.qpn, rc.byte_len, rc.extra, rc.ud),
+        (
+            op::RSP_SEND_IMM,
+            0,
+            1,
+            45,
+            CqeExtra::Imm([1, 2, 3, 4]),
+            UdInfo {
+                net_type: NetType::Ipv4,
+                sl: 5,
+                src_qpn: 1
+            }
+        )
+    );
+    let ip = a.peek(abuf + 0x1100 + 20, 20);
+    assert_eq!(be16(&ip[2..]), 20 + 8 + 12 + 8 + 4 + 5 + 4, "with ImmDt");
+    assert!(ipv4_checksum_ok(&ip));
+    assert_eq!(
+        (&ip[12..16], &ip[16..20]),
+        (&[10, 0, 0, 2][..], &[10, 0, 0, 1][..])
+    );
+    assert_eq!(a.peek(abuf + 0x1100 + 40, 5), b"reply");
+    let sq: Vec<_> = sq_cqe(&b.poll_all(CQ), 1)
+        .iter()
+        .map(|c| (c.opcode, c.status))
+        .collect();
+    assert_eq!(sq, [(op::SEND, 0), (op::SEND_WITH_IMM, 0)]);
+    for d in [&mut a, &mut b] {
+        let drops = d.control("query ud_drops").unwrap();
+        assert!(drops.starts_with("ud_drops=0 "), "{drops}");
+    }
+    // Traffic counters: one packet per datagram.
+    let stats = b.control("query stats").unwrap();
+    assert!(
+        stats.starts_with("tx_reqs=2 tx_packets=2 tx_bytes=10 "),
+        "{stats}"
+    );
+    assert!(stats.contains(" rx_packets=1 rx_bytes=21 "), "{stats}");
+}
+
+#[test]
+fn ud_loopback_over_ipv6() {
+    let mut d = TestDriver::new(DeviceConfig::default());
+    let f = fabric();
+    d.attach(&f);
+    d.dp_setup(1);
+    let gid: Gid = [
+        0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0x12, 0x34, 0x56,
+    ];
+    assert_eq!(d.set_gid_typed(1, NetType::Ipv6, gid).status, 0);
+    assert_eq!(d.create_cq(CQ, 6).status, 0);
+    for qpn in [1, 6] {
+        assert_eq!(d.create_ud_qp(qpn, CQ, 6, 4, PDN).status, 0);
+        d.ud_ready(qpn, QKEY);
+    }
+    let buf = d.alloc(0x1000, 0x1000);
+    assert_eq!(d.reg_mr(1, 0, PDN, buf, 0x1000, ALL_ACCESS).status, 0);
+    let av = AddressVector {
+        flow_label: 0xa_bcde,
+        net_type: NetType::Ipv6,
+        traffic_class: 0xb8,
+        hop_limit: 255,
+        sl: 7,
+        udp_sport: 0xc123,
+        sgid_index: 1,
+        dmac: [0x52, 0x54, 0, 0x12, 0x34, 0x56],
+        dgid: gid,
+    };
+    assert_eq!(d.create_ah(9, PDN, av).status, 0);
+    let r = d.post_recv(6, buf + 0x200, 0x100, stag(1, 0));
+    d.send_wqe(1, &Wqe::ud_send_inline(QKEY, 6, 9, b"over v6"));
+    pump1(&mut d);
+    let cqes = d.poll_all(CQ);
+    assert_eq!(sq_cqe(&cqes, 1)[0].status, 0);
+    let rc = cqes
+        .iter()
+        .find(|c| c.qtype == CQE_QTYPE_RQ)
+        .expect("loopback receive");
+    assert_eq!(
+        (rc.qpn, rc.wqe_index, rc.opcode, rc.byte_len, rc.ud),
+        (
+            6,
+            u32::from(r),
+            op::RECEIVE,
+            47,
+            UdInfo {
+                net_type: NetType::Ipv6,
+                sl: 7,
+                src_qpn: 1
+            }
+        )
+    );
+    let h = d.peek(buf + 0x200, 47);
+    assert_eq!(
+        u32::from_be_bytes([h[0], h[1], h[2], h[3]]),
+        6 << 28 | 0xb8 << 20 | 0xa_bcde,
+        "version, traffic class, flow label"
+    );
+    assert_eq!(be16(&h[4..]), 8 + 12 + 8 + 7 + 4, "payload length");
+    assert_eq!((h[6], h[7]), (17, 255), "next header UDP, hop limit");
+    assert_eq!(&h[8..24], &gid);
+    assert_eq!(&h[24..40], &gid);
+    assert_eq!(&h[40..], b"over v6");
+    // The AH shows up in the object queries.
+    assert_eq!(d.control("query ahs"), Ok("ahs=1".into()));
+    assert_eq!(d.control("query ahns"), Ok(format!("ahns=9:{PDN}")));
+    assert_eq!(d.control("query objects"), Ok("objects=2/1/1/1".into()));
+    assert_eq!(d.destroy_ah(9, PDN).status, 0);
+    assert_eq!(d.control("query ahns"), Ok("ahns=".into()));
+    assert_eq!(d.control("query objects"), Ok("objects=2/1/1/0".into()));
+}
+
+#[test]
+fn ud_datagrams_nobody_can_take_are_dropped() {
+    let (mut a, mut b, _, bbuf) = ud_pair();
+    // On b: an RC QP 10 in RTS and a UD QP 7 left in INIT, each with a receive WQE; the GSI QP
+    // has none.
+    assert_eq!(b.create_qp(10, CQ, 6, 4).status, 0);
+    b.connect(10, 1, 10);
+    assert_eq!(b.create_ud_qp(7, CQ, 6, 4, PDN).status, 0);
+    assert_eq!(b.modify_state(7, QpState::Init).status, 0);
+    for qpn in [UD_QP, 10, 7] {
+        b.post_recv(qpn, bbuf, 0x100, stag(1, 0));
+    }
+    // A third function with no QP at all (its driver has no GSI QP yet), and an AH to nowhere.
+    let fabric = a.dev.port().unwrap().fabric().clone();
+    let mut c = TestDriver::new(DeviceConfig::default());
+    c.attach(&fabric);
+    c.dp_setup(3);
+    assert_eq!(a.create_ah(4, PDN, ud_av(77)).status, 0);
+    assert_eq!(a.create_ah(5, PDN, ud_av(3)).status, 0);
+    let cases = [
+        (QKEY ^ 1, UD_QP, AH),
+        (QKEY, 99, AH),
+        (QKEY, 10, AH),
+        (QKEY, 7, AH),
+        (GSI_QKEY, 1, AH),
+        (QKEY, UD_QP, 4),
+        (GSI_QKEY, 1, 5),
+    ];
+    for (qkey, dst, ahn) in cases {
+        a.send_wqe(UD_QP, &Wqe::ud_send_inline(qkey, dst, ahn, b"lost"));
+        let sc = a.poll(CQ).expect("the sender completes");
+        assert_eq!(sc.status, 0, "to QP {dst} by AH {ahn}: UD is unreliable");
+        pump(&mut [&mut a, &mut b, &mut c]);
+        assert!(b.poll(CQ).is_none(), "to QP {dst}");
+    }
+    assert_eq!(
+        b.control("query ud_drops"),
+        Ok(
+            "ud_drops=5 no_fabric=0 unknown_gid=0 congested=0 no_qp=1 not_ud=1 not_ready=1 \
+            qkey=1 no_rqe=1"
+                .into()
+        )
+    );
+    let drops = a.control("query ud_drops").unwrap();
+    assert!(
+        drops.starts_with("ud_drops=1 no_fabric=0 unknown_gid=1 "),
+        "{drops}"
+    );
+    let drops = c.control("query ud_drops").unwrap();
+    assert!(drops.starts_with("ud_drops=1 "), "{drops}");
+    assert!(drops.contains(" no_qp=1 "), "{drops}");
+    // Nobody changed state; the RQEs are still there for a datagram that fits.
+    assert_eq!(a.dev.qp_info(UD_QP).unwrap().2, QpState::Rts);
+    assert_eq!(b.dev.qp_info(UD_QP).unwrap().2, QpState::Rts);
+    assert_eq!(b.dev.qp_info(7).unwrap().2, QpState::Init);
+    assert_eq!(b.dev.qp_info(10).unwrap().2, QpState::Rts);
+    a.send_wqe(UD_QP, &Wqe::ud_send_inline(QKEY, UD_QP, AH, b"found"));
+    pump2(&mut a, &mut b);
+    let rc = b.poll(CQ).expect("delivered");
+    assert_eq!((rc.qpn, rc.wqe_index, rc.status), (UD_QP, 0, 0));
+    // Without a fabric the datagram is dropped too, and the sender still succeeds.
+    let mut d = TestDriver::new(DeviceConfig::default());
+    d.dp_setup(1);
+    assert_eq!(d.create_cq(CQ, 6).status, 0);
+    assert_eq!(d.create_ud_qp(1, CQ, 6, 4, PDN).status, 0);
+    d.ud_ready(1, GSI_QKEY);
+    assert_eq!(d.create_ah(0, PDN, ud_av(1)).status, 0);
+    d.send_wqe(1, &Wqe::ud_send_inline(GSI_QKEY, 1, 0, b"mad"));
+    assert_eq!(d.poll(CQ).unwrap().status, 0);
+    let drops = d.control("query ud_drops").unwrap();
+    assert!(drops.starts_with("ud_drops=1 no_fabric=1 "), "{drops}");
+}
+
+#[test]
+fn ud_receive_errors_keep_the_qp() {
+    let (mut a, mut b, _, bbuf) = ud_pair();
+    b.poke(bbuf, &[0xee; 0x100]);
+    assert_eq!(b.reg_mr(2, 0, PDN + 1, bbuf, 0x1000, ALL_ACCESS).status, 0);
+    assert_eq!(
+        b.reg_mr(3, 0, PDN, bbuf, 0x1000, access::LOCAL_READ).status,
+        0
+    );
+    let rqes = [
+        b.post_recv(UD_QP, bbuf, 40 + 4, stag(1, 0)), // one byte short
+        b.post_recv(UD_QP, 0, 0, 0),                  // no SGE
+        b.post_recv(UD_QP, bbuf, 0x100, stag(9, 0)),  // no such MR
+        b.post_recv(UD_QP, bbuf, 0x100, stag(2, 0)),  // another PD
+        b.post_recv(UD_QP, bbuf, 0x100, stag(3, 0)),  // no local write
+        b.post_recv(UD_QP, bbuf + 0x800, 0x100, stag(1, 0)),
+    ];
+    for _ in rqes {
+        a.send_wqe(UD_QP, &Wqe::ud_send_inline(QKEY, UD_QP, AH, b"12345"));
+    }
+    pump2(&mut a, &mut b);
+    let got: Vec<_> = b
+        .poll_all(CQ)
+        .iter()
+        .map(|c| (c.qtype, c.wqe_index, c.status, c.ud.src_qpn))
+        .collect();
+    let want: Vec<_> = rqes
+        .iter()
+        .zip([
+            wc::RECV_BOUNDS,
+            wc::RECV_BOUNDS,
+            wc::RECV_STAG,
+            wc::RECV_PD,
+            wc::RECV_ACCESS,
+            wc::SUCCESS,
+        ])
+        .map(|(&r, st)| (CQE_QTYPE_RQ, u32::from(r), st, UD_QP))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(b.peek(bbuf, 0x100), [0xee; 0x100], "nothing written");
+    assert_eq!(b.peek(bbuf + 0x800 + 40, 5), b"12345");
+    assert_eq!(b.dev.qp_info(UD_QP).unwrap().2, QpState::Rts);
+    let sent = a.poll_all(CQ);
+    assert_eq!(sent.len(), 6);
+    assert!(sent.iter().all(|c| c.status == 0));
+    // A malformed RQE (wrong index) completes with 2, and the QP still works after it.
+    let bad = b.post_recv(UD_QP, bbuf, 0x100, stag(1, 0));
+    let at = b.dp.qps[&UD_QP].rq + u64::from(bad) * 32;
+    b.poke(at, &[0xff, 0xff]);
+    b.post_recv(UD_QP, bbuf + 0x800, 0x100, stag(1, 0));
+    for _ in 0..2 {
+        a.send_wqe(UD_QP, &Wqe::ud_send_inline(QKEY, UD_QP, AH, b"again"));
+    }
+    pump2(&mut a, &mut b);
+    let st: Vec<_> = b.poll_all(CQ).iter().map(|c| c.status).collect();
+    assert_eq!(st, [wc::RECV_FORMAT, wc::SUCCESS]);
+    assert_eq!(b.dev.qp_info(UD_QP).unwrap().2, QpState::Rts);
+}
+
+#[test]
+fn ud_requester_errors() {
+    // An AHN that is not live: 8, QP to ERROR (its RQE flushed).
+    let (mut a, _b, abuf, _) = ud_pair();
+    a.post_recv(UD_QP, abuf, 0x100, stag(1, 0));
+    a.send_wqe(UD_QP, &Wqe::ud_send_inline(QKEY, UD_QP, 7, b"x"));
+    let st: Vec<_> = a.poll_all(CQ).iter().map(|c| (c.qtype, c.status)).collect();
+    assert_eq!(
+        st,
+        [(CQE_QTYPE_SQ, wc::SEND_FORMAT), (CQE_QTYPE_RQ, wc::FLUSHED)]
+    );
+    assert_eq!(a.dev.qp_info(UD_QP).unwrap().2, QpState::Error);
+    // A destroyed AH is not live any more: 8.
+    let (mut a, _b, _, _) = ud_pair();
+    assert_eq!(a.destroy_ah(AH, PDN).status, 0);
+    a.send_wqe(1, &Wqe::ud_send_inline(GSI_QKEY, 1, AH, b"x"));
+    assert_eq!(a.poll(CQ).unwrap().status, wc::SEND_FORMAT);
+    assert_eq!(a.dev.qp_info(1).unwrap().2, QpState::Error);
+    // An AH of another PD: 13.
+    let (mut a, _b, _, _) = ud_pair();
+    assert_eq!(a.create_ah(7, PDN + 1, ud_av(2)).status, 0);
+    a.send_wqe(UD_QP, &Wqe::ud_send_inline(QKEY, UD_QP, 7, b"x"));
+    assert_eq!(a.poll(CQ).unwrap().status, wc::SEND_PD);
+    assert_eq!(a.dev.qp_info(UD_QP).unwrap().2, QpState::Error);
+    // Opcodes other than SEND / SEND_WITH_IMM: 8.
+    for w in [
+        Wqe::write_inline(stag(1, 0), 0, b"x"),
+        Wqe::ud_send_inline(QKEY, UD_QP, AH, b"x").opcode(op::SEND_WITH_INV),
+    ] {
+        let (mut a, _b, _, _) = ud_pair();
+        a.send_wqe(1, &w);
+        assert_eq!(a.poll(CQ).unwrap().status, wc::SEND_FORMAT);
+        assert_eq!(a.dev.qp_info(1).unwrap().2, QpState::Error);
+    }
+    // A local SGE problem: the RC codes.
+    let (mut a, _b, abuf, _) = ud_pair();
+    let bad = Sge {
+        addr: abuf,
+        len: 8,
+        key: stag(9, 0),
+    };
+    a.send_wqe(UD_QP, &Wqe::ud_send(QKEY, UD_QP, AH, &[bad]));
+    assert_eq!(a.poll(CQ).unwrap().status, wc::SEND_STAG);
+    // The MTU: 4096 before any CONF_MTU, then the largest IB MTU within it.
+    let (mut a, mut b, abuf, bbuf) = ud_pair();
+    b.post_recv(UD_QP, bbuf, 40 + 4096, stag(1, 0));
+    a.send_wqe(UD_QP, &Wqe::ud_send(QKEY, UD_QP, AH, &[sge(abuf, 4096)]));
+    pump2(&mut a, &mut b);
+    assert_eq!(a.poll(CQ).unwrap().status, 0);
+    assert_eq!(b.poll(CQ).unwrap().byte_len, 40 + 4096);
+    a.send_wqe(UD_QP, &Wqe::ud_send(QKEY, UD_QP, AH, &[sge(abuf, 4097)]));
+    assert_eq!(a.poll(CQ).unwrap().status, wc::SEND_FORMAT);
+    for (mtu, ok) in [(1500, 1024), (9000, 4096), (2048, 2048), (300, 256)] {
+        let (mut a, _b, abuf, _) = ud_pair();
+        let cqe = a.exec(Command::ConfMtu, |s| ConfMtu { mtu }.write_fields(s));
+        assert_eq!(cqe.status, 0);
+        a.send_wqe(UD_QP, &Wqe::ud_send(QKEY, UD_QP, AH, &[sge(abuf, ok)]));
+        assert_eq!(a.poll(CQ).unwrap().status, 0, "MTU {mtu}: {ok} bytes");
+        a.send_wqe(UD_QP, &Wqe::ud_send(QKEY, UD_QP, AH, &[sge(abuf, ok + 1)]));
+        assert_eq!(a.poll(CQ).unwrap().status, wc::SEND_FORMAT, "MTU {mtu}");
+    }
+}
+
+#[test]
+fn ud_source_gid_not_populated_sends_the_zero_address() {
+    let (mut a, mut b, _, bbuf) = ud_pair();
+    // GID index 2 is inside the table but empty.
+    let av = AddressVector {
+        sgid_index: 2,
+        ..ud_av(2)
+    };
+    assert_eq!(a.create_ah(6, PDN, av).status, 0);
+    b.post_recv(UD_QP, bbuf, 0x100, stag(1, 0));
+    a.send_wqe(UD_QP, &Wqe::ud_send_inline(QKEY, UD_QP, 6, b"anon"));
+    assert_eq!(a.poll(CQ).unwrap().status, 0);
+    pump2(&mut a, &mut b);
+    assert_eq!(b.poll(CQ).unwrap().status, 0);
+    let ip = b.peek(bbuf + 20, 20);
+    assert_eq!(&ip[12..16], &[0, 0, 0, 0]);
+    assert_eq!(&ip[16..20], &[10, 0, 0, 2]);
+    assert!(ipv4_checksum_ok(&ip));
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The RoCEv2 RC data path (erdma-hw.md §4.4, §5, §6, §7.2): doorbells, the requester (SQ WQEs),
-//! the responder (incoming requests, RQEs), completions and CQ events.
+//! The RoCEv2 data path (erdma-hw.md §4.4, §5, §6, §7.2): doorbells, the requester (SQ WQEs),
+//! the responder (incoming requests, RQEs), UD datagrams, completions and CQ events.
 //!
 //! # Doorbells
 //!
@@ -21,6 +21,26 @@
 //! LOCAL_INV) complete in SQ order with them. A WQE with FENCE, and every local operation, waits
 //! until earlier requests have their responses.
 //!
+//! # UD (and the GSI QP, QPN 1, created as UD)
+//!
+//! * Requester: SEND and SEND_WITH_IMM only (other opcodes: 8), in the UD layout (Q_Key,
+//!   destination QPN, AHN, §5.4). The AHN must name a live AH of the function (else 8) of the
+//!   QP's PD (else 13); the payload is gathered like an RC SEND (10..13, inline up to 96 bytes)
+//!   and may not exceed the UD MTU (else 8): the largest IB MTU within the function's CONF_MTU,
+//!   4096 before any. The source GID is the GID table entry at the AV's source GID index; an
+//!   empty entry does not refuse the WQE (as for RC) and the datagram carries the zero address.
+//!   The datagram goes by the AV's destination GID (own port first); the WQE completes with
+//!   success as soon as it is handed over, or dropped (no fabric, unknown GID, full inbox).
+//! * Responder: a datagram for a QPN that does not exist, is not UD, is not in RTR/RTS/SQD,
+//!   has another Q_Key or no RQE posted is dropped. Otherwise it consumes one RQE: the 40-byte
+//!   GRH area ([`crate::roce::grh_area`]) then the payload at byte 40; the CQE (RECEIVE, or
+//!   RSP_SEND_IMM with the immediate) counts 40 + payload bytes and carries the UD info word
+//!   (network type, the sender's SL and QPN). An RQE that is malformed (2), whose SGE is
+//!   refused (3..6) or too small (4) completes with that status and nothing is written; the QP
+//!   keeps its state.
+//! * Drops are silent for the sender (UD is unreliable), counted by cause
+//!   ([`crate::stats::UdDrops`], `query ud_drops`), and logged once per cause.
+//!
 //! # Errors (the status mapping)
 //!
 //! * WQE format problems (opcode, WQEBB count, header index or QPN, SGE count, inline length):
@@ -36,8 +56,15 @@
 //! * Unknown destination GID, QPN, or a destination QP that is not RTR/RTS/SQD, a full inbox or
 //!   an RNR queue overflow: the requester gets 16 (retry exceeded) as soon as it is known (no
 //!   timers).
-//! * Any error completion moves the QP to ERROR: outstanding requests, posted WQEs and RQEs
-//!   complete with 15 (flushed), and so do WQEs posted later (doorbells, REFLUSH).
+//! * Any error completion moves the QP to ERROR: outstanding requests and the WQEs and RQEs
+//!   posted so far (up to the last doorbells' PIs) complete with 15 (flushed).
+//!
+//! # Flushing after ERROR (§3.5 REFLUSH, §10.13)
+//!
+//! Like the adapter, a doorbell on a QP in ERROR only records the PI: WQEs and RQEs posted
+//! after the transition are flushed (15) only when the driver issues REFLUSH with the producer
+//! indices (the kernel driver does so after the transition and after every post). A driver that
+//! never sends REFLUSH sees such WQEs never complete.
 //!
 //! # CQs
 //!
@@ -52,13 +79,16 @@ use std::collections::VecDeque;
 
 use super::objects::Pending;
 use super::{Device, Oddity};
-use crate::fabric::{AtomicOp, Body, Nak, Packet, Reply, Request, SendError};
+use crate::cmdq::Gid;
+use crate::fabric::{AtomicOp, Body, Datagram, Nak, Packet, Reply, Request, SendError};
 use crate::io::{GuestMemory, Io};
 use crate::mtt::{self, Mtt, Piece, Xlate};
 use crate::regs::{self, Bar0Area, CqDoorbell};
+use crate::roce::{self, GRH_SIZE};
+use crate::stats::UdDrop;
 use crate::wire::{
     self, access, op, wc, AeqEvent, AtomicSqe, CqeExtra, DataCqe, FastRegSqe, LocalInvSqe, MrType,
-    QpState, ReadSqe, RqDoorbell, Rqe, SendSqe, Sge, Sgl, SqDoorbell, SqeHeader, UdSendSqe,
+    QpState, ReadSqe, RqDoorbell, Rqe, SendSqe, Sge, Sgl, SqDoorbell, SqeHeader, UdInfo, UdSendSqe,
     WriteSqe, CQE_QTYPE_RQ, CQE_QTYPE_SQ, FAST_REG_MTT_BUFFER, FAST_REG_MTT_INLINE, MAX_WQE_SIZE,
     QP_TYPE_UD, RQE_SIZE, SQ_WQEBB_SIZE,
 };
@@ -67,6 +97,11 @@ use crate::wire::{
 pub const MAX_MESSAGE: u64 = 1 << 30;
 /// Most requests a responder QP holds while waiting for receive WQEs.
 pub const MAX_HELD: usize = 4096;
+/// Largest UD payload before any CONF_MTU (the largest IB MTU).
+pub const UD_DEFAULT_MTU: u32 = 4096;
+/// The IB MTUs, largest first: a UD payload may not exceed the largest one that fits the
+/// function's MTU (as ib_core derives the port's MTU from the netdev's).
+const IB_MTUS: [u32; 5] = [4096, 2048, 1024, 512, 256];
 /// AE type: access error.
 const AE_ACCESS: u8 = 2;
 /// AE type: CQ error.
@@ -235,7 +270,8 @@ impl Device {
         qp.sq.pi = pi;
         match qp.state {
             QpState::Rts => self.process_sq(qpn, io),
-            QpState::Error => self.flush_queues(qpn, io),
+            // In ERROR the PI is only recorded: REFLUSH flushes (§3.5, §10.13).
+            QpState::Error => log::trace!("QP {qpn} in ERROR: SQ PI {pi:#x} recorded"),
             _ => {}
         }
     }
@@ -260,7 +296,8 @@ impl Device {
         }
         qp.rq.pi = pi;
         match qp.state {
-            QpState::Error => self.flush_queues(qpn, io),
+            // In ERROR the PI is only recorded: REFLUSH flushes (§3.5, §10.13).
+            QpState::Error => log::trace!("QP {qpn} in ERROR: RQ PI {pi:#x} recorded"),
             _ => self.drain_held(qpn, io),
         }
     }
@@ -372,6 +409,7 @@ impl Device {
             qpn,
             extra: CqeExtra::None,
             byte_len: if status == wc::SUCCESS { p.byte_len } else { 0 },
+            ud: UdInfo::NONE,
         };
         self.post_cqe(cqn, cqe, false, io);
     }
@@ -386,6 +424,7 @@ impl Device {
         extra: CqeExtra,
         byte_len: u32,
         solicited: bool,
+        ud: UdInfo,
         io: &mut Io<'_>,
     ) {
         let Some(qp) = self.func.rdma.qps.get(&qpn) else {
@@ -401,6 +440,7 @@ impl Device {
             qpn,
             extra,
             byte_len,
+            ud,
         };
         self.post_cqe(cqn, cqe, solicited, io);
     }
@@ -651,19 +691,21 @@ impl Device {
         let pdn = qp.pdn;
         let ud = qp.qp_type == QP_TYPE_UD;
         let result: Result<Option<Request>, u8> = match hdr.opcode {
-            op::SEND | op::SEND_WITH_IMM | op::SEND_WITH_INV if ud => {
-                if hdr.opcode == op::SEND_WITH_INV {
-                    Err(wc::SEND_FORMAT)
-                } else {
-                    // UD is not modelled on the fabric: the datagram is dropped (legal for UD).
-                    self.payload(pdn, hdr, wqe, UdSendSqe::SGL_OFFSET, io.mem)
-                        .map(|d| {
-                            p.byte_len = d.len() as u32;
-                            None
-                        })
-                }
+            // UD: a datagram handed to the fabric completes at once (no response).
+            op::SEND | op::SEND_WITH_IMM if ud => {
+                self.ud_datagram(qpn, pdn, hdr, wqe, io.mem)
+                    .map(|(dst_qpn, d)| {
+                        p.byte_len = d.data.len() as u32;
+                        self.send_datagram(qpn, dst_qpn, d);
+                        None
+                    })
             }
-            _ if ud => Err(wc::SEND_FORMAT),
+            _ if ud => {
+                if self.warned.dp_error() {
+                    log::warn!("QP {qpn}: opcode {} on a UD QP", hdr.opcode);
+                }
+                Err(wc::SEND_FORMAT)
+            }
             op::SEND | op::SEND_WITH_IMM | op::SEND_WITH_INV => {
                 SendSqe::decode(wqe).ok_or(wc::SEND_FORMAT).and_then(|s| {
                     let data = self.payload(pdn, hdr, wqe, SendSqe::SGL_OFFSET, io.mem)?;
@@ -768,6 +810,271 @@ impl Device {
                 Action::Done(p)
             }
         }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // UD
+    // --------------------------------------------------------------------------------------------
+
+    /// The largest UD payload: the largest IB MTU within the function's MTU (CONF_MTU, the
+    /// netdev's MTU; 256 below 512), [`UD_DEFAULT_MTU`] before any CONF_MTU.
+    pub(super) fn ud_mtu(&self) -> u32 {
+        match self.func.mtu {
+            0 => UD_DEFAULT_MTU,
+            m => IB_MTUS.into_iter().find(|&x| m >= x).unwrap_or(256),
+        }
+    }
+
+    /// Builds the datagram of a UD SEND / SEND_WITH_IMM WQE: `(destination QPN, datagram)`, or
+    /// the requester's status: 8 for a short WQE, an AHN that is not live or a payload beyond
+    /// [`Device::ud_mtu`], 13 for an AH of another PD, the local SGE codes.
+    fn ud_datagram(
+        &mut self,
+        qpn: u32,
+        pdn: u32,
+        hdr: &SqeHeader,
+        wqe: &[u8],
+        mem: &dyn GuestMemory,
+    ) -> Result<(u32, Datagram), u8> {
+        let s = UdSendSqe::decode(wqe).ok_or(wc::SEND_FORMAT)?;
+        let Some(ah) = self.func.ahs.get(s.ahn).copied() else {
+            if self.warned.dp_error() {
+                log::warn!("QP {qpn}: UD WQE names AH {} that does not exist", s.ahn);
+            }
+            return Err(wc::SEND_FORMAT);
+        };
+        if ah.pdn != pdn {
+            if self.warned.dp_error() {
+                log::warn!(
+                    "QP {qpn} (PD {pdn}): UD WQE names AH {} of PD {}",
+                    s.ahn,
+                    ah.pdn
+                );
+            }
+            return Err(wc::SEND_PD);
+        }
+        let sgl = Sgl::decode(hdr, wqe, UdSendSqe::SGL_OFFSET).ok_or(wc::SEND_FORMAT)?;
+        let len: u64 = match &sgl {
+            Sgl::Inline(d) => d.len() as u64,
+            Sgl::Sges(sges) => sges.iter().map(|g| u64::from(g.len)).sum(),
+        };
+        let mtu = self.ud_mtu();
+        if len > u64::from(mtu) {
+            if self.warned.dp_error() {
+                log::warn!("QP {qpn}: UD payload of {len} bytes beyond the MTU ({mtu})");
+            }
+            return Err(wc::SEND_FORMAT);
+        }
+        let data = match sgl {
+            Sgl::Inline(d) => d.to_vec(),
+            Sgl::Sges(sges) => self.gather(pdn, &sges, mem)?,
+        };
+        let av = ah.av;
+        let sgid: Gid = match self.func.gids.get(av.sgid_index) {
+            Some(e) => e.gid,
+            None => {
+                // Like an RC send, the WQE is not refused; the adapter has no address for the
+                // index, so the datagram leaves with the unspecified address (all zero).
+                if self
+                    .warned
+                    .first(Oddity::UdSourceGid, u64::from(av.sgid_index))
+                {
+                    log::warn!(
+                        "QP {qpn}: AH {} names source GID {} that is not populated; datagrams \
+                         carry the zero address",
+                        s.ahn,
+                        av.sgid_index
+                    );
+                }
+                [0; 16]
+            }
+        };
+        let datagram = Datagram {
+            qkey: s.qkey,
+            data,
+            imm: (hdr.opcode == op::SEND_WITH_IMM).then_some(s.imm),
+            solicited: hdr.se,
+            net_type: av.net_type,
+            traffic_class: av.traffic_class,
+            flow_label: av.flow_label,
+            hop_limit: av.hop_limit,
+            sl: av.sl,
+            sgid,
+            dgid: av.dgid,
+        };
+        Ok((s.dst_qpn, datagram))
+    }
+
+    /// Hands a datagram to the fabric; one that cannot go anywhere is dropped (counted).
+    fn send_datagram(&mut self, qpn: u32, dst_qpn: u32, d: Datagram) {
+        if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+            qp.sq_psn = (qp.sq_psn + 1) & 0xff_ffff;
+        }
+        let Some(port) = self.port.clone() else {
+            self.ud_drop(UdDrop::NoFabric, || {
+                format!("QP {qpn} -> QP {dst_qpn}: no fabric")
+            });
+            return;
+        };
+        let dgid = d.dgid;
+        let unknown = move || {
+            format!(
+                "QP {qpn} -> QP {dst_qpn}: destination GID {} unknown on the fabric",
+                std::net::Ipv6Addr::from(dgid)
+            )
+        };
+        let Some(to) = port.resolve(&dgid) else {
+            self.ud_drop(UdDrop::UnknownGid, unknown);
+            return;
+        };
+        let bytes = d.data.len() as u64;
+        let pkt = Packet {
+            src_port: 0,
+            src_qpn: qpn,
+            dst_qpn,
+            body: Body::Datagram(d),
+        };
+        match port.send_datagram(to, pkt) {
+            Ok(()) => self.harness.stats.tx_packet(bytes),
+            Err(SendError::Unreachable) => self.ud_drop(UdDrop::UnknownGid, unknown),
+            Err(SendError::Congested) => self.ud_drop(UdDrop::Congested, || {
+                format!("QP {qpn} -> QP {dst_qpn}: destination inbox full")
+            }),
+        }
+    }
+
+    /// Counts a dropped datagram; the first drop of each cause is logged as a warning.
+    fn ud_drop(&mut self, cause: UdDrop, what: impl FnOnce() -> String) {
+        self.harness.ud_drops.count(cause);
+        if self.warned.first(Oddity::UdDrop, cause.index() as u64) {
+            log::warn!(
+                "UD datagram dropped ({}): {}; further drops for this cause are logged at debug \
+                 level",
+                cause.name(),
+                what()
+            );
+        } else {
+            log::debug!("UD datagram dropped ({}): {}", cause.name(), what());
+        }
+    }
+
+    /// A datagram for QP `dst_qpn` from QP `src_qpn` of another (or this) function.
+    fn incoming_datagram(&mut self, src_qpn: u32, dst_qpn: u32, d: Datagram, io: &mut Io<'_>) {
+        let cause = match self.func.rdma.qps.get(&dst_qpn) {
+            None => Some(UdDrop::NoQp),
+            Some(q) if q.qp_type != QP_TYPE_UD => Some(UdDrop::NotUd),
+            Some(q) if !matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd) => {
+                Some(UdDrop::NotReady)
+            }
+            Some(q) if q.qkey != d.qkey => Some(UdDrop::Qkey),
+            Some(q) if q.rq.pi == q.rq.ci => Some(UdDrop::NoRqe),
+            Some(_) => None,
+        };
+        if let Some(cause) = cause {
+            let (state, qkey) = self
+                .func
+                .rdma
+                .qps
+                .get(&dst_qpn)
+                .map_or(("none", 0), |q| (q.state.name(), q.qkey));
+            self.ud_drop(cause, || {
+                format!(
+                    "QP {src_qpn} -> QP {dst_qpn} (state {state}, Q_Key {qkey:#x}), Q_Key {:#x}",
+                    d.qkey
+                )
+            });
+            return;
+        }
+        let info = UdInfo {
+            net_type: d.net_type,
+            sl: d.sl,
+            src_qpn,
+        };
+        let rqe = match self.fetch_rqe(dst_qpn, io) {
+            Some(Ok(r)) => r,
+            Some(Err(code)) => {
+                self.ud_receive_error(dst_qpn, code, info, io);
+                return;
+            }
+            None => return,
+        };
+        let pdn = self.func.rdma.qps.get(&dst_qpn).map_or(0, |q| q.pdn);
+        let total = GRH_SIZE + d.data.len();
+        let written = if total as u64 > u64::from(rqe.sge.len) {
+            Err(wc::RECV_BOUNDS)
+        } else {
+            let pieces = self.mr_access(
+                rqe.sge.key,
+                pdn,
+                rqe.sge.addr,
+                total as u64,
+                access::LOCAL_WRITE,
+                io.mem,
+            );
+            match pieces {
+                Ok(p) => {
+                    let mut bytes = Vec::with_capacity(total);
+                    bytes.extend_from_slice(&roce::grh_area(&d));
+                    bytes.extend_from_slice(&d.data);
+                    write_pieces(io.mem, &p, &bytes).map_err(|()| wc::RECV_BOUNDS)
+                }
+                Err(e) => Err(e.remote()),
+            }
+        };
+        if let Err(code) = written {
+            self.ud_receive_error(dst_qpn, code, info, io);
+            return;
+        }
+        let (opcode, extra) = match d.imm {
+            Some(i) => (op::RSP_SEND_IMM, CqeExtra::Imm(i)),
+            None => (op::RECEIVE, CqeExtra::None),
+        };
+        let Some(qp) = self.func.rdma.qps.get_mut(&dst_qpn) else {
+            return;
+        };
+        let index = qp.rq.ci;
+        qp.rq.ci = index.wrapping_add(1);
+        qp.rq_psn = (qp.rq_psn + 1) & 0xff_ffff;
+        self.rq_cqe(
+            dst_qpn,
+            index,
+            opcode,
+            wc::SUCCESS,
+            extra,
+            total as u32,
+            d.solicited,
+            info,
+            io,
+        );
+    }
+
+    /// A UD receive WQE that cannot take a datagram (malformed, its SGE refused, too small):
+    /// it completes with `code` and nothing is written; unlike RC the QP keeps its state (a
+    /// datagram service survives one bad datagram).
+    fn ud_receive_error(&mut self, qpn: u32, code: u8, info: UdInfo, io: &mut Io<'_>) {
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        let index = qp.rq.ci;
+        qp.rq.ci = index.wrapping_add(1);
+        if self.warned.dp_error() {
+            log::warn!(
+                "QP {qpn}: UD receive WQE at {index:#x} failed with status {code} (datagram from \
+                 QP {}); the QP stays usable",
+                info.src_qpn
+            );
+        }
+        self.rq_cqe(
+            qpn,
+            index,
+            op::RECEIVE,
+            code,
+            CqeExtra::None,
+            0,
+            false,
+            info,
+            io,
+        );
     }
 
     /// A fast-register WQE (§5.4): makes an FRMR valid with a new key, IOVA, length, rights.
@@ -946,6 +1253,7 @@ impl Device {
                 CqeExtra::None,
                 0,
                 false,
+                UdInfo::NONE,
                 io,
             );
         }
@@ -990,6 +1298,7 @@ impl Device {
             match pkt.body {
                 Body::Request { seq, .. } => self.incoming(pkt, seq, io),
                 Body::Response { .. } => self.response(pkt, io),
+                Body::Datagram(d) => self.incoming_datagram(pkt.src_qpn, pkt.dst_qpn, d, io),
             }
         }
         n
@@ -1253,7 +1562,17 @@ impl Device {
                 "QP {qpn}: receive WQE at {index:#x} failed with status {code}; QP to ERROR"
             );
         }
-        self.rq_cqe(qpn, index, op::RECEIVE, code, CqeExtra::None, 0, false, io);
+        self.rq_cqe(
+            qpn,
+            index,
+            op::RECEIVE,
+            code,
+            CqeExtra::None,
+            0,
+            false,
+            UdInfo::NONE,
+            io,
+        );
         self.enter_error(qpn, io);
     }
 
@@ -1314,6 +1633,7 @@ impl Device {
             extra,
             byte_len,
             solicited,
+            UdInfo::NONE,
             io,
         );
         Ok(Reply::Ack)

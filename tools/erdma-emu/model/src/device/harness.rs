@@ -8,7 +8,7 @@ use crate::control::{self, ControlCommand, FaultRules, Query};
 use crate::io::Io;
 use crate::regs::{self, test_page, test_page::Field};
 use crate::roce;
-use crate::stats::{Counter, TrafficCounters};
+use crate::stats::{Counter, TrafficCounters, UdDrops};
 
 impl Harness {
     pub(super) fn power_on() -> Self {
@@ -22,6 +22,7 @@ impl Harness {
                 reply: [0; test_page::BUF_SIZE as usize],
                 status: 0,
             },
+            ud_drops: UdDrops::default(),
         }
     }
 }
@@ -114,6 +115,16 @@ impl Device {
                 format!("gids={}", gids.join(","))
             }
             Query::Ahs => format!("ahs={}", self.func.ahs.len()),
+            Query::Ahns => {
+                let ahs: Vec<String> = self
+                    .func
+                    .ahs
+                    .iter()
+                    .map(|(n, ah)| format!("{n}:{}", ah.pdn))
+                    .collect();
+                format!("ahns={}", ahs.join(","))
+            }
+            Query::UdDrops => self.harness.ud_drops.report(),
             Query::Rules => format!("rules={}", self.harness.rules.len()),
             Query::Qps => {
                 let qps: Vec<String> = self
@@ -136,10 +147,11 @@ impl Device {
                 format!("mrs={}", mrs.join(","))
             }
             Query::Objects => format!(
-                "objects={}/{}/{}",
+                "objects={}/{}/{}/{}",
                 self.qps().len(),
                 self.cqs().len(),
-                self.mrs().len()
+                self.mrs().len(),
+                self.func.ahs.len()
             ),
             Query::Stats => Counter::ALL
                 .iter()

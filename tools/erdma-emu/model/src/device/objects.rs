@@ -416,6 +416,10 @@ impl Device {
         ))
     }
 
+    /// REFLUSH (§3.5, §10.13): on a QP in ERROR, flushes (15) every WQE and RQE up to the
+    /// producer indices it carries. Doorbells in ERROR only record PIs, so this is how WQEs
+    /// posted after the transition complete. PIs more than a queue depth ahead of the device's
+    /// CI are ignored (that queue keeps its PI).
     pub(super) fn cmd_reflush(&mut self, r: Reflush, io: &mut Io<'_>) -> Outcome {
         let qp = self.func.rdma.qps.get_mut(&r.qpn).ok_or(Status::NotFound)?;
         if qp.state != QpState::Error {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{layout, TestDriver};
-use crate::cmdq::{Command, Cqe, Gid, GidOp, NetType, SetGid};
+use crate::cmdq::{AddressVector, Command, Cqe, CreateAh, DestroyAh, Gid, GidOp, NetType, SetGid};
 use crate::fabric::{Fabric, NoWaker};
 use crate::io::{GuestMemory, Io};
 use crate::regs::{self, CqDoorbell};
@@ -16,7 +16,7 @@ use crate::wire::{
     self, access, op, AtomicSqe, CreateCq, CreateQp, DataCqe, DeregMr, FastRegSqe, LocalInvSqe,
     ModifyQpRoce, QpState, QueueMttCfg, ReadSqe, RegMr, RqDoorbell, Rqe, SendSqe, Sge, SqDoorbell,
     SqeHeader, U32Arg, UdSendSqe, WriteSqe, CQE_SIZE, FAST_REG_MTT_BUFFER, FAST_REG_MTT_INLINE,
-    QP_TYPE_RC, RQE_SIZE, SQ_WQEBB_SIZE,
+    QP_TYPE_RC, QP_TYPE_UD, RQE_SIZE, SQ_WQEBB_SIZE,
 };
 
 /// The CEQ the helpers create and bind CQs to.
@@ -184,8 +184,18 @@ impl Wqe {
 
     /// SEND of inline bytes in the UD layout (Q_Key, destination QPN, AHN).
     pub fn ud_send_inline(qkey: u32, dst_qpn: u32, ahn: u32, data: &[u8]) -> Self {
+        Wqe::ud_send_sgl(qkey, dst_qpn, ahn, wire::Sgl::Inline(data))
+    }
+
+    /// SEND of `sges` in the UD layout (Q_Key, destination QPN, AHN). [`Wqe::imm`] makes it a
+    /// SEND_WITH_IMM (the immediate and length sit where an RC SEND has them).
+    pub fn ud_send(qkey: u32, dst_qpn: u32, ahn: u32, sges: &[Sge]) -> Self {
+        Wqe::ud_send_sgl(qkey, dst_qpn, ahn, wire::Sgl::Sges(sges.to_vec()))
+    }
+
+    fn ud_send_sgl(qkey: u32, dst_qpn: u32, ahn: u32, sgl: wire::Sgl<'_>) -> Self {
         let mut w = Wqe::new(op::SEND, UdSendSqe::LEN);
-        let length = w.sgl(UdSendSqe::SGL_OFFSET, &wire::Sgl::Inline(data));
+        let length = w.sgl(UdSendSqe::SGL_OFFSET, &sgl);
         UdSendSqe {
             imm: [0; 4],
             length,
@@ -370,16 +380,30 @@ impl TestDriver {
         assert_eq!(self.set_gid(0, super::ipv4_gid([10, 0, 0, host])).status, 0);
     }
 
-    /// SET_GID add.
+    /// SET_GID add (an IPv4 entry).
     pub fn set_gid(&mut self, index: u16, gid: Gid) -> Cqe {
+        self.set_gid_typed(index, NetType::Ipv4, gid)
+    }
+
+    /// SET_GID add of an entry of `net_type`.
+    pub fn set_gid_typed(&mut self, index: u16, net_type: NetType, gid: Gid) -> Cqe {
         let r = SetGid {
             index,
-            op: GidOp::Add {
-                net_type: NetType::Ipv4,
-                gid,
-            },
+            op: GidOp::Add { net_type, gid },
         };
         self.exec(Command::SetGid, |s| r.write_fields(s))
+    }
+
+    /// CREATE_AH `ahn` in PD `pdn`.
+    pub fn create_ah(&mut self, ahn: u32, pdn: u32, av: AddressVector) -> Cqe {
+        let r = CreateAh { pdn, ahn, av };
+        self.exec(Command::CreateAh, |s| r.write_fields(s))
+    }
+
+    /// DESTROY_AH `ahn` in PD `pdn`.
+    pub fn destroy_ah(&mut self, ahn: u32, pdn: u32) -> Cqe {
+        let r = DestroyAh { pdn, ahn };
+        self.exec(Command::DestroyAh, |s| r.write_fields(s))
     }
 
     /// Attaches the device to `fabric` (pumped by hand).
@@ -425,6 +449,32 @@ impl TestDriver {
 
     /// CREATE_QP `qpn` (RC, PD [`PDN`]) with contiguous SQ/RQ buffers (level 0, 1 MiB pages).
     pub fn create_qp(&mut self, qpn: u32, cqn: u32, sq_log2: u32, rq_log2: u32) -> Cqe {
+        self.create_qp_of(qpn, cqn, sq_log2, rq_log2, QP_TYPE_RC, PDN)
+    }
+
+    /// CREATE_QP `qpn` of type UD in PD `pdn` (the GSI QP is QPN 1 of this type), buffers as
+    /// [`TestDriver::create_qp`].
+    pub fn create_ud_qp(
+        &mut self,
+        qpn: u32,
+        cqn: u32,
+        sq_log2: u32,
+        rq_log2: u32,
+        pdn: u32,
+    ) -> Cqe {
+        self.create_qp_of(qpn, cqn, sq_log2, rq_log2, QP_TYPE_UD, pdn)
+    }
+
+    /// CREATE_QP `qpn` of `qp_type` in PD `pdn`, buffers as [`TestDriver::create_qp`].
+    pub fn create_qp_of(
+        &mut self,
+        qpn: u32,
+        cqn: u32,
+        sq_log2: u32,
+        rq_log2: u32,
+        qp_type: u8,
+        pdn: u32,
+    ) -> Cqe {
         let sq_depth = 1u32 << sq_log2;
         let rq_depth = 1u32 << rq_log2;
         let sq = self.alloc(u64::from(sq_depth) * 32, 0x1000);
@@ -441,7 +491,7 @@ impl TestDriver {
             qpn,
             sq_depth_log2: sq_log2,
             rq_depth_log2: rq_log2,
-            pdn: PDN,
+            pdn,
             send_cqn: cqn,
             recv_cqn: cqn,
             ext_db: false,
@@ -450,7 +500,7 @@ impl TestDriver {
             sq_dbrec: layout::DP_HEAP - 16,
             rq_dbrec: layout::DP_HEAP - 24,
             db_pages: (0, 0),
-            qp_type: QP_TYPE_RC,
+            qp_type,
         };
         self.create_qp_raw(&req)
     }
@@ -518,6 +568,35 @@ impl TestDriver {
             ..rtr
         };
         assert_eq!(self.modify_qp(&rts).status, 0);
+    }
+
+    /// A UD QP to RTS the way ib_core does it: RESET → INIT with the Q_Key → RTR → RTS.
+    pub fn ud_ready(&mut self, qpn: u32, qkey: u32) {
+        let init = ModifyQpRoce {
+            qpn,
+            state: QpState::Init as u8,
+            dst_qpn: 0,
+            mask: wire::qp_mask::STATE | wire::qp_mask::QKEY,
+            qkey,
+            rq_psn: 0,
+            sq_psn: 0,
+            av: super::ipv4_av(0, 0),
+        };
+        assert_eq!(self.modify_qp(&init).status, 0);
+        assert_eq!(self.modify_state(qpn, QpState::Rtr).status, 0);
+        assert_eq!(self.modify_state(qpn, QpState::Rts).status, 0);
+    }
+
+    /// REFLUSH of `qpn` with the driver's current SQ and RQ producer indices (what the kernel
+    /// driver sends for a QP in ERROR).
+    pub fn reflush(&mut self, qpn: u32) -> Cqe {
+        let (sq_pi, rq_pi) = self.dp.qps.get(&qpn).map_or((0, 0), |q| (q.sq_pi, q.rq_pi));
+        let r = wire::Reflush {
+            qpn,
+            sq_pi: u32::from(sq_pi),
+            rq_pi: u32::from(rq_pi),
+        };
+        self.exec(Command::Reflush, |s| r.write_fields(s))
     }
 
     /// QUERY_QP: `(resp0, status)`.

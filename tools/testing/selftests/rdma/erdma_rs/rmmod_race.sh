@@ -105,7 +105,7 @@ model_clean() {
 		has_test_page "$f" || continue
 		objs=$(model_cmd "$f" "query objects") || return 1
 		eqs=$(model_cmd "$f" "query eqs") || return 1
-		[ "${objs#ok }" = "objects=0/0/0" ] && [ "${eqs#ok }" = "eqs=" ] ||
+		[ "${objs#ok }" = "objects=0/0/0/0" ] && [ "${eqs#ok }" = "eqs=" ] ||
 			{ tap_diag "$f: the model holds $objs, $eqs"; return 1; }
 	done
 }
