@@ -22,6 +22,11 @@ __rust_helper u16 rust_helper_rdma_get_udp_sport(u32 fl, u32 lqpn, u32 rqpn)
 	return rdma_get_udp_sport(fl, lqpn, rqpn);
 }
 
+__rust_helper u16 rust_helper_rdma_flow_label_to_udp_sport(u32 fl)
+{
+	return rdma_flow_label_to_udp_sport(fl);
+}
+
 __rust_helper struct ib_ucontext *
 rust_helper_rdma_udata_to_ucontext(struct ib_udata *udata)
 {

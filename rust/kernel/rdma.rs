@@ -14,9 +14,9 @@
 //! exactly what the driver provides. The [`driver`] module states where each operation is
 //! called from.
 //!
-//! Verbs objects (user contexts, protection domains, completion queues, queue pairs) are
-//! allocated by the core with the driver's data embedded after the core's header, so every
-//! object type here is `#[repr(C)]` with the C object at offset 0. The core frees these
+//! Verbs objects (user contexts, protection domains, completion queues, queue pairs, address
+//! handles) are allocated by the core with the driver's data embedded after the core's header,
+//! so every object type here is `#[repr(C)]` with the C object at offset 0. The core frees these
 //! allocations itself without running Rust destructors: the abstractions drop the driver's part
 //! in the destroy callbacks and on failed creation.
 
@@ -44,6 +44,7 @@ macro_rules! open_flags {
 }
 
 mod adapter;
+pub mod ah;
 pub mod attr;
 pub mod cq;
 pub mod device;
@@ -59,6 +60,14 @@ pub mod udata;
 pub mod umem;
 pub mod wr;
 
+pub use self::ah::{
+    Ah,
+    AhAttr,
+    AhAttrOut,
+    AhSetup,
+    GlobalRoute,
+    RoceAddress, //
+};
 pub use self::attr::{
     DeviceAttr,
     GidAttr,
@@ -115,6 +124,7 @@ pub use self::ucontext::{
 pub use self::udata::UData;
 pub use self::umem::Umem;
 pub use self::wr::{
+    NetworkType,
     RecvWr,
     RecvWrs,
     SendFlag,
@@ -122,6 +132,7 @@ pub use self::wr::{
     SendWr,
     SendWrs,
     Sge,
+    UdWr,
     Wc,
     WcFlag,
     WcFlags,

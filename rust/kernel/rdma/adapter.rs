@@ -8,6 +8,11 @@
 //! conversions and FFI calls; the driver's callbacks are called outside them.
 
 use super::{
+    ah::{
+        self,
+        Ah,
+        AhSetup, //
+    },
     attr::{
         DeviceAttr,
         GidAttr,
@@ -276,6 +281,16 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
         if P::HAS_REQ_NOTIFY_CQ {
             ops.req_notify_cq = Some(Self::req_notify_cq);
         }
+        if P::HAS_CREATE_AH {
+            // Not `create_user_ah`: user space gets no address handles (see
+            // `DeviceOps::create_ah`).
+            ops.create_ah = Some(Self::create_ah);
+            ops.destroy_ah = Some(Self::destroy_ah);
+            ops.size_ib_ah = size_of::<Ah<T>>();
+        }
+        if P::HAS_QUERY_AH {
+            ops.query_ah = Some(Self::query_ah);
+        }
         if P::HAS_GET_HW_STATS && !T::HW_PORT_STATS.is_empty() {
             ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats);
             ops.get_hw_stats = Some(Self::get_hw_stats);
@@ -540,6 +555,65 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
         0
     }
 
+    unsafe extern "C" fn create_ah(
+        ah: *mut bindings::ib_ah,
+        init: *mut bindings::rdma_ah_init_attr,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        // SAFETY: The core passes an address handle of a live device, its header initialised
+        // (device, PD, source GID), and valid attributes.
+        let (dev, attr, may_sleep) = unsafe {
+            (
+                device::<T>((*ah).device),
+                ah::ah_attr((*init).ah_attr),
+                (*init).flags & bindings::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE != 0,
+            )
+        };
+        let setup = AhSetup {
+            ah,
+            may_sleep,
+            _p: PhantomData,
+        };
+        status(dev.with_data(|dev, data| {
+            let init_data = |_: Option<&Events<kind::Ah>>, slot: *mut T::Ah| {
+                let init = P::create_ah(dev, data, &setup, &attr);
+                // SAFETY: `Object::init` passes a slot valid for writes and pinned.
+                unsafe { init.__init(slot) }
+            };
+            // SAFETY: The core passes a zeroed address handle of `size_ib_ah` bytes whose
+            // header it initialised. Without events, `init` allocates nothing, so it does not
+            // sleep.
+            unsafe { Ah::<T>::init(ah, false, init_data) }
+        }))
+    }
+
+    unsafe extern "C" fn destroy_ah(ah: *mut bindings::ib_ah, flags: u32) -> c_int {
+        // SAFETY: The core passes an address handle of a live device.
+        let dev = unsafe { device::<T>((*ah).device) };
+        let sleepable = flags & bindings::rdma_destroy_ah_flags_RDMA_DESTROY_AH_SLEEPABLE != 0;
+        let release = |a: Pin<&mut T::Ah>| {
+            dev.with_data(|dev, data| P::destroy_ah(dev, data, a, sleepable));
+        };
+        // SAFETY: The address handle is one `create_ah` initialised; this is its last use.
+        unsafe { Ah::<T>::destroy(ah, release) };
+        0
+    }
+
+    unsafe extern "C" fn query_ah(
+        ah: *mut bindings::ib_ah,
+        attr: *mut bindings::rdma_ah_attr,
+    ) -> c_int {
+        // SAFETY: The core passes a live address handle of this device and a structure to fill.
+        let (dev, a, mut out) = unsafe {
+            (
+                device::<T>((*ah).device),
+                Ah::<T>::from_raw(ah),
+                ah::AhAttrOut::from_raw(attr),
+            )
+        };
+        status(dev.with_data(|dev, data| P::query_ah(dev, data, a, &mut out)))
+    }
+
     unsafe extern "C" fn reg_user_mr(
         pd: *mut bindings::ib_pd,
         start: u64,
@@ -592,12 +666,12 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
         wr: *const bindings::ib_send_wr,
         bad_wr: *mut *const bindings::ib_send_wr,
     ) -> c_int {
-        // SAFETY: The core passes a live QP of this device and a valid chain.
+        // SAFETY: The core passes a live QP of this device and a valid chain posted to it.
         let (dev, q, wrs) = unsafe {
             (
                 device::<T>((*qp).device),
                 Qp::<T>::from_raw(qp),
-                SendWrs::<T>::from_raw(wr),
+                SendWrs::<T>::from_raw(wr, qp),
             )
         };
         let ret = dev

@@ -36,6 +36,9 @@
 //! - The context of the consumer's `ib_map_mr_sg()`, possibly atomic (no sleeping):
 //!   [`mr_map_start`], [`mr_set_page`].
 //! - Under the core's locks, possibly atomic (no sleeping): [`get_link_layer`].
+//! - Process context or atomic, as [`AhSetup::may_sleep`] and the `sleepable` argument say:
+//!   [`create_ah`], [`destroy_ah`] (the connection manager creates and destroys address handles
+//!   under spinlocks). Any context: [`query_ah`].
 //!
 //! The other direction, driver to core: [`CqEvents`](super::CqEvents),
 //! [`QpEvents`](super::QpEvents) and [`Device::dispatch_port_event`] may be called from any
@@ -74,8 +77,18 @@
 //! [`mr_map_start`]: DeviceOps::mr_map_start
 //! [`mr_set_page`]: DeviceOps::mr_set_page
 //! [`get_link_layer`]: DeviceOps::get_link_layer
+//! [`create_ah`]: DeviceOps::create_ah
+//! [`destroy_ah`]: DeviceOps::destroy_ah
+//! [`query_ah`]: DeviceOps::query_ah
+//! [`AhSetup::may_sleep`]: super::AhSetup::may_sleep
 
 use super::{
+    ah::{
+        Ah,
+        AhAttr,
+        AhAttrOut,
+        AhSetup, //
+    },
     attr::{
         DeviceAttr,
         GidAttr,
@@ -155,6 +168,7 @@ use pin_init::PinInit;
 ///     type Cq = ();
 ///     type Qp = ();
 ///     type Mr = ();
+///     type Ah = ();
 ///     type Ops = Self;
 ///     const DRIVER_ID: DriverId = DriverId::UNKNOWN;
 ///
@@ -212,6 +226,9 @@ pub trait Driver: Sized + Send + Sync + 'static {
 
     /// The driver's part of a memory region.
     type Mr: Send + Sync;
+
+    /// The driver's part of an address handle.
+    type Ah: Send + Sync;
 
     /// The optional operations every device of the driver has; often `Self`.
     /// [`UnregisteredDevice::add_ops`](super::UnregisteredDevice::add_ops) adds more to one
@@ -298,6 +315,7 @@ pub trait Driver: Sized + Send + Sync + 'static {
 /// #     type Cq = ();
 /// #     type Qp = ();
 /// #     type Mr = ();
+/// #     type Ah = ();
 /// #     type Ops = Self;
 /// #     const DRIVER_ID: rdma::DriverId = rdma::DriverId::UNKNOWN;
 /// #     fn query_device(
@@ -529,6 +547,33 @@ pub trait DeviceOps<T: Driver>: 'static {
 
     /// Returns entry `index` of the partition key table of `port`.
     fn query_pkey(_dev: &Device<T>, _data: &T::Data<'_>, _port: u32, _index: u16) -> Result<u16> {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// Creates the driver's part of an address handle for `attr`, for a kernel user (user
+    /// space has no way to create one: the operation the core would need for it is left out).
+    fn create_ah(
+        _dev: &Device<T>,
+        _data: &T::Data<'_>,
+        _setup: &AhSetup<'_, T>,
+        _attr: &AhAttr<'_>,
+    ) -> impl PinInit<T::Ah, Error> {
+        build_error!(VTABLE_DEFAULT_ERROR);
+        #[allow(unreachable_code)]
+        Err::<T::Ah, _>(EINVAL)
+    }
+
+    /// Destroys an address handle in the device before its driver part is dropped. Must not
+    /// fail; must not sleep unless `sleepable`.
+    fn destroy_ah(_dev: &Device<T>, _data: &T::Data<'_>, _ah: Pin<&mut T::Ah>, _sleepable: bool) {}
+
+    /// Reports the address of `ah`.
+    fn query_ah(
+        _dev: &Device<T>,
+        _data: &T::Data<'_>,
+        _ah: &Ah<T>,
+        _out: &mut AhAttrOut<'_>,
+    ) -> Result {
         build_error!(VTABLE_DEFAULT_ERROR)
     }
 

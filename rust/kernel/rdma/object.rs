@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Verbs objects the core allocates with the driver's part embedded: protection domains,
-//! completion queues and queue pairs.
+//! completion queues, queue pairs and address handles.
 //!
 //! The core allocates `size_ib_X` bytes, initialises the C header at offset 0 and calls the
 //! driver's create operation; after a successful destroy, or a failed create, it frees the
@@ -41,6 +41,8 @@ pub mod kind {
     pub struct Cq;
     /// Queue pairs (`struct ib_qp`).
     pub struct Qp;
+    /// Address handles (`struct ib_ah`).
+    pub struct Ah;
 
     impl private::Sealed for Pd {}
     impl Kind for Pd {
@@ -53,6 +55,10 @@ pub mod kind {
     impl private::Sealed for Qp {}
     impl Kind for Qp {
         type Raw = bindings::ib_qp;
+    }
+    impl private::Sealed for Ah {}
+    impl Kind for Ah {
+        type Raw = bindings::ib_ah;
     }
 }
 

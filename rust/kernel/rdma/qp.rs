@@ -11,8 +11,9 @@ use super::{
         Events,
         Object, //
     },
+    ah::AhAttr,
     ucontext::UContext,
-    Driver, Gid, GidAttr,
+    Driver,
 };
 use crate::bindings;
 use core::marker::PhantomData;
@@ -152,6 +153,12 @@ pub fn udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
     unsafe { bindings::rdma_get_udp_sport(flow_label, lqpn, rqpn) }
 }
 
+/// The UDP source port RoCEv2 uses for a flow label (not 0).
+pub fn flow_label_udp_sport(flow_label: u32) -> u16 {
+    // SAFETY: A pure function of its argument.
+    unsafe { bindings::rdma_flow_label_to_udp_sport(flow_label) }
+}
+
 /// The sizes of a queue pair's queues (`struct ib_qp_cap`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QpCap {
@@ -266,69 +273,6 @@ impl<T: Driver> QpSetup<'_, T> {
     pub fn set_qp_num(&self, qpn: u32) {
         // SAFETY: The core is creating the QP and reads the number only after creation.
         unsafe { (*self.qp).qp_num = qpn };
-    }
-}
-
-/// The global routing header of an address (`struct ib_global_route`).
-pub struct GlobalRoute<'a>(&'a bindings::ib_global_route);
-
-impl GlobalRoute<'_> {
-    /// The destination GID.
-    pub fn dgid(&self) -> Gid {
-        // SAFETY: Any byte pattern is a valid `raw` view of the union.
-        Gid(unsafe { self.0.dgid.raw })
-    }
-
-    /// The flow label.
-    pub fn flow_label(&self) -> u32 {
-        self.0.flow_label
-    }
-
-    /// The index of the source GID.
-    pub fn sgid_index(&self) -> u8 {
-        self.0.sgid_index
-    }
-
-    /// The hop limit.
-    pub fn hop_limit(&self) -> u8 {
-        self.0.hop_limit
-    }
-
-    /// The traffic class.
-    pub fn traffic_class(&self) -> u8 {
-        self.0.traffic_class
-    }
-
-    /// The source GID entry the core resolved, if any.
-    pub fn sgid_attr(&self) -> Option<&GidAttr> {
-        // SAFETY: The core holds a reference on the entry for the duration of the call.
-        unsafe { self.0.sgid_attr.as_ref().map(|a| GidAttr::from_raw(a)) }
-    }
-}
-
-/// The address of a peer (`struct rdma_ah_attr`).
-pub struct AhAttr<'a>(&'a bindings::rdma_ah_attr);
-
-impl AhAttr<'_> {
-    /// The global routing header, if the address has one.
-    pub fn grh(&self) -> Option<GlobalRoute<'_>> {
-        (u32::from(self.0.ah_flags) & bindings::ib_ah_flags_IB_AH_GRH != 0)
-            .then_some(GlobalRoute(&self.0.grh))
-    }
-
-    /// The service level.
-    pub fn sl(&self) -> u8 {
-        self.0.sl
-    }
-
-    /// The destination MAC address (RoCE addresses).
-    pub fn dmac(&self) -> [u8; 6] {
-        if self.0.type_ == bindings::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE {
-            // SAFETY: The union holds the RoCE variant for RoCE addresses.
-            unsafe { self.0.__bindgen_anon_1.roce.dmac }
-        } else {
-            [0; 6]
-        }
     }
 }
 

@@ -8,6 +8,7 @@
 //! requests and write the completions without touching the C layout.
 
 use super::{
+    ah::Ah,
     c_enum,
     mr::{
         AccessFlags,
@@ -99,7 +100,26 @@ unsafe fn sges<'a>(sg: *const bindings::ib_sge, n: i32) -> impl Iterator<Item = 
 /// A send work request of a kernel consumer.
 pub struct SendWr<'a, T: Driver> {
     raw: &'a bindings::ib_send_wr,
+    qp: QpOf,
     _p: PhantomData<T>,
+}
+
+/// What the requests of a chain need to know of the queue pair they are posted to.
+#[derive(Clone, Copy)]
+struct QpOf {
+    device: *mut bindings::ib_device,
+    datagram: bool,
+}
+
+/// The datagram part of a send work request on an unreliable-datagram queue pair
+/// (`struct ib_ud_wr`).
+pub struct UdWr<'a, T: Driver> {
+    /// Where the datagram goes: an address handle of the queue pair's device.
+    pub ah: &'a Ah<T>,
+    /// The destination queue pair.
+    pub remote_qpn: u32,
+    /// The Q_Key the consumer asks for (bit 31 set: use the queue pair's own).
+    pub remote_qkey: u32,
 }
 
 impl<'a, T: Driver> SendWr<'a, T> {
@@ -164,6 +184,30 @@ impl<'a, T: Driver> SendWr<'a, T> {
         unsafe { self.raw.ex.invalidate_rkey }
     }
 
+    /// The datagram part of a request posted to an unreliable-datagram (or GSI) queue pair;
+    /// `EINVAL` for a request posted to another queue pair, or whose address handle is missing
+    /// or belongs to another device.
+    pub fn ud(&self) -> crate::error::Result<UdWr<'a, T>> {
+        if !self.qp.datagram {
+            return Err(crate::error::code::EINVAL);
+        }
+        // SAFETY: Requests posted to datagram queue pairs are the `wr` of an `ib_ud_wr`.
+        let u = unsafe { &*core::ptr::from_ref(self.raw).cast::<bindings::ib_ud_wr>() };
+        // SAFETY: A non-NULL handle is a live address handle of some device, whose header may
+        // be read, while the consumer posts it.
+        let same_device = !u.ah.is_null() && unsafe { (*u.ah).device } == self.qp.device;
+        if !same_device {
+            return Err(crate::error::code::EINVAL);
+        }
+        Ok(UdWr {
+            // SAFETY: An address handle of this device: one `create_ah` made (the core creates
+            // them only through it), live while the consumer posts it.
+            ah: unsafe { Ah::<T>::from_raw(u.ah) },
+            remote_qpn: u.remote_qpn,
+            remote_qkey: u.remote_qkey,
+        })
+    }
+
     /// The remote address and key of an RDMA Read or Write.
     pub fn rdma(&self) -> Option<(u64, u32)> {
         matches!(
@@ -212,6 +256,7 @@ impl<'a, T: Driver> SendWr<'a, T> {
 /// The requests of a chain, in order.
 pub struct SendWrs<'a, T: Driver> {
     next: *const bindings::ib_send_wr,
+    qp: QpOf,
     _p: PhantomData<(&'a bindings::ib_send_wr, T)>,
 }
 
@@ -224,6 +269,7 @@ impl<'a, T: Driver> Iterator for SendWrs<'a, T> {
         self.next = raw.next;
         Some(SendWr {
             raw,
+            qp: self.qp,
             _p: PhantomData,
         })
     }
@@ -232,10 +278,21 @@ impl<'a, T: Driver> Iterator for SendWrs<'a, T> {
 impl<T: Driver> SendWrs<'_, T> {
     /// # Safety
     ///
-    /// `wr` must be `NULL` or the head of a valid chain for `'a`.
-    pub(crate) unsafe fn from_raw(wr: *const bindings::ib_send_wr) -> Self {
+    /// `wr` must be `NULL` or the head of a valid chain for `'a`, posted to `qp`, a live queue
+    /// pair.
+    pub(crate) unsafe fn from_raw(
+        wr: *const bindings::ib_send_wr,
+        qp: *const bindings::ib_qp,
+    ) -> Self {
+        // SAFETY: Guaranteed by the caller.
+        let (device, qp_type) = unsafe { ((*qp).device, (*qp).qp_type) };
         Self {
             next: wr,
+            qp: QpOf {
+                device,
+                datagram: qp_type == bindings::ib_qp_type_IB_QPT_UD
+                    || qp_type == bindings::ib_qp_type_IB_QPT_GSI,
+            },
             _p: PhantomData,
         }
     }
@@ -363,6 +420,16 @@ crate::impl_flags!(
     }
 );
 
+c_enum! {
+    /// The network header of a RoCEv2 datagram (`enum rdma_network_type`).
+    pub enum NetworkType {
+        /// IPv4.
+        Ipv4 = bindings::rdma_network_type_RDMA_NETWORK_IPV4,
+        /// IPv6.
+        Ipv6 = bindings::rdma_network_type_RDMA_NETWORK_IPV6,
+    }
+}
+
 /// A work completion the driver fills in.
 #[repr(transparent)]
 pub struct Wc(bindings::ib_wc);
@@ -392,6 +459,21 @@ impl Wc {
         wc.wc_flags = u32::from(flags) as i32;
         wc.ex.imm_data = ex;
         self.0 = wc;
+    }
+
+    /// Adds what a receive completion of a RoCEv2 datagram queue pair reports: the sender's
+    /// queue pair and service level, and the network header the receive buffer starts with
+    /// (40 bytes, the global routing header area: an IPv6 header, or an IPv4 header in its last
+    /// 20 bytes). Call after [`Wc::set`].
+    pub fn set_datagram(&mut self, src_qp: u32, sl: u8, net: NetworkType) {
+        self.0.src_qp = src_qp;
+        self.0.sl = sl;
+        self.0.pkey_index = 0;
+        // CAST: both fit the `u8` field.
+        self.0.network_hdr_type = net.to_raw() as u8;
+        // CAST: the flags are small bits.
+        self.0.wc_flags |= (bindings::ib_wc_flags_IB_WC_GRH
+            | bindings::ib_wc_flags_IB_WC_WITH_NETWORK_HDR_TYPE) as i32;
     }
 
     /// # Safety

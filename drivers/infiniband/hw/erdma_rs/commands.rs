@@ -608,6 +608,44 @@ pub(crate) struct ModifyQpRoce {
 }
 command!(ModifyQpRoce, Rdma, 3);
 
+/// RDMA 6: flush the work queue entries a queue pair in ERROR was given after it got there,
+/// up to these producer indices (kernel queue pairs, erdma-hw 3.5, 10.13).
+#[repr(C)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+pub(crate) struct Reflush {
+    /// @8: the QPN.
+    pub(crate) qpn: u32,
+    /// @12: the send queue's producer index, in basic blocks.
+    pub(crate) sq_pi: u32,
+    /// @16: the receive queue's producer index.
+    pub(crate) rq_pi: u32,
+}
+command!(Reflush, Rdma, 6);
+
+/// RDMA 15: create an address handle (RoCEv2).
+#[repr(C)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+pub(crate) struct CreateAh {
+    /// @8: the protection domain.
+    pub(crate) pdn: u32,
+    /// @12: the address handle's number.
+    pub(crate) ahn: u32,
+    /// @16: where its datagrams go.
+    pub(crate) av: AddressVector,
+}
+command!(CreateAh, Rdma, 15);
+
+/// RDMA 16: destroy an address handle.
+#[repr(C)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+pub(crate) struct DestroyAh {
+    /// @8: the protection domain it was created in.
+    pub(crate) pdn: u32,
+    /// @12: its number.
+    pub(crate) ahn: u32,
+}
+command!(DestroyAh, Rdma, 16);
+
 /// RDMA 17: a queue pair's PSNs and state (RoCE), decoded by [`QueryQpResp`].
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
@@ -849,6 +887,44 @@ mod tests {
         assert_eq!(size_of::<AddressVector>(), 36);
         assert_eq!(size_of::<ModifyQpRoce>(), 64);
         assert_eq!(size_of::<RegMr>(), 56);
+        assert_eq!(size_of::<Reflush>(), 12);
+        // 56 bytes with the header; the last 4 are padding.
+        assert_eq!(size_of::<CreateAh>(), 44);
+        assert_eq!(size_of::<DestroyAh>(), 8);
+    }
+
+    #[test]
+    fn ah_commands_image() {
+        let c = CreateAh {
+            pdn: 0x11,
+            ahn: 0x0203,
+            av: AddressVector {
+                flow: AvFlow::zeroed()
+                    .with_flow_label(Bounded::<u32, 20>::new::<0xabcde>())
+                    .with_ipv6(true),
+                tclass: 1,
+                hop_limit: 64,
+                sl: 3,
+                reserved: 0,
+                udp_sport: 0xc001,
+                sgid_index: 2,
+                dmac: [0x52, 0x54, 0, 1, 2, 3],
+                pad: [0; 2],
+                dgid: [9; 16],
+            },
+        };
+        // @8 PDN, @12 AHN, @16 the address vector (flow label and type, class, hop limit, SL,
+        // reserved, UDP port, GID index, MAC, padding, GID).
+        assert_eq!(at(&c, 8, 8), &[0x11, 0, 0, 0, 3, 2, 0, 0]);
+        assert_eq!(at(&c, 16, 4), &[0xde, 0xbc, 0x1a, 0]);
+        assert_eq!(at(&c, 20, 18), &[1, 64, 3, 0, 1, 0xc0, 2, 0, 0x52, 0x54, 0, 1, 2, 3, 0, 0, 9, 9]);
+        assert_eq!(at(&DestroyAh { pdn: 5, ahn: 6 }, 8, 8), &[5, 0, 0, 0, 6, 0, 0, 0]);
+        let r = Reflush {
+            qpn: 7,
+            sq_pi: 0x1234,
+            rq_pi: 0x10,
+        };
+        assert_eq!(at(&r, 8, 12), &[7, 0, 0, 0, 0x34, 0x12, 0, 0, 0x10, 0, 0, 0]);
     }
 
     #[test]

@@ -6,7 +6,12 @@
  * remote access errors (wrong rkey, wrong PD, an address outside the region,
  * missing rights, invalidated keys) seen on both sides: an error
  * completion at the requester, an error state and a fatal event at the
- * responder.
+ * responder. Then draining (work posted after the move to ERROR completes
+ * as flushed, bounded in time, not ib_drain_qp's unbounded wait), a QP going
+ * back to RESET with completions still in its CQ, and UD: address handles
+ * (created and destroyed where sleeping is allowed and under a spinlock),
+ * datagrams with the 40-byte network header the RDMA core parses, Q_Keys,
+ * and address handles of another PD or another device.
  *
  * Loading the module runs the test and prints one line per check,
  * "erdma_kverbs_test: ok N - ..." or "not ok N - ...", then a summary line;
@@ -24,11 +29,13 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/delay.h>
+#include <linux/netdevice.h>
 #include <linux/ktime.h>
 #include <linux/module.h>
 #include <linux/slab.h>
 #include <net/ipv6.h>
 #include <rdma/ib_cache.h>
+#include <rdma/ib_mad.h>
 #include <rdma/ib_verbs.h>
 
 #define BUF_SIZE 8192
@@ -749,6 +756,328 @@ out:
 		ib_dereg_mr(mr);
 }
 
+/*
+ * Draining: a QP moved to ERROR completes what it holds as flushed, and work
+ * posted afterwards too (erdma needs REFLUSH for that), within the poll bound.
+ */
+static void test_drain(void)
+{
+	struct side *a = &sides[0];
+	struct ib_sge sge = { .addr = a->dma, .length = 64,
+			      .lkey = a->pd->local_dma_lkey };
+	struct ib_send_wr swr = { .wr_id = 31, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IB_WR_SEND, .send_flags = IB_SEND_SIGNALED };
+	struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
+	struct ib_wc wc[3];
+	int i;
+
+	if (pair() || post_recv(a, 0, 64, 30) || ib_modify_qp(a->qp, &attr, IB_QP_STATE)) {
+		check(false, "drain: set-up failed");
+		return;
+	}
+	if (post_recv(a, 0, 64, 32) || ib_post_send(a->qp, &swr, NULL)) {
+		check(false, "drain: posting in ERROR failed");
+		return;
+	}
+	for (i = 0; i < 3; i++)
+		poll_one(a, &wc[i]);
+	check(wc[0].status == IB_WC_WR_FLUSH_ERR && wc[1].status == IB_WC_WR_FLUSH_ERR &&
+	      wc[2].status == IB_WC_WR_FLUSH_ERR &&
+	      wc[0].wr_id + wc[1].wr_id + wc[2].wr_id == 30 + 31 + 32,
+	      "drain: a receive posted before ERROR, and a send and a receive posted after, complete flushed (%d/%d/%d, wr_ids %llu %llu %llu)",
+	      wc[0].status, wc[1].status, wc[2].status, wc[0].wr_id, wc[1].wr_id, wc[2].wr_id);
+}
+
+/*
+ * A QP going back to RESET with completions in its CQ: they are gone, and
+ * after reconnecting, the next receive completes as itself.
+ */
+static void test_reset_forgets(void)
+{
+	struct side *a = &sides[0], *b = &sides[1];
+	struct ib_sge sge = { .addr = a->dma, .length = 32,
+			      .lkey = a->pd->local_dma_lkey };
+	struct ib_send_wr swr = { .wr_id = 41, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IB_WR_SEND, .send_flags = IB_SEND_SIGNALED };
+	struct ib_qp_attr attr = { .qp_state = IB_QPS_RESET };
+	struct ib_wc wc;
+	int i, ret;
+
+	if (pair() || post_recv(b, 0, 64, 40) || post_recv(b, 64, 64, 40) ||
+	    ib_post_send(a->qp, &swr, NULL) || ib_post_send(a->qp, &swr, NULL)) {
+		check(false, "RESET: set-up failed");
+		return;
+	}
+	for (i = 0; i < 2; i++)
+		poll_one(a, &wc);
+	msleep(20);
+	/* b's two receive completions wait in its CQ, unpolled. */
+	ret = ib_modify_qp(b->qp, &attr, IB_QP_STATE) ?: qp_connect(b, a);
+	if (ret || post_recv(b, 0, 64, 42) || ib_post_send(a->qp, &swr, NULL)) {
+		check(false, "RESET: reconnecting failed (%d)", ret);
+		return;
+	}
+	poll_one(a, &wc);
+	poll_one(b, &wc);
+	check(wc_is(&wc, IB_WC_SUCCESS, IB_WC_RECV) && wc.wr_id == 42 &&
+	      ib_poll_cq(b->cq, 1, &wc) == 0,
+	      "RESET drops the QP's completions: the next receive completes as itself (wr_id %llu, status %d)",
+	      wc.wr_id, wc.status);
+}
+
+/* UD: a datagram QP per side and address handles. */
+struct ud_side {
+	struct ib_qp *qp;
+	struct ib_ah *ah;	/* towards the other side */
+};
+
+static struct ud_side uds[2];
+
+#define UD_QKEY 0x11223344
+
+static int ud_create(struct side *s, struct ud_side *u, u32 qkey)
+{
+	struct ib_qp_init_attr init = {
+		.send_cq = s->cq, .recv_cq = s->cq,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2,
+			 .max_recv_sge = 1, .max_inline_data = 64 },
+		.sq_sig_type = IB_SIGNAL_ALL_WR,
+		.qp_type = IB_QPT_UD,
+		.port_num = 1,
+	};
+	struct ib_qp_attr attr = { .qp_state = IB_QPS_INIT, .pkey_index = 0,
+				   .port_num = 1, .qkey = qkey };
+	int ret;
+
+	u->qp = ib_create_qp(s->pd, &init);
+	if (IS_ERR(u->qp)) {
+		ret = PTR_ERR(u->qp);
+		u->qp = NULL;
+		return ret;
+	}
+	ret = ib_modify_qp(u->qp, &attr, IB_QP_STATE | IB_QP_PKEY_INDEX | IB_QP_PORT |
+			   IB_QP_QKEY);
+	if (ret)
+		return ret;
+	attr.qp_state = IB_QPS_RTR;
+	ret = ib_modify_qp(u->qp, &attr, IB_QP_STATE);
+	if (ret)
+		return ret;
+	attr.qp_state = IB_QPS_RTS;
+	attr.sq_psn = 0;
+	return ib_modify_qp(u->qp, &attr, IB_QP_STATE | IB_QP_SQ_PSN);
+}
+
+/* The address of side peer, as seen from side s. */
+static void ud_address(struct side *s, struct side *peer, struct rdma_ah_attr *ah)
+{
+	struct net_device *ndev = ib_device_get_netdev(peer->dev, 1);
+
+	memset(ah, 0, sizeof(*ah));
+	ah->type = rdma_ah_find_type(s->dev, 1);
+	rdma_ah_set_port_num(ah, 1);
+	rdma_ah_set_sl(ah, 3);
+	rdma_ah_set_grh(ah, &peer->gid, 0, s->gid_index, 64, 0);
+	if (ndev) {
+		memcpy(ah->roce.dmac, ndev->dev_addr, ETH_ALEN);
+		dev_put(ndev);
+	}
+}
+
+static DEFINE_SPINLOCK(ud_lock);
+
+/*
+ * One datagram from a to b through a's address handle ah: posted with
+ * qkey, into a buffer of buf_len bytes; returns whether b received it (into
+ * *wcb) and a's completion in *wca.
+ */
+static bool ud_send(struct ib_ah *ah, u32 qkey, u32 len, bool imm, struct ib_wc *wca,
+		    struct ib_wc *wcb, int *post_ret)
+{
+	struct side *a = &sides[0], *b = &sides[1];
+	struct ib_sge sge = { .addr = a->dma, .length = len, .lkey = a->pd->local_dma_lkey };
+	struct ib_ud_wr wr = {
+		.wr = { .wr_id = 51, .sg_list = &sge, .num_sge = 1,
+			.opcode = imm ? IB_WR_SEND_WITH_IMM : IB_WR_SEND,
+			.send_flags = IB_SEND_SIGNALED, .ex.imm_data = cpu_to_be32(0x5566) },
+		.ah = ah,
+		.remote_qpn = uds[1].qp->qp_num,
+		.remote_qkey = qkey,
+	};
+	struct ib_sge rsge = { .addr = b->dma, .length = 40 + 2048,
+			       .lkey = b->pd->local_dma_lkey };
+	struct ib_recv_wr rwr = { .wr_id = 52, .sg_list = &rsge, .num_sge = 1 };
+	int waited;
+
+	memset(wca, 0, sizeof(*wca));
+	memset(wcb, 0, sizeof(*wcb));
+	wca->status = wcb->status = -1;
+	memset(b->buf, 0, BUF_SIZE);
+	ib_dma_sync_single_for_device(b->dev, b->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+	fill(a, 0, len, 0x31);
+	ib_dma_sync_single_for_device(a->dev, a->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+	*post_ret = ib_post_recv(uds[1].qp, &rwr, NULL);
+	if (*post_ret)
+		return false;
+	*post_ret = ib_post_send(uds[0].qp, &wr.wr, NULL);
+	if (*post_ret)
+		return false;
+	poll_one(a, wca);
+	/* A datagram that is dropped never completes: wait a bounded while. */
+	for (waited = 0; waited < 300; waited++) {
+		if (ib_poll_cq(b->cq, 1, wcb) == 1) {
+			ib_dma_sync_single_for_cpu(b->dev, b->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+			return true;
+		}
+		msleep(1);
+	}
+	return false;
+}
+
+/* b's receive buffer after a datagram: the network header, then the payload. */
+static void ud_check_delivery(struct ib_wc *wca, struct ib_wc *wcb, u32 len, bool imm,
+			      const char *what)
+{
+	struct side *a = &sides[0], *b = &sides[1];
+	struct rdma_ah_attr from;
+	int ret, version;
+
+	version = ib_get_rdma_header_version((union rdma_network_hdr *)b->buf);
+	ret = ib_init_ah_attr_from_wc(b->dev, 1, wcb, (struct ib_grh *)b->buf, &from);
+	check(wc_is(wca, IB_WC_SUCCESS, IB_WC_SEND) &&
+	      wc_is(wcb, IB_WC_SUCCESS, IB_WC_RECV) && wcb->byte_len == 40 + len &&
+	      (wcb->wc_flags & IB_WC_GRH) && (wcb->wc_flags & IB_WC_WITH_NETWORK_HDR_TYPE) &&
+	      wcb->network_hdr_type == RDMA_NETWORK_IPV4 && version == 4 &&
+	      wcb->src_qp == uds[0].qp->qp_num && wcb->sl == 3 &&
+	      same(a, 0, b, 40, len) && !ret &&
+	      !memcmp(rdma_ah_read_grh(&from)->dgid.raw, a->gid.raw, 16) &&
+	      (!imm || ((wcb->wc_flags & IB_WC_WITH_IMM) &&
+			wcb->ex.imm_data == cpu_to_be32(0x5566))),
+	      "%s: %u bytes after the 40-byte header (IPv%d), byte_len %u, flags %#x, source QP %u/%u, SL %u, address from the header %d, completions %d/%d",
+	      what, len, version, wcb->byte_len, wcb->wc_flags, wcb->src_qp,
+	      uds[0].qp->qp_num, wcb->sl, ret, wca->status, wcb->status);
+	if (!ret)
+		rdma_destroy_ah_attr(&from);
+}
+
+static void test_ud(void)
+{
+	struct side *a = &sides[0], *b = &sides[1];
+	struct rdma_ah_attr addr, got;
+	struct ib_ah *ah_atomic, *other_pd, *foreign;
+	struct ib_wc wca, wcb;
+	unsigned long flags;
+	int ret, post_ret;
+	bool got_it;
+
+	ret = ud_create(a, &uds[0], UD_QKEY) ?: ud_create(b, &uds[1], UD_QKEY);
+	check(!ret, "UD QPs %u and %u to RTS (%d)", uds[0].qp ? uds[0].qp->qp_num : 0,
+	      uds[1].qp ? uds[1].qp->qp_num : 0, ret);
+	if (ret)
+		return;
+	ud_address(a, b, &addr);
+	uds[0].ah = rdma_create_ah(a->pd, &addr, RDMA_CREATE_AH_SLEEPABLE);
+	check(!IS_ERR(uds[0].ah), "an address handle, where sleeping is allowed (%ld)",
+	      PTR_ERR_OR_ZERO(uds[0].ah));
+	if (IS_ERR(uds[0].ah)) {
+		uds[0].ah = NULL;
+		return;
+	}
+	ret = rdma_query_ah(uds[0].ah, &got);
+	check(!ret && !memcmp(rdma_ah_read_grh(&got)->dgid.raw, b->gid.raw, 16) &&
+	      rdma_ah_read_grh(&got)->sgid_index == a->gid_index && rdma_ah_get_sl(&got) == 3,
+	      "the address handle's query gives its address back (%d)", ret);
+
+	got_it = ud_send(uds[0].ah, UD_QKEY, 256, false, &wca, &wcb, &post_ret);
+	if (!got_it)
+		check(false, "UD send: nothing received (post %d, completions %d/%d)",
+		      post_ret, wca.status, wcb.status);
+	else
+		ud_check_delivery(&wca, &wcb, 256, false, "UD send");
+	got_it = ud_send(uds[0].ah, UD_QKEY, 1024, true, &wca, &wcb, &post_ret);
+	if (!got_it)
+		check(false, "UD send with immediate: nothing received (post %d)", post_ret);
+	else
+		ud_check_delivery(&wca, &wcb, 1024, true, "UD send with immediate");
+
+	got_it = ud_send(uds[0].ah, UD_QKEY + 1, 64, false, &wca, &wcb, &post_ret);
+	check(!post_ret && !got_it && wc_is(&wca, IB_WC_SUCCESS, IB_WC_SEND),
+	      "a datagram with another Q_Key is dropped, the sender completes (%d)", wca.status);
+	/*
+	 * The receive posted for it stays posted (all are alike). A
+	 * "controlled" Q_Key (bit 31) sends the QP's own: equal to b's here.
+	 */
+	got_it = ud_send(uds[0].ah, 0x80000000, 64, false, &wca, &wcb, &post_ret);
+	check(got_it && wc_is(&wcb, IB_WC_SUCCESS, IB_WC_RECV),
+	      "a controlled Q_Key sends the QP's own Q_Key (%d/%d)", wca.status, wcb.status);
+
+	/* Created and destroyed where sleeping is not allowed (rdma_cm does that). */
+	spin_lock_irqsave(&ud_lock, flags);
+	ah_atomic = rdma_create_ah(a->pd, &addr, 0);
+	spin_unlock_irqrestore(&ud_lock, flags);
+	check(!IS_ERR(ah_atomic), "an address handle created under a spinlock (%ld)",
+	      PTR_ERR_OR_ZERO(ah_atomic));
+	if (!IS_ERR(ah_atomic)) {
+		got_it = ud_send(ah_atomic, UD_QKEY, 128, false, &wca, &wcb, &post_ret);
+		check(got_it && wc_is(&wcb, IB_WC_SUCCESS, IB_WC_RECV) && wcb.byte_len == 168,
+		      "a datagram through it arrives (%d/%d)", wca.status, wcb.status);
+		spin_lock_irqsave(&ud_lock, flags);
+		rdma_destroy_ah(ah_atomic, 0);
+		spin_unlock_irqrestore(&ud_lock, flags);
+	}
+
+	/*
+	 * Address handles the QP may not use: of another PD, of another
+	 * device. Posting fails, or the datagram completes in error; it never
+	 * arrives.
+	 */
+	other_pd = rdma_create_ah(a->pd2, &addr, RDMA_CREATE_AH_SLEEPABLE);
+	if (!IS_ERR(other_pd)) {
+		got_it = ud_send(other_pd, UD_QKEY, 64, false, &wca, &wcb, &post_ret);
+		check(!got_it && (post_ret || wca.status != IB_WC_SUCCESS),
+		      "an address handle of another PD: post %d, completion %d, not delivered",
+		      post_ret, wca.status);
+		rdma_destroy_ah(other_pd, RDMA_DESTROY_AH_SLEEPABLE);
+	} else {
+		check(false, "an address handle in the second PD (%ld)", PTR_ERR(other_pd));
+	}
+	/*
+	 * a's own address handle goes first: the upstream C driver does not
+	 * check whose handle it is given and posts its number, which must name
+	 * nothing on a's adapter then.
+	 */
+	rdma_destroy_ah(uds[0].ah, RDMA_DESTROY_AH_SLEEPABLE);
+	uds[0].ah = NULL;
+	ud_address(b, a, &addr);
+	foreign = rdma_create_ah(b->pd, &addr, RDMA_CREATE_AH_SLEEPABLE);
+	if (!IS_ERR(foreign)) {
+		ib_destroy_qp(uds[0].qp);
+		uds[0].qp = NULL;
+		ret = ud_create(a, &uds[0], UD_QKEY);
+		got_it = !ret && ud_send(foreign, UD_QKEY, 64, false, &wca, &wcb, &post_ret);
+		check(!ret && !got_it && (post_ret || wca.status != IB_WC_SUCCESS),
+		      "an address handle of another device: post %d, completion %d, not delivered",
+		      post_ret, wca.status);
+		rdma_destroy_ah(foreign, RDMA_DESTROY_AH_SLEEPABLE);
+	} else {
+		check(false, "an address handle on the second device (%ld)", PTR_ERR(foreign));
+	}
+}
+
+static void ud_fini(void)
+{
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		if (uds[i].ah)
+			rdma_destroy_ah(uds[i].ah, RDMA_DESTROY_AH_SLEEPABLE);
+		if (uds[i].qp)
+			ib_destroy_qp(uds[i].qp);
+		uds[i].ah = NULL;
+		uds[i].qp = NULL;
+	}
+}
+
 static void run(void)
 {
 	struct side *b = &sides[1];
@@ -784,6 +1113,10 @@ static void run(void)
 	test_remote_error("a write outside the region's memory", 1ULL << 60,
 			  b->pd->unsafe_global_rkey);
 	test_fast_reg();
+	test_drain();
+	test_reset_forgets();
+	test_ud();
+	ud_fini();
 }
 
 static int add_one(struct ib_device *dev)

@@ -62,6 +62,7 @@ use kernel::{
     },
 };
 
+mod ah;
 mod cmdq;
 mod commands;
 mod consts;

@@ -156,6 +156,26 @@ pub(crate) struct SendSqe {
     pub(crate) length: u32,
 }
 
+/// SEND and SEND_WITH_IMM on a UD or GSI QP: 32 bytes, then SGEs or inline data
+/// (erdma-hw 5.4).
+#[repr(C)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+pub(crate) struct UdSendSqe {
+    /// @0: the header.
+    pub(crate) hdr: SqeHeader,
+    /// @8: the immediate (network order in memory).
+    pub(crate) imm: u32,
+    /// @12: the payload length.
+    pub(crate) length: u32,
+    /// @16: the Q_Key.
+    pub(crate) qkey: u32,
+    /// @20: the destination QPN.
+    pub(crate) dst_qpn: u32,
+    /// @24: the address handle.
+    pub(crate) ahn: u32,
+    pub(crate) reserved: u32,
+}
+
 /// READ and READ_WITH_INV: 48 bytes, one local SGE (erdma-hw 5.4).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
@@ -321,6 +341,18 @@ bitfield! {
     }
 }
 
+bitfield! {
+    /// The last word of a receive completion of a UD or GSI QP (erdma-hw 5.6).
+    pub(crate) struct CqeUdInfo(u32) {
+        /// The datagram came over IPv6 (else IPv4).
+        31:31 ipv6 => bool;
+        /// The service level.
+        27:20 sl;
+        /// The sender's QPN.
+        19:0 src_qpn;
+    }
+}
+
 /// A completion entry: big-endian words, except the immediate (erdma-hw 5.6).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
@@ -356,6 +388,11 @@ impl Cqe {
     /// The invalidated key.
     pub(crate) fn invalidated_key(&self) -> u32 {
         u32::from_be_bytes(self.imm_or_inv)
+    }
+
+    /// The datagram word (receive completions of UD and GSI QPs).
+    pub(crate) fn ud_info(&self) -> CqeUdInfo {
+        CqeUdInfo::from_raw(self.ud_info.get())
     }
 }
 
@@ -544,6 +581,28 @@ mod tests {
             sge.as_bytes(),
             &[1, 2, 3, 4, 5, 6, 7, 8, 0x10, 0, 0, 0, 0x20, 0, 0, 0]
         );
+    }
+
+    #[test]
+    fn ud_send_image_and_ud_cqe_word() {
+        let u = UdSendSqe {
+            hdr: SqeHeader::zeroed(),
+            imm: u32::from_ne_bytes([1, 2, 3, 4]),
+            length: 0x100,
+            qkey: 0x8001_0000,
+            dst_qpn: 0x12345,
+            ahn: 0x77,
+            reserved: 0,
+        };
+        let b = u.as_bytes();
+        // @8 immediate, @12 length, @16 Q_Key, @20 destination QPN, @24 AHN; SGL at 32.
+        assert_eq!(b.len(), 32);
+        assert_eq!(at(b, 8, 8), &[1, 2, 3, 4, 0, 1, 0, 0]);
+        assert_eq!(at(b, 16, 12), &[0, 0, 1, 0x80, 0x45, 0x23, 1, 0, 0x77, 0, 0, 0]);
+        // erdma-hw 5.6: network type 31, SL 27:20, source QPN 19:0.
+        let w = CqeUdInfo::from_raw(0x8350_0001);
+        assert_eq!((w.ipv6(), w.sl().get(), w.src_qpn().get()), (true, 0x35, 1));
+        assert!(!CqeUdInfo::from_raw(0x0000_0002).ipv6());
     }
 
     #[test]

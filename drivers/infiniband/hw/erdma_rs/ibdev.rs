@@ -21,6 +21,7 @@ use kernel::{
         NetDevice, //
     },
     new_mutex,
+    new_spinlock_irq,
     page::{
         PAGE_SHIFT,
         PAGE_SIZE, //
@@ -58,6 +59,10 @@ use kernel::{
 };
 
 use crate::{
+    ah::{
+        self,
+        AhIds, //
+    },
     cmdq::Wait,
     commands::{
         AllocDb,
@@ -142,6 +147,8 @@ pub(crate) struct IbData<'bound> {
     /// Completion vectors (CEQs).
     pub(crate) ceqs: u32,
     pub(crate) ids: Arc<Mutex<ObjIds>>,
+    /// The AHNs of a RoCE adapter.
+    pub(crate) ahs: Option<Arc<AhIds>>,
     contexts: AtomicU32,
 }
 
@@ -178,6 +185,13 @@ impl<'bound> IbData<'bound> {
             protocol,
             ceqs,
             ids: Arc::pin_init(new_mutex!(ids), GFP_KERNEL)?,
+            ahs: match protocol {
+                Protocol::RoceV2 => Some(Arc::pin_init(
+                    new_spinlock_irq!(ah::ahn_range(caps.max_ah_log2)?),
+                    GFP_KERNEL,
+                )?),
+                Protocol::Iwarp => None,
+            },
             contexts: AtomicU32::new(0),
         })
     }
@@ -237,7 +251,7 @@ impl<'bound> IbData<'bound> {
             });
         if self.roce() {
             attr.set_max_pkeys(1)
-                .set_max_ah(1 << caps.max_ah_log2.min(31));
+                .set_max_ah(ah::max_ahs(caps.max_ah_log2));
         }
         Ok(())
     }

@@ -22,6 +22,7 @@ use kernel::{
         RBTreeNode, //
     },
     rdma::{
+        NetworkType,
         QpEvents,
         QpState,
         RecvWrs,
@@ -45,6 +46,8 @@ use kernel::{
 };
 
 use crate::{
+    ah::Ah,
+    commands::Reflush,
     consts::{
         cqe_queue,
         frmr_mtt,
@@ -76,6 +79,7 @@ use crate::{
         Sge,
         SqDoorbell,
         SqeHeader,
+        UdSendSqe,
         WriteSqe, //
     },
     regs::Bar0,
@@ -218,6 +222,9 @@ struct CqState {
     /// The kernel queue pairs whose completions this CQ receives, by QPN: polling looks
     /// entries up here, under this CQ's lock, not in a table of the whole device.
     qps: RBTree<u32, Arc<QpEntry>>,
+    /// Completions to drop: those of a queue pair that went back to RESET, written before
+    /// the ring position given with it (erdma-hw 10.12).
+    stale: KVec<(u32, u32)>,
 }
 
 impl KernelCq {
@@ -237,6 +244,7 @@ impl KernelCq {
                 ci: 0,
                 arm_sn: 0,
                 qps: RBTree::new(),
+                stale: KVec::new(),
             }),
             cmdsn: AtomicU32::new(0),
         }? Error))
@@ -299,6 +307,21 @@ impl KernelCq {
         drop(entry);
     }
 
+    /// Queue pair `qpn` went back to RESET: the completions of it the ring holds now are
+    /// dropped, not reported (its queues start over, so they would name new work requests).
+    /// The adapter writes none after the modification.
+    pub(crate) fn forget_qp(&self, qpn: u32) -> Result {
+        let mut st = self.state.lock();
+        let mut end = st.ci;
+        while self.cqe(end).is_some() {
+            end = end.wrapping_add(1);
+        }
+        if end != st.ci {
+            st.stale.push((qpn, end), GFP_ATOMIC)?;
+        }
+        Ok(())
+    }
+
     /// Fills `wcs` from the ring. Each entry's QP is looked up among the attached ones and
     /// used under this CQ's lock, so a QP being destroyed (detached first) is never used
     /// here, and its memory is freed by the destroyer, in process context.
@@ -310,8 +333,20 @@ impl KernelCq {
             let Some(cqe) = self.cqe(st.ci) else {
                 break;
             };
+            let pos = st.ci;
             st.ci = st.ci.wrapping_add(1);
             let qpn = cqe.qpn.get();
+            if !st.stale.is_empty() {
+                // CAST: ring positions wrap; a position before `end` is less than a ring's
+                // depth (at most 2^22) before it.
+                let before = |p: u32, end: u32| (end.wrapping_sub(p) as i32) > 0;
+                let stale = st.stale.iter().any(|&(q, end)| q == qpn && before(pos, end));
+                let next = st.ci;
+                st.stale.retain(|e| before(next, e.1));
+                if stale {
+                    continue;
+                }
+            }
             // CQEs of QPs that are gone, or not the kernel's, complete nothing.
             let Some(entry) = st.qps.get(&qpn) else {
                 continue;
@@ -342,8 +377,12 @@ pub(crate) struct QpEntry {
 /// A kernel queue pair.
 #[pin_data]
 pub(crate) struct KernelQp {
-    /// Datagram sends need address handles, which the driver does not offer yet.
+    /// An unreliable-datagram queue pair (the GSI QP included).
     ud: bool,
+    /// Its protection domain: datagrams go through address handles of the same.
+    pdn: u32,
+    /// Its Q_Key, for datagrams sent with a "controlled" Q_Key (bit 31 set).
+    qkey: AtomicU32,
     /// Set once the QPN is allocated, before the adapter hears of the queue pair.
     qpn: AtomicU32,
     sq_depth: u16,
@@ -387,6 +426,7 @@ impl KernelQp {
         rq_depth: u16,
         sq_sig_all: bool,
         ud: bool,
+        pdn: u32,
     ) -> Result<impl PinInit<Self, Error>> {
         let sq_ring = Coherent::zeroed_slice(dev, usize::from(sq_depth) * WQEBB_WORDS, GFP_KERNEL)?;
         let rq_ring = Coherent::zeroed_slice(dev, usize::from(rq_depth) * RQE_WORDS, GFP_KERNEL)?;
@@ -396,6 +436,8 @@ impl KernelQp {
         let rq = WorkQueue::new(rq_depth)?;
         Ok(try_pin_init!(Self {
             ud,
+            pdn,
+            qkey: AtomicU32::new(0),
             qpn: AtomicU32::new(0),
             sq_depth,
             rq_depth,
@@ -435,6 +477,11 @@ impl KernelQp {
     }
 
     /// Records a state change; RESET starts both queues over (erdma-hw 10.12).
+    ///
+    /// The state is read after every post ([`KernelQp::in_error`]) and written before the
+    /// producer indices are read for a REFLUSH ([`KernelQp::reflush`]), both sequentially
+    /// consistent: a post either sees ERROR and asks for its own REFLUSH, or is seen by the
+    /// REFLUSH that follows the move to ERROR.
     pub(crate) fn set_state(&self, state: QpState) {
         if state == QpState::Reset {
             for q in [&self.sq, &self.rq] {
@@ -443,7 +490,12 @@ impl KernelQp {
                 q.ci = 0;
             }
         }
-        self.state.store(state.to_raw(), Ordering::Relaxed);
+        self.state.store(state.to_raw(), Ordering::SeqCst);
+    }
+
+    /// Records the Q_Key a modification set.
+    pub(crate) fn set_qkey(&self, qkey: u32) {
+        self.qkey.store(qkey, Ordering::Relaxed);
     }
 
     fn can_post_send(&self) -> bool {
@@ -455,6 +507,20 @@ impl KernelQp {
         self.state.load(Ordering::Relaxed) != QpState::Reset.to_raw()
     }
 
+    /// Whether the queue pair is in ERROR, where work posted needs a REFLUSH to complete.
+    pub(crate) fn in_error(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == QpState::Err.to_raw()
+    }
+
+    /// The REFLUSH that makes the adapter flush everything posted so far (erdma-hw 10.13).
+    pub(crate) fn reflush(&self) -> Reflush {
+        Reflush {
+            qpn: self.qpn(),
+            sq_pi: self.sq.lock().pi.into(),
+            rq_pi: self.rq.lock().pi.into(),
+        }
+    }
+
     /// Posts send work requests; on failure, the error and the index of the first not posted.
     pub(crate) fn post_send<T: kernel::rdma::Driver>(
         &self,
@@ -462,11 +528,9 @@ impl KernelQp {
         wrs: SendWrs<'_, T>,
     ) -> core::result::Result<(), (Error, usize)>
     where
+        T: kernel::rdma::Driver<Ah = Ah>,
         T::Mr: FastReg,
     {
-        if self.ud {
-            return Err((EOPNOTSUPP, 0));
-        }
         if !self.can_post_send() {
             return Err((EINVAL, 0));
         }
@@ -512,16 +576,33 @@ impl KernelQp {
     }
 
     /// Builds the body of the entry for `wr` in `wqe`; the caller completes the header.
-    fn build_sqe<T: kernel::rdma::Driver>(
-        &self,
-        wr: &SendWr<'_, T>,
-        wqe: &mut SqeImage,
-    ) -> Result<SqeBody>
+    fn build_sqe<T>(&self, wr: &SendWr<'_, T>, wqe: &mut SqeImage) -> Result<SqeBody>
     where
+        T: kernel::rdma::Driver<Ah = Ah>,
         T::Mr: FastReg,
     {
         let hdr = SqeHeader::zeroed();
         let op = wr.opcode().ok_or(EINVAL)?;
+        // Datagram queue pairs send and nothing else (erdma-hw 5.3), through an address
+        // handle of their protection domain.
+        let datagram = if self.ud {
+            if !matches!(op, WrOpcode::Send | WrOpcode::SendImm) {
+                return Err(EINVAL);
+            }
+            let ud = wr.ud()?;
+            let ah = ud.ah.data();
+            if ah.pdn() != self.pdn {
+                return Err(EINVAL);
+            }
+            let qkey = if ud.remote_qkey & (1 << 31) != 0 {
+                self.qkey.load(Ordering::Relaxed)
+            } else {
+                ud.remote_qkey
+            };
+            Some((ah.ahn(), ud.remote_qpn & 0xff_ffff, qkey))
+        } else {
+            None
+        };
         let (code, sgl_at) = match op {
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteImm => {
                 wr.rdma().ok_or(EINVAL)?;
@@ -538,7 +619,12 @@ impl KernelQp {
                     WrOpcode::SendImm => opcode::SEND_WITH_IMM,
                     _ => opcode::SEND_WITH_INV,
                 };
-                (code, size_of::<SendSqe>())
+                let fixed = if datagram.is_some() {
+                    size_of::<UdSendSqe>()
+                } else {
+                    size_of::<SendSqe>()
+                };
+                (code, fixed)
             }
             WrOpcode::RdmaRead | WrOpcode::RdmaReadInv => {
                 let (raddr, rkey) = wr.rdma().ok_or(EINVAL)?;
@@ -693,7 +779,20 @@ impl KernelQp {
             }
             (total, wr.num_sge())
         };
-        if let Some((raddr, rkey)) = wr.rdma() {
+        if let Some((ahn, dst_qpn, qkey)) = datagram {
+            wqe.put(
+                0,
+                &UdSendSqe {
+                    hdr,
+                    imm: ex,
+                    length,
+                    qkey,
+                    dst_qpn,
+                    ahn,
+                    reserved: 0,
+                },
+            )?;
+        } else if let Some((raddr, rkey)) = wr.rdma() {
             wqe.put(
                 0,
                 &WriteSqe {
@@ -817,6 +916,17 @@ impl KernelQp {
                 WcFlags::empty()
             };
             wc.set(events, wr_id, status, opcode, vendor, byte_len, flags, ex);
+            if self.ud {
+                // The receive buffer starts with the 40-byte network header area.
+                let info = cqe.ud_info();
+                let net = if info.ipv6() {
+                    NetworkType::Ipv6
+                } else {
+                    NetworkType::Ipv4
+                };
+                // CAST: an 8-bit field.
+                wc.set_datagram(info.src_qpn().get(), info.sl().get() as u8, net);
+            }
         } else {
             let mut sq = self.sq.lock();
             if idx.wrapping_sub(sq.ci) >= sq.pi.wrapping_sub(sq.ci) {

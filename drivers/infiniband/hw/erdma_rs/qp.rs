@@ -36,10 +36,12 @@ use kernel::{
 use zerocopy::FromZeros;
 
 use crate::{
+    ah::{
+        address_vector,
+        Ah, //
+    },
     cmdq::Wait,
     commands::{
-        AddressVector,
-        AvFlow,
         CreateQp,
         CreateQpCfg0,
         CreateQpCfg1,
@@ -192,12 +194,14 @@ impl Qp {
         let qp_type = attr.qp_type().ok_or(EOPNOTSUPP)?;
         match qp_type {
             QpType::Rc => {}
-            // The RoCE GSI QP of the core's MAD layer: a kernel UD QP with number 1
-            // (erdma-hw 7.2). Other UD QPs need address handles from user space, which the
-            // provider does not offer.
+            // Datagrams on RoCE adapters (erdma-hw 7.2): UD QPs, and the GSI QP of the core's
+            // MAD layer, a kernel UD QP with number 1. User space may create UD QPs (as with
+            // the C driver), though the provider has no address handles to send with.
+            QpType::Ud if data.roce() => {}
             QpType::Gsi if data.roce() && !udata.is_user() => {}
             _ => return Err(EOPNOTSUPP),
         }
+        let datagram = matches!(qp_type, QpType::Ud | QpType::Gsi);
         if attr.has_srq() || !attr.create_flags().is_empty() {
             return Err(EOPNOTSUPP);
         }
@@ -283,7 +287,8 @@ impl Qp {
                 sq_depth as u16,
                 rq_depth as u16,
                 attr.sq_sig_all(),
-                qp_type == QpType::Gsi,
+                datagram,
+                setup.pd().data().pdn,
             )?;
             let k = Arc::pin_init(k, GFP_KERNEL)?;
             let one_page = QueueMttCfg::zeroed().with_count(1u8);
@@ -306,8 +311,10 @@ impl Qp {
             GFP_KERNEL,
         )?;
         // The GSI QP has its fixed number; the others take one, given back on error.
-        let taken = if qp_type == QpType::Gsi {
+        if datagram {
             cmd.cfg2 = cmd.cfg2.with_qp_type(low32(qp_type::UD.into()));
+        }
+        let taken = if qp_type == QpType::Gsi {
             None
         } else {
             Some(ObjIds::take(&data.ids, IdKind::Qp)?)
@@ -373,6 +380,37 @@ impl Qp {
 }
 
 impl QpHw {
+    /// What a kernel queue pair needs after it reached `state`: in ERROR, a REFLUSH for work
+    /// posted while the adapter was getting there; in RESET, its completions in its CQs
+    /// forgotten (erdma-hw 10.12, 10.13).
+    fn kernel_state_changed(&self, data: &IbData<'_>, k: &KernelQp, state: QpState) {
+        match state {
+            QpState::Err => self.reflush(data, k, Wait::Sleep),
+            QpState::Reset => {
+                for cq in self.cqs.iter().flatten() {
+                    if cq.forget_qp(self.qpn).is_err() {
+                        dev_warn!(
+                            data.dev(),
+                            "QP {}: no memory to drop its completions at RESET\n",
+                            self.qpn
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Makes the adapter flush the work of a kernel queue pair in ERROR posted so far.
+    fn reflush(&self, data: &IbData<'_>, k: &KernelQp, wait: Wait) {
+        if let Err(e) = data.hw.exec(&k.reflush(), wait) {
+            data.hw.reports.note(
+                data.dev(),
+                fmt!("REFLUSH of QP {} failed ({})\n", self.qpn, e.to_errno()),
+            );
+        }
+    }
+
     /// Destroys the queue pair in the adapter, stopping it first unless it is in `state`
     /// RESET or ERROR. Its memory goes with `self`, or, if the adapter refuses, is kept with
     /// its QPN until unbind.
@@ -476,11 +514,16 @@ impl Qp {
         }
         if mask.contains(QpAttrBit::Av) {
             cmd.mask = cmd.mask.with_av(true);
-            cmd.av = address_vector(attr, self.hw.qpn, dest_qpn)?;
+            let qpn = self.hw.qpn;
+            cmd.av = address_vector(&attr.ah_attr(), |fl| udp_sport(fl, qpn, dest_qpn))?;
         }
         data.hw.exec(&cmd, Wait::Sleep)?;
         if let Some(k) = &self.hw.kernel {
             k.set_state(next);
+            if mask.contains(QpAttrBit::Qkey) {
+                k.set_qkey(attr.qkey());
+            }
+            self.hw.kernel_state_changed(data, k, next);
         }
         shadow.state = next;
         shadow.dest_qpn = dest_qpn;
@@ -524,10 +567,21 @@ impl Qp {
         wrs: SendWrs<'_, T>,
     ) -> core::result::Result<(), (Error, usize)>
     where
+        T: rdma::Driver<Ah = Ah>,
         T::Mr: FastReg,
     {
         let k = self.hw.kernel.as_ref().ok_or((EINVAL, 0))?;
-        k.post_send(&data.hw.bar, wrs)
+        let ret = k.post_send(&data.hw.bar, wrs);
+        self.reflush_if_error(data, k);
+        ret
+    }
+
+    /// After a post: a queue pair in ERROR flushes the new work only on REFLUSH (posts may run
+    /// where sleeping is not allowed: the command busy-polls).
+    fn reflush_if_error(&self, data: &IbData<'_>, k: &KernelQp) {
+        if k.in_error() {
+            self.hw.reflush(data, k, Wait::Poll);
+        }
     }
 
     /// Posts a kernel consumer's receive work requests.
@@ -537,33 +591,8 @@ impl Qp {
         wrs: RecvWrs<'_>,
     ) -> core::result::Result<(), (Error, usize)> {
         let k = self.hw.kernel.as_ref().ok_or((EINVAL, 0))?;
-        k.post_recv(&data.hw.bar, wrs)
+        let ret = k.post_recv(&data.hw.bar, wrs);
+        self.reflush_if_error(data, k);
+        ret
     }
-}
-
-/// The address vector of a RoCEv2 path: a GRH whose source GID is a RoCEv2 one.
-fn address_vector(attr: &QpAttr<'_>, qpn: u32, dest_qpn: u32) -> Result<AddressVector> {
-    let ah = attr.ah_attr();
-    let grh = ah.grh().ok_or(EINVAL)?;
-    let sgid = grh.sgid_attr().ok_or(EINVAL)?;
-    if sgid.gid_type() != Some(rdma::GidType::RoceV2) {
-        return Err(EINVAL);
-    }
-    let g = sgid.gid().0;
-    let ipv4 = g[..10].iter().all(|&b| b == 0) && g[10] == 0xff && g[11] == 0xff;
-    let flow_label = grh.flow_label() & 0xf_ffff;
-    Ok(AddressVector {
-        flow: AvFlow::zeroed()
-            .with_flow_label(low32(flow_label))
-            .with_ipv6(!ipv4),
-        tclass: grh.traffic_class(),
-        hop_limit: grh.hop_limit(),
-        sl: ah.sl(),
-        reserved: 0,
-        udp_sport: udp_sport(flow_label, qpn, dest_qpn),
-        sgid_index: grh.sgid_index().into(),
-        dmac: ah.dmac(),
-        pad: [0; 2],
-        dgid: grh.dgid().0,
-    })
 }

@@ -17,6 +17,9 @@ use kernel::{
     rdma::{
         self,
         AccessFlags,
+        AhAttr,
+        AhAttrOut,
+        AhSetup,
         CqSetup,
         DeviceAttr,
         DriverId,
@@ -44,6 +47,7 @@ use kernel::{
 };
 
 use crate::{
+    ah::Ah,
     cq::Cq,
     ibdev::{
         IbData,
@@ -63,8 +67,8 @@ const NODE_DESC: &[u8] = b"Elastic RDMA Adapter stack";
 
 /// The adapter's driver: the operations devices of both protocols have.
 pub(crate) struct Erdma;
-/// The operations only RoCEv2 devices have: a GID table the core manages, a P_Key and a
-/// link-layer query.
+/// The operations only RoCEv2 devices have: a GID table the core manages, a P_Key, a
+/// link-layer query and address handles.
 pub(crate) struct Roce;
 /// The operations only iWARP devices have (none yet: the connection manager is to come).
 pub(crate) struct Iwarp;
@@ -80,6 +84,7 @@ impl rdma::Driver for Erdma {
     type Cq = Cq;
     type Qp = Qp;
     type Mr = Mr;
+    type Ah = Ah;
     type Ops = Self;
     const DRIVER_ID: DriverId = DriverId::ERDMA;
     const UVERBS_ABI_VERSION: u32 = ABI_VERSION;
@@ -222,6 +227,29 @@ impl rdma::DeviceOps<Erdma> for Roce {
 
     fn del_gid(_dev: &rdma::Device<Erdma>, data: &IbData<'_>, attr: &GidAttr) -> Result {
         data.set_gid(attr, false)
+    }
+
+    fn create_ah(
+        _dev: &rdma::Device<Erdma>,
+        data: &<Erdma as rdma::Driver>::Data<'_>,
+        setup: &AhSetup<'_, Erdma>,
+        attr: &AhAttr<'_>,
+    ) -> impl PinInit<Ah, Error> {
+        Ah::create(data, setup, attr)
+    }
+
+    fn destroy_ah(_dev: &rdma::Device<Erdma>, data: &IbData<'_>, ah: Pin<&mut Ah>, sleepable: bool) {
+        ah.destroy(data, sleepable);
+    }
+
+    fn query_ah(
+        _dev: &rdma::Device<Erdma>,
+        _data: &IbData<'_>,
+        ah: &rdma::Ah<Erdma>,
+        out: &mut AhAttrOut<'_>,
+    ) -> Result {
+        ah.data().query(out);
+        Ok(())
     }
 }
 

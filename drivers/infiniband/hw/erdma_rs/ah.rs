@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Address handles of RoCE adapters (erdma-hw 3.5, 7.2): the destinations of datagrams, kept by
+//! the adapter under numbers (AHNs) the driver picks, and the RoCEv2 address vector that
+//! address handles and connected queue pairs share.
+//!
+//! The connection manager creates and destroys address handles under spinlocks: then the
+//! commands busy-poll the command queue ([`Wait::Poll`]) and AHNs come from a range under an
+//! interrupt-safe spinlock.
+
+use kernel::{
+    prelude::*,
+    rdma::{
+        self,
+        qp::flow_label_udp_sport,
+        AhAttr,
+        AhAttrOut,
+        AhSetup,
+        RoceAddress, //
+    },
+    sync::SpinLockIrq,
+};
+
+use crate::{
+    cmdq::Wait,
+    commands::{
+        AddressVector,
+        AvFlow,
+        CreateAh,
+        DestroyAh, //
+    },
+    formats::low32,
+    ibdev::IbData,
+    ids::Ids,
+    pd::Pd,
+};
+
+/// The lowest UDP source port of RoCEv2 flows (`IB_ROCE_UDP_ENCAP_VALID_PORT_MIN`).
+const UDP_SPORT_MIN: u16 = 0xc000;
+
+/// AHNs the driver hands out at most: `max_ah` is capped to this, so that the range's bitmap
+/// stays small (128 KiB) whatever the adapter reports.
+pub(crate) const MAX_AHS: u32 = 1 << 20;
+
+/// The RoCEv2 address vector of `ah`: a global routing header whose source GID is a RoCEv2 one
+/// (IPv4-mapped GIDs make an IPv4 path). `udp_sport` gives the UDP source port for the flow
+/// label.
+pub(crate) fn address_vector(
+    ah: &AhAttr<'_>,
+    udp_sport: impl FnOnce(u32) -> u16,
+) -> Result<AddressVector> {
+    let grh = ah.grh().ok_or(EINVAL)?;
+    let sgid = grh.sgid_attr().ok_or(EINVAL)?;
+    if sgid.gid_type() != Some(rdma::GidType::RoceV2) {
+        return Err(EINVAL);
+    }
+    let g = sgid.gid().0;
+    let ipv4 = g[..10].iter().all(|&b| b == 0) && g[10] == 0xff && g[11] == 0xff;
+    let flow_label = grh.flow_label() & 0xf_ffff;
+    Ok(AddressVector {
+        flow: AvFlow::zeroed()
+            .with_flow_label(low32(flow_label))
+            .with_ipv6(!ipv4),
+        tclass: grh.traffic_class(),
+        hop_limit: grh.hop_limit(),
+        sl: ah.sl(),
+        reserved: 0,
+        udp_sport: udp_sport(flow_label),
+        sgid_index: grh.sgid_index().into(),
+        dmac: ah.dmac(),
+        pad: [0; 2],
+        dgid: grh.dgid().0,
+    })
+}
+
+/// An address handle.
+pub(crate) struct Ah {
+    ahn: u32,
+    pdn: u32,
+    /// What a query reports.
+    addr: RoceAddress,
+}
+
+impl Ah {
+    /// Creates the address handle in the adapter, without sleeping unless the caller may.
+    pub(crate) fn create<T: rdma::Driver<Pd = Pd>>(
+        data: &IbData<'_>,
+        setup: &AhSetup<'_, T>,
+        attr: &AhAttr<'_>,
+    ) -> Result<Self> {
+        let ahs = data.ahs.as_ref().ok_or(EOPNOTSUPP)?;
+        if !attr.is_roce() {
+            return Err(EINVAL);
+        }
+        let pdn = setup.pd().data().pdn;
+        let ahn = ahs.lock().alloc()?;
+        let av = address_vector(attr, |flow_label| {
+            if flow_label != 0 {
+                flow_label_udp_sport(flow_label)
+            } else {
+                // CAST: 14 bits.
+                UDP_SPORT_MIN + (ahn & 0x3fff) as u16
+            }
+        });
+        let wait = if setup.may_sleep() {
+            Wait::Sleep
+        } else {
+            Wait::Poll
+        };
+        let created = av.and_then(|av| {
+            let addr = RoceAddress {
+                port: attr.port_num(),
+                sl: av.sl,
+                dgid: rdma::Gid(av.dgid),
+                flow_label: av.flow.flow_label().get(),
+                // CAST: the core's index is 8 bits wide.
+                sgid_index: av.sgid_index as u8,
+                hop_limit: av.hop_limit,
+                traffic_class: av.tclass,
+                dmac: av.dmac,
+            };
+            data.hw.exec(&CreateAh { pdn, ahn, av }, wait)?;
+            Ok(addr)
+        });
+        match created {
+            Ok(addr) => Ok(Self { ahn, pdn, addr }),
+            Err(e) => {
+                ahs.lock().free(ahn);
+                Err(e)
+            }
+        }
+    }
+
+    /// Destroys the address handle in the adapter. If the adapter refuses, its AHN stays taken
+    /// (the adapter may still use it).
+    pub(crate) fn destroy(&self, data: &IbData<'_>, sleepable: bool) {
+        let wait = if sleepable { Wait::Sleep } else { Wait::Poll };
+        let cmd = DestroyAh {
+            pdn: self.pdn,
+            ahn: self.ahn,
+        };
+        match data.hw.exec(&cmd, wait) {
+            Ok(_) => {
+                if let Some(ahs) = &data.ahs {
+                    ahs.lock().free(self.ahn);
+                }
+            }
+            Err(e) => data.hw.reports.note(
+                data.dev(),
+                fmt!(
+                    "DESTROY_AH {} failed ({}); its number stays taken\n",
+                    self.ahn,
+                    e.to_errno()
+                ),
+            ),
+        }
+    }
+
+    /// Reports the address.
+    pub(crate) fn query(&self, out: &mut AhAttrOut<'_>) {
+        out.set_roce(&self.addr);
+    }
+
+    /// The adapter's number of the address handle.
+    pub(crate) fn ahn(&self) -> u32 {
+        self.ahn
+    }
+
+    /// The protection domain it was created in.
+    pub(crate) fn pdn(&self) -> u32 {
+        self.pdn
+    }
+}
+
+/// The AHNs of a RoCE adapter that reports `2^max_ah_log2` address handles.
+pub(crate) fn ahn_range(max_ah_log2: u8) -> Result<Ids> {
+    Ids::new(0, max_ahs(max_ah_log2))
+}
+
+/// The number of address handles a RoCE adapter offers.
+pub(crate) fn max_ahs(max_ah_log2: u8) -> u32 {
+    (1u32 << max_ah_log2.min(31)).min(MAX_AHS)
+}
+
+/// The AHN range of a device, under an interrupt-safe lock.
+pub(crate) type AhIds = SpinLockIrq<Ids>;
