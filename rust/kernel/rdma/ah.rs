@@ -121,7 +121,6 @@ impl AhAttr<'_> {
     }
 }
 
-
 /// The address a query reports (`struct rdma_ah_attr`), written as a whole.
 pub struct AhAttrOut<'a>(&'a mut bindings::rdma_ah_attr);
 

@@ -3,6 +3,7 @@
 //! Queue pairs (`struct ib_qp`) and their attributes.
 
 use super::{
+    ah::AhAttr,
     c_enum,
     cq::{Cq, Pd},
     mr::AccessFlags,
@@ -11,7 +12,6 @@ use super::{
         Events,
         Object, //
     },
-    ah::AhAttr,
     ucontext::UContext,
     Driver,
 };

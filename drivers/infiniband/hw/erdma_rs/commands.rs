@@ -917,14 +917,23 @@ mod tests {
         // reserved, UDP port, GID index, MAC, padding, GID).
         assert_eq!(at(&c, 8, 8), &[0x11, 0, 0, 0, 3, 2, 0, 0]);
         assert_eq!(at(&c, 16, 4), &[0xde, 0xbc, 0x1a, 0]);
-        assert_eq!(at(&c, 20, 18), &[1, 64, 3, 0, 1, 0xc0, 2, 0, 0x52, 0x54, 0, 1, 2, 3, 0, 0, 9, 9]);
-        assert_eq!(at(&DestroyAh { pdn: 5, ahn: 6 }, 8, 8), &[5, 0, 0, 0, 6, 0, 0, 0]);
+        assert_eq!(
+            at(&c, 20, 18),
+            &[1, 64, 3, 0, 1, 0xc0, 2, 0, 0x52, 0x54, 0, 1, 2, 3, 0, 0, 9, 9]
+        );
+        assert_eq!(
+            at(&DestroyAh { pdn: 5, ahn: 6 }, 8, 8),
+            &[5, 0, 0, 0, 6, 0, 0, 0]
+        );
         let r = Reflush {
             qpn: 7,
             sq_pi: 0x1234,
             rq_pi: 0x10,
         };
-        assert_eq!(at(&r, 8, 12), &[7, 0, 0, 0, 0x34, 0x12, 0, 0, 0x10, 0, 0, 0]);
+        assert_eq!(
+            at(&r, 8, 12),
+            &[7, 0, 0, 0, 0x34, 0x12, 0, 0, 0x10, 0, 0, 0]
+        );
     }
 
     #[test]

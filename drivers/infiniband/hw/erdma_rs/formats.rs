@@ -598,7 +598,10 @@ mod tests {
         // @8 immediate, @12 length, @16 Q_Key, @20 destination QPN, @24 AHN; SGL at 32.
         assert_eq!(b.len(), 32);
         assert_eq!(at(b, 8, 8), &[1, 2, 3, 4, 0, 1, 0, 0]);
-        assert_eq!(at(b, 16, 12), &[0, 0, 1, 0x80, 0x45, 0x23, 1, 0, 0x77, 0, 0, 0]);
+        assert_eq!(
+            at(b, 16, 12),
+            &[0, 0, 1, 0x80, 0x45, 0x23, 1, 0, 0x77, 0, 0, 0]
+        );
         // erdma-hw 5.6: network type 31, SL 27:20, source QPN 19:0.
         let w = CqeUdInfo::from_raw(0x8350_0001);
         assert_eq!((w.ipv6(), w.sl().get(), w.src_qpn().get()), (true, 0x35, 1));

@@ -20,8 +20,7 @@ use kernel::{
         Event as NetdevEvent,
         NetDevice, //
     },
-    new_mutex,
-    new_spinlock_irq,
+    new_mutex, new_spinlock_irq,
     page::{
         PAGE_SHIFT,
         PAGE_SIZE, //

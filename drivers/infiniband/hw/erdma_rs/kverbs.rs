@@ -340,7 +340,10 @@ impl KernelCq {
                 // CAST: ring positions wrap; a position before `end` is less than a ring's
                 // depth (at most 2^22) before it.
                 let before = |p: u32, end: u32| (end.wrapping_sub(p) as i32) > 0;
-                let stale = st.stale.iter().any(|&(q, end)| q == qpn && before(pos, end));
+                let stale = st
+                    .stale
+                    .iter()
+                    .any(|&(q, end)| q == qpn && before(pos, end));
                 let next = st.ci;
                 st.stale.retain(|e| before(next, e.1));
                 if stale {
@@ -522,7 +525,7 @@ impl KernelQp {
     }
 
     /// Posts send work requests; on failure, the error and the index of the first not posted.
-    pub(crate) fn post_send<T: kernel::rdma::Driver>(
+    pub(crate) fn post_send<T>(
         &self,
         bar: &Bar0<'_>,
         wrs: SendWrs<'_, T>,

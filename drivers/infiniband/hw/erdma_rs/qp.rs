@@ -561,7 +561,7 @@ impl Qp {
     }
 
     /// Posts a kernel consumer's send work requests.
-    pub(crate) fn post_send<T: rdma::Driver>(
+    pub(crate) fn post_send<T>(
         &self,
         data: &IbData<'_>,
         wrs: SendWrs<'_, T>,

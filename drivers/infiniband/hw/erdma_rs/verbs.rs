@@ -238,7 +238,12 @@ impl rdma::DeviceOps<Erdma> for Roce {
         Ah::create(data, setup, attr)
     }
 
-    fn destroy_ah(_dev: &rdma::Device<Erdma>, data: &IbData<'_>, ah: Pin<&mut Ah>, sleepable: bool) {
+    fn destroy_ah(
+        _dev: &rdma::Device<Erdma>,
+        data: &IbData<'_>,
+        ah: Pin<&mut Ah>,
+        sleepable: bool,
+    ) {
         ah.destroy(data, sleepable);
     }
 
