@@ -270,6 +270,9 @@ crate::rdma::c_enum! {
         SqDrained = bindings::ib_event_type_IB_EVENT_SQ_DRAINED,
         /// The queue pair reached its last work queue entry.
         LastWqeReached = bindings::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED,
+        /// A queue pair in RTR received its first message: the connection is up even if the
+        /// connection manager has not heard so yet.
+        CommEst = bindings::ib_event_type_IB_EVENT_COMM_EST,
     }
 }
 

@@ -9,6 +9,7 @@
 //! one doorbell per kind.
 
 use core::sync::atomic::{
+    AtomicBool,
     AtomicU32,
     Ordering, //
 };
@@ -22,6 +23,7 @@ use kernel::{
         RBTreeNode, //
     },
     rdma::{
+        qp::QpEvent,
         NetworkType,
         QpEvents,
         QpState,
@@ -397,6 +399,8 @@ pub(crate) struct KernelQp {
     rq_db: Doorbell,
     /// The verbs state, for posting (which must not sleep on the QP's mutex).
     state: AtomicU32,
+    /// Whether "communication established" was reported since the last state change.
+    comm_est: AtomicBool,
     #[pin]
     sq: SpinLockIrq<WorkQueue>,
     #[pin]
@@ -450,6 +454,7 @@ impl KernelQp {
             sq_db,
             rq_db,
             state: AtomicU32::new(QpState::Reset.to_raw()),
+            comm_est: AtomicBool::new(false),
             sq <- new_spinlock_irq!(sq),
             rq <- new_spinlock_irq!(rq),
         }? Error))
@@ -494,6 +499,7 @@ impl KernelQp {
             }
         }
         self.state.store(state.to_raw(), Ordering::SeqCst);
+        self.comm_est.store(false, Ordering::Relaxed);
     }
 
     /// Records the Q_Key a modification set.
@@ -919,6 +925,16 @@ impl KernelQp {
                 WcFlags::empty()
             };
             wc.set(events, wr_id, status, opcode, vendor, byte_len, flags, ex);
+            // A connected QP that receives while in RTR is connected: the connection manager
+            // may not know yet (its RTU is late or lost). The adapter has no event for this;
+            // the driver tells the consumer once, as the verbs specify.
+            if !self.ud
+                && status == WcStatus::Success
+                && self.state.load(Ordering::Relaxed) == QpState::Rtr.to_raw()
+                && !self.comm_est.swap(true, Ordering::Relaxed)
+            {
+                events.event(QpEvent::CommEst);
+            }
             if self.ud {
                 // The receive buffer starts with the 40-byte network header area.
                 let info = cqe.ud_info();
