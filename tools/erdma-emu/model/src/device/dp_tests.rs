@@ -553,6 +553,32 @@ fn write_read_atomics_loopback() {
 }
 
 #[test]
+fn zero_length_writes_and_reads_check_no_key() {
+    // rsockets sends its control messages as zero-length RDMA Writes with immediate data and
+    // key 0: the responder checks no key or address for an access of no bytes.
+    let (mut d, buf) = loopback();
+    let key = stag(1, 0);
+    d.post_recv(11, buf + 0x100, 64, key);
+    d.send_wqe(10, &Wqe::write(0, 0, &[]).imm([5, 6, 7, 8]));
+    d.send_wqe(10, &Wqe::read(key, buf + 0x200, 0, 0x00ff_ff00, 0));
+    pump1(&mut d);
+    let cqes = d.poll_all(CQ);
+    let got: Vec<(u8, u8, u8, u32)> = cqes
+        .iter()
+        .map(|c| (c.qtype, c.opcode, c.status, c.byte_len))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (CQE_QTYPE_RQ, op::RECV_IMM, 0, 0),
+            (CQE_QTYPE_SQ, op::WRITE_WITH_IMM, 0, 0),
+            (CQE_QTYPE_SQ, op::READ, 0, 0)
+        ]
+    );
+    assert_eq!(cqes[0].extra, CqeExtra::Imm([5, 6, 7, 8]));
+}
+
+#[test]
 fn immediates_and_invalidate() {
     let (mut d, buf) = loopback();
     let key = stag(1, 0);
