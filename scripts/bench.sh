@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # bench.sh: `make bench`. Boots one guest with two RoCEv2 model adapters once,
-# and measures in it, in interleaved rounds, the control path and the data
-# path of erdma_rs (ours), of the upstream C erdma driver on the same model
-# adapters, and of rdma_rxe on the adapters' twin NICs (an outside reference):
+# and measures in it, in interleaved rounds, the control path, the data path,
+# rdma_cm (cmtime, rping) and NVMe over RDMA (fio) of erdma_rs (ours), of the
+# upstream C erdma driver on the same model adapters, and of rdma_rxe on the
+# adapters' twin NICs (an outside reference):
 # tools/testing/selftests/rdma/erdma_rs/bench.sh (and bench_ctl.py) in the
 # guest. Prints one table (scripts/bench_report.py) with the medians, the
 # ratios ours/C and ours/rxe, the run's noise and a verdict per row, and
@@ -24,8 +25,11 @@
 # per loop of a pair), BENCH_CTL_SECONDS (2 s per control loop of rxe's
 # rounds), BENCH_LAT_ITERS (10000), BENCH_RXE_LAT_ITERS (1000: rxe is about 30
 # times slower), BENCH_BW_SECONDS (2 s per bandwidth run),
-# BENCH_TIMEOUT (2400 s for the whole guest run), BENCH_BUILD (1; 0 uses the
-# current kernel and model as they are, without building anything).
+# BENCH_CM_CONNS (50 rdma_cm connections per cmtime run, every driver),
+# BENCH_RPING_COUNT (500 rping round trips of 64 bytes per run),
+# BENCH_RXE_RPING_COUNT (100), BENCH_FIO_SECONDS (3 s per fio job over
+# NVMe/RDMA), BENCH_TIMEOUT (2400 s for the whole guest run), BENCH_BUILD (1;
+# 0 uses the current kernel and model as they are, without building anything).
 #
 # Exit status: 0 when every row has figures and ours is nowhere slower than
 # C beyond the noise; 1 otherwise (the table says which rows).
@@ -41,6 +45,10 @@ PAIR_SECONDS=${BENCH_PAIR_SECONDS:-0.3}
 LAT_ITERS=${BENCH_LAT_ITERS:-10000}
 RXE_LAT_ITERS=${BENCH_RXE_LAT_ITERS:-1000}
 BW_SECONDS=${BENCH_BW_SECONDS:-2}
+CM_CONNS=${BENCH_CM_CONNS:-50}
+RPING_COUNT=${BENCH_RPING_COUNT:-500}
+RXE_RPING_COUNT=${BENCH_RXE_RPING_COUNT:-100}
+FIO_SECONDS=${BENCH_FIO_SECONDS:-3}
 TIMEOUT=${BENCH_TIMEOUT:-2400}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ERDMA_CACHE/cargo-target}
 EMU=$CARGO_TARGET_DIR/release/erdma-emu
@@ -89,13 +97,13 @@ snapshot() {
 	cp "$KOUT/arch/x86/boot/bzImage" "$OUT/kernel/" &&
 		cp -a "$KOUT/modroot/lib/modules" "$OUT/kernel/" || return 1
 	local m
-	for m in erdma_rs erdma rdma_rxe; do
+	for m in erdma_rs erdma rdma_rxe nvme-rdma nvmet-rdma null_blk; do
 		[ -n "$(find "$OUT/kernel/modules" -name "$m.ko")" ] || return 1
 	done
 	grep -q rdma_rxe "$OUT/kernel/modules"/*/modules.dep
 }
 snapshot || { sleep 5 && snapshot; } ||
-	die "could not copy the kernel and its modules (erdma_rs, erdma, rdma_rxe) from $KOUT: run 'make kernel'"
+	die "could not copy the kernel and its modules (erdma_rs, erdma, rdma_rxe, nvme-rdma, nvmet-rdma, null_blk) from $KOUT: build the release kernel (KERNEL_FLAVOR=release scripts/build-kernel.sh)"
 say "kernel $(ls "$OUT/kernel/modules") from $KOUT, copied to $OUT/kernel"
 
 # ---- 3. the guest run -------------------------------------------------------------
@@ -118,7 +126,7 @@ say "booting one guest (4 vCPUs, 3 GiB, two RoCEv2 adapters) for $ROUNDS rounds 
 	--kernel "$OUT/kernel/bzImage" --modules "$OUT/kernel/modules" \
 	--smp 4 --memory 3G --dev proto=roce --dev proto=roce \
 	--copy "$SELFTESTS" --tolerate "$TOLERATE" \
-	--run "BENCH_TOLERATE='$TOLERATE' BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_PAIRS=$PAIRS BENCH_PAIR_SECONDS=$PAIR_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS sh erdma_rs/bench.sh" \
+	--run "BENCH_TOLERATE='$TOLERATE' BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_PAIRS=$PAIRS BENCH_PAIR_SECONDS=$PAIR_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS BENCH_CM_CONNS=$CM_CONNS BENCH_RPING_COUNT=$RPING_COUNT BENCH_RXE_RPING_COUNT=$RXE_RPING_COUNT BENCH_FIO_SECONDS=$FIO_SECONDS sh erdma_rs/bench.sh" \
 	>"$OUT/vm.log" 2>&1 &
 vm_pid=$!
 # vmrun stops everything it started on SIGTERM; so does this script.
@@ -159,6 +167,9 @@ python3 "$TOP/scripts/bench_report.py" "$OUT/bench.raw" --out "$OUT/results.txt"
 	--note "Control loops (pyverbs, bench_ctl.py): ours and C in $PAIRS pairs of ${PAIR_SECONDS}s loops, both bound at once" \
 	--note "  (one adapter each; they swap adapters halfway), rxe ${CTL_SECONDS}s per round; perftest: latency $LAT_ITERS iterations" \
 	--note "  (rxe: $RXE_LAT_ITERS; median = perftest's t_typical, p99 = its 99% percentile), bandwidth ${BW_SECONDS}s per run (-D)." \
+	--note "rdma_cm: cmtime $CM_CONNS connections with RC QPs, over the client's set-up and teardown step totals;" \
+	--note "  rping $RPING_COUNT round trips of 64 B (rxe: $RXE_RPING_COUNT), timed from the first to the last. NVMe/RDMA: nvmet-rdma on" \
+	--note "  adapter A exporting null_blk, nvme-rdma on B; fio libaio ${FIO_SECONDS}s per job (4 KiB randread QD32; 128 KiB write QD8)." \
 	"${notes[@]}" ||
 	report_rc=$?
 say "done in $(($(date +%s) - t0))s; table in $OUT/results.txt, raw figures in $OUT/bench.raw," \

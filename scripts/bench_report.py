@@ -61,6 +61,10 @@ ROWS = [
     ("write_bw_q4", "ib_write_bw 64 KiB, 4 QPs", False),
     ("read_bw_q1", "ib_read_bw 64 KiB, 1 QP", False),
     ("read_bw_q4", "ib_read_bw 64 KiB, 4 QPs", False),
+    ("cm_conn", "rdma_cm connect+disconnect (cmtime)", False),
+    ("rping", "rping round trips, 64 B", False),
+    ("nvme_rr4k", "NVMe/RDMA 4 KiB randread, QD32", False),
+    ("nvme_sw128k", "NVMe/RDMA 128 KiB seq write, QD8", False),
 ]
 
 

@@ -17,16 +17,18 @@ import bench_report  # noqa: E402
 from bench_report import C, OURS, RXE, ROWS  # noqa: E402
 
 
-def raw(rows):
+def raw(rows, units=None):
     """A bench.raw text: every metric of ROWS gets the figures of rows[metric]
-    ({driver: [value per round]}), or ours = C = rxe = 100 in every round."""
+    ({driver: [value per round]}), or ours = C = rxe = 100 in every round; in
+    units[metric], or 1/s."""
     rounds = 5
     lines = []
     for metric, _, _ in ROWS:
         figures = rows.get(metric, {})
+        unit = (units or {}).get(metric, "1/s")
         for drv in (OURS, C, RXE):
             for r, v in enumerate(figures.get(drv, [100] * rounds)):
-                lines.append(f"{drv} {r} {metric} {v} 1/s")
+                lines.append(f"{drv} {r} {metric} {v} {unit}")
     return "\n".join(lines) + "\n"
 
 
@@ -141,6 +143,48 @@ class Verdicts(unittest.TestCase):
         for n, k in ((3, 1), (5, 1), (8, 1), (9, 2), (20, 6), (30, 10)):
             xs = list(range(n))
             self.assertEqual(bench_report.median_interval(xs), (k - 1, n - k), n)
+
+
+class RdmaCmAndNvmeRows(unittest.TestCase):
+    """The rows of issue 10 (bench.sh's cm and nvmeof): rates, higher is better,
+    in the units bench.sh records them in."""
+
+    UNITS = {"cm_conn": "conn/s", "rping": "rt/s", "nvme_rr4k": "IOPS", "nvme_sw128k": "MiB/s"}
+
+    def test_rows_are_there_and_higher_is_better(self):
+        lower = {metric: lower for metric, _, lower in ROWS}
+        for metric in self.UNITS:
+            self.assertIn(metric, lower)
+            self.assertFalse(lower[metric], metric)
+
+    def test_fewer_per_second_in_every_round_is_slower(self):
+        c = [210.0, 190.0, 205.0, 180.0, 200.0]
+        for metric in self.UNITS:
+            figures, verdict = judge(raw({metric: {OURS: [x * 0.9 for x in c], C: c}}))[metric]
+            self.assertEqual(verdict, "SLOWER", metric)
+            self.assertAlmostEqual(figures["oc"], 0.9)
+            figures, verdict = judge(raw({metric: {OURS: [x * 1.1 for x in c], C: c}}))[metric]
+            self.assertEqual(verdict, "ok", metric)
+            self.assertAlmostEqual(figures["oc"], 1.1)
+
+    def test_rxe_against_ours_is_the_ratio_of_the_medians(self):
+        # rxe's cmtime and rping runs are shorter (fewer connections and round
+        # trips) but report the same unit: per second.
+        figures, _ = judge(raw({"rping": {OURS: [5000] * 5, C: [5000] * 5, RXE: [100, 120, 80, "nan", 110]}}))["rping"]
+        self.assertAlmostEqual(figures["orx"], 5000 / 105)
+
+    def test_units_are_shown_as_recorded(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "bench.raw")
+            with open(path, "w") as f:
+                f.write(raw({}, self.UNITS))
+            p = subprocess.run([sys.executable, os.path.join(HERE, "bench_report.py"), path],
+                               capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        table = {line.split("  ")[0].strip(): line for line in p.stdout.splitlines()}
+        for metric, label, _ in ROWS:
+            if metric in self.UNITS:
+                self.assertIn(f"  {self.UNITS[metric]}  ", table[label], label)
 
 
 class ExitStatus(unittest.TestCase):

@@ -16,7 +16,7 @@ QEMU_SERIES=11.1
 # Guest userland: Debian trixie, with rdma-core of this upstream version.
 GUEST_SUITE=trixie
 RDMA_CORE_SERIES=56.1
-GUEST_PACKAGES="rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,python3-pyverbs,iproute2,kmod,busybox,pciutils"
+GUEST_PACKAGES="rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,python3-pyverbs,iproute2,kmod,busybox,pciutils,nvme-cli,fio"
 
 # Host packages (Debian 12), installed with apt-get; none upgrades the base system.
 HOST_PACKAGES="flex bison bc cpio kmod libelf-dev libssl-dev dwarves rsync debootstrap libclang-$LLVM_MAJOR-dev clang-$LLVM_MAJOR lld-$LLVM_MAJOR llvm-$LLVM_MAJOR xz-utils make gcc"

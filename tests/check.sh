@@ -143,7 +143,9 @@ count() {
 }
 
 # The scenarios run in two lanes, side by side, of about the same length (the
-# last run here, with the whole A/B set: 1077 s and 1106 s of 1121 s): a TCG
+# last run here, with the whole A/B set: 1077 s and 1106 s of 1121 s, before
+# issue 10's rdma_cm tests, which made data-path and the two-guest scenario
+# longer, so upstream-c-driver moved to the other lane): a TCG
 # guest keeps about one of the two cores busy, so two at a time finish sooner
 # than one after the other. Most guests have one vCPU: two guests of two vCPUs
 # each on two host cores ran the same tests 1.7 times slower than two of one
@@ -151,15 +153,21 @@ count() {
 # sequence; the counts are taken afterwards, in a fixed order.
 # The upstream C driver on the same model (A/B) runs every test that applies
 # to it: its ctrlq.sh, ibdev.sh, verbs.sh and abdiff.sh, rc.sh, perftest.sh,
-# badinput.sh (without the checks it lacks), kverbs.sh, the pyverbs modules of
-# its device, PD, CQ, MR and QP verbs, and xguest.sh (in the same two guests,
-# after ours): 113 test points and about 2.5 minutes more than the part
-# ERDMA_CHECK_AB=part keeps for a quick run (its device attributes, the
-# field-by-field comparison, RC traffic and every kernel opcode).
+# badinput.sh (without the checks it lacks), kverbs.sh, cm.sh and nvmeof.sh
+# (rdma_cm, issue 10), the pyverbs modules of its device, PD, CQ, MR and QP
+# verbs and of rdma_cm, and the two-guest tests (in the same two guests, after
+# ours); ERDMA_CHECK_AB=part keeps for a quick run its device attributes, the
+# field-by-field comparison, RC traffic and every kernel opcode (113 test
+# points and about 2.5 minutes less before issue 10's tests).
+# Between two guests: RC traffic (xguest.sh). Not yet here (issue 10 goes
+# on): rdma_cm's tools and perftest -R (xguest_cm.sh; riostream across guests
+# fails with both drivers, not investigated yet) and NVMe over RDMA across
+# guests (nvmeof.sh with NVMEOF_MODE=xguest).
+XGUEST_TESTS="xguest.sh"
 if [ "${ERDMA_CHECK_AB:-full}" = full ]; then
 	C_CTL_TESTS="ctrlq.sh ibdev.sh verbs.sh abdiff.sh"
-	C_DP_TESTS="rc.sh perftest.sh badinput.sh kverbs.sh pyverbs.sh"
-	C_XGUEST="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh xguest.sh || r=1"
+	C_DP_TESTS="rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh"
+	C_XGUEST="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $XGUEST_TESTS || r=1"
 elif [ "$ERDMA_CHECK_AB" = part ]; then
 	C_CTL_TESTS="ibdev.sh abdiff.sh"
 	C_DP_TESTS="rc.sh kverbs.sh"
@@ -169,26 +177,19 @@ else
 fi
 lane_ours() {
 	# The RC data path (RoCEv2) between two adapters of one guest, through the
-	# stock provider: ibv_rc_pingpong (rc.sh), perftest (perftest.sh), bad
-	# requests through raw uverbs (badinput.sh) and rdma-core's pyverbs suite
-	# (pyverbs.sh), and kernel consumers posting every opcode (kverbs.sh). Ours
-	# runs all of rdma-core's suite.
+	# stock provider: ibv_rc_pingpong (rc.sh), perftest with and without
+	# rdma_cm (perftest.sh), bad requests through raw uverbs (badinput.sh) and
+	# rdma-core's pyverbs suite (pyverbs.sh), kernel consumers posting every
+	# opcode (kverbs.sh), librdmacm's tools (cm.sh) and NVMe over RDMA
+	# (nvmeof.sh). Ours runs all of rdma-core's suite.
 	guest data-path --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
 		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-		--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh pyverbs.sh'
-	# A/B: the upstream C erdma driver on the same model. Its RDMA devices must show
-	# exactly the attributes the model was told to report (ibdev.sh), the portable
-	# checks of ctrlq.sh and verbs.sh apply to it too, and abdiff.sh loads both
-	# drivers in turn and compares ibv_devinfo -v and rdma dev/link field for field.
-	guest upstream-c-driver --smp 2 --timeout 2400 \
-		--dev proto=roce,test_page=on \
-		--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,test_page=on \
-		--run "ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh $C_CTL_TESTS"
-	# RC traffic between two guests through one model process, ours then (in
-	# the same boot) the C driver.
-	guest two-guests-data-path --smp 1 --timeout 2400 \
+		--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh'
+	# RC traffic, rdma_cm and NVMe over RDMA between two guests through one
+	# model process, ours then (in the same boot) the C driver.
+	guest two-guests-data-path --smp 1 --timeout 2400 --memory 2G \
 		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
-		--run "r=0; erdma_rs/run_tests.sh xguest.sh || r=1 $C_XGUEST; exit \$r"
+		--run "r=0; NVMEOF_MODE=xguest; export NVMEOF_MODE; erdma_rs/run_tests.sh $XGUEST_TESTS || r=1 $C_XGUEST; exit \$r"
 }
 lane_rest() {
 	# Every guest boots the debug kernel (KASAN, lockdep, kmemleak, ...): a kernel
@@ -223,9 +224,17 @@ lane_rest() {
 		--append "watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=120" \
 		--dev proto=roce,test_page=on \
 		--run 'CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh'
+	# A/B: the upstream C erdma driver on the same model. Its RDMA devices must show
+	# exactly the attributes the model was told to report (ibdev.sh), the portable
+	# checks of ctrlq.sh and verbs.sh apply to it too, and abdiff.sh loads both
+	# drivers in turn and compares ibv_devinfo -v and rdma dev/link field for field.
+	guest upstream-c-driver --smp 2 --timeout 2400 \
+		--dev proto=roce,test_page=on \
+		--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,test_page=on \
+		--run "ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh $C_CTL_TESTS"
 	guest data-path-c-driver --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
 		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-		--run "ERDMA_DRIVER=erdma PYVERBS_MODULES='test_device test_pd test_cq test_mr test_qp test_cq_events test_atomic test_fork test_relaxed_ordering' erdma_rs/run_tests.sh $C_DP_TESTS"
+		--run "ERDMA_DRIVER=erdma PYVERBS_MODULES='test_device test_pd test_cq test_mr test_qp test_cq_events test_atomic test_fork test_relaxed_ordering test_rdmacm' erdma_rs/run_tests.sh $C_DP_TESTS"
 	# Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
 	# of the issue run in three-adapters. (Repetition counts here and in
 	# rmmod_race.sh are cut for the debug kernel's time: 3 and 4 cycles.)

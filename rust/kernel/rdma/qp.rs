@@ -129,6 +129,8 @@ crate::impl_flags!(
         SqPsn = bindings::ib_qp_attr_mask_IB_QP_SQ_PSN,
         /// The peer's queue pair number.
         DestQpn = bindings::ib_qp_attr_mask_IB_QP_DEST_QPN,
+        /// The local ACK timeout.
+        Timeout = bindings::ib_qp_attr_mask_IB_QP_TIMEOUT,
     }
 );
 
@@ -316,6 +318,11 @@ impl QpAttr<'_> {
         self.0.pkey_index
     }
 
+    /// The local ACK timeout (4.096 µs times 2 to this power; 0: infinite).
+    pub fn timeout(&self) -> u8 {
+        self.0.timeout
+    }
+
     /// The peer's address.
     pub fn ah_attr(&self) -> AhAttr<'_> {
         AhAttr(&self.0.ah_attr)
@@ -353,6 +360,12 @@ impl QpAttrOut<'_> {
     /// The Q_Key.
     pub fn set_qkey(&mut self, qkey: u32) -> &mut Self {
         self.attr.qkey = qkey;
+        self
+    }
+
+    /// The local ACK timeout.
+    pub fn set_timeout(&mut self, timeout: u8) -> &mut Self {
+        self.attr.timeout = timeout;
         self
     }
 

@@ -110,6 +110,9 @@ struct QpShadow {
     state: QpState,
     dest_qpn: u32,
     qkey: u32,
+    /// The local ACK timeout, reported by query only: the adapter does not take it
+    /// (erdma-hw 10.15).
+    timeout: u8,
 }
 
 /// The user memory of a user queue pair.
@@ -179,6 +182,7 @@ impl Qp {
                 state: QpState::Reset,
                 dest_qpn: 0,
                 qkey: 0,
+                timeout: 0,
             }),
         }? Error)
     }
@@ -530,6 +534,9 @@ impl Qp {
         if mask.contains(QpAttrBit::Qkey) {
             shadow.qkey = attr.qkey();
         }
+        if mask.contains(QpAttrBit::Timeout) {
+            shadow.timeout = attr.timeout();
+        }
         Ok(())
     }
 
@@ -545,6 +552,7 @@ impl Qp {
             .set_psns(resp.sq_psn().get() as u32, resp.rq_psn().get() as u32)
             .set_dest_qp_num(shadow.dest_qpn)
             .set_qkey(shadow.qkey)
+            .set_timeout(shadow.timeout)
             .set_port(1)
             // CAST: 128 fits.
             .set_rd_atomic(MAX_RD_ATOM as u8, MAX_RD_ATOM as u8)

@@ -14,7 +14,13 @@
 #     vector of its own, polled by the RDMA core from the CQ interrupts;
 #   data path (perftest, server on adapter A, client on adapter B):
 #     ib_write_lat and ib_send_lat at 8 bytes (median and 99th percentile),
-#     ib_write_bw and ib_read_bw at 64 KiB with one and four QPs.
+#     ib_write_bw and ib_read_bw at 64 KiB with one and four QPs;
+#   rdma_cm (rdmacm-utils, server on A, client bound to B's address):
+#     connections set up and torn down per second (cmtime, with RC QPs) and
+#     rping round trips per second;
+#   NVMe over RDMA (an nvmet-rdma target on A exporting a null_blk device,
+#     the nvme-rdma host on B, fio through it): 4 KiB random read IOPS at
+#     queue depth 32 and 128 KiB sequential write MiB/s.
 #
 # The control path of ours and C is measured first, in BENCH_PAIRS pairs: both
 # drivers bound at once, each to an adapter of its own (driver_override), and
@@ -37,7 +43,8 @@
 # kernel reported trouble other than what BENCH_TOLERATE (an extended regular
 # expression, scripts/bench.sh's) names. Needs a guest
 # with two RoCEv2 adapters whose NICs are wired to each other, and enough
-# memory for a 1 GiB MR (3 GiB).
+# memory for a 1 GiB MR (3 GiB), and rdmacm-utils, nvme-cli, fio and the
+# kernel's nvme-rdma, nvmet-rdma and null_blk modules.
 
 . "$(dirname "$0")/lib.sh"
 
@@ -57,6 +64,20 @@ RXE_LAT_ITERS=${BENCH_RXE_LAT_ITERS:-1000}
 BW_SECONDS=${BENCH_BW_SECONDS:-2}
 KCQ_SECONDS=${BENCH_KCQ_SECONDS:-2}
 KCQ_QPS=${BENCH_KCQ_QPS:-4}
+# rdma_cm: connections of one cmtime run (its QP test; it then runs as many
+# without QPs, which the figure leaves out; the same number for every
+# driver), rping round trips of RPING_SIZE bytes (fewer for rxe, whose round
+# trips take two to three times as long).
+CM_CONNS=${BENCH_CM_CONNS:-50}
+RPING_COUNT=${BENCH_RPING_COUNT:-500}
+RXE_RPING_COUNT=${BENCH_RXE_RPING_COUNT:-100}
+RPING_SIZE=${BENCH_RPING_SIZE:-64}
+# NVMe over RDMA: seconds per fio job (time-based: the same for every driver).
+FIO_SECONDS=${BENCH_FIO_SECONDS:-3}
+# Every figure a round records (control ones aside), in order: what a driver
+# that did not load gets "nan" for.
+ROUND_METRICS="kcq write_lat_p50 write_lat_p99 send_lat_p50 send_lat_p99 write_bw_q1 write_bw_q4
+	read_bw_q1 read_bw_q4 cm_conn rping nvme_rr4k nvme_sw128k"
 NET=70
 HERE=$(cd "$(dirname "$0")" && pwd)
 RESULTS=${ERDMA_RESULTS:-/tmp/erdma-results}
@@ -91,6 +112,9 @@ record() {
 }
 
 command -v ib_write_lat >/dev/null || { say "FAILED: perftest is missing"; exit 1; }
+for t in cmtime rping nvme fio; do
+	command -v $t >/dev/null || { say "FAILED: $t is missing (rdmacm-utils, nvme-cli, fio)"; exit 1; }
+done
 python3 -c 'import pyverbs' 2>/dev/null || { say "FAILED: pyverbs is missing"; exit 1; }
 
 # The netdevs twinned with the eRDMA functions, in PCI order: the same two
@@ -312,6 +336,185 @@ data() {
 	say "$1 round $2: $summary"
 }
 
+# ---- rdma_cm --------------------------------------------------------------------
+# The client binds B's address (IP_B), so that its rdma_cm IDs are on adapter
+# B and connect to A; the connection manager's MADs travel on both adapters'
+# GSI QPs (UD).
+
+# cm_rate DRIVER ROUND: rdma_cm connections set up and torn down per second.
+# cmtime's client makes N connections with RC QPs to its server, step by step
+# (all N IDs created, then bound, addresses resolved, routes resolved, QPs
+# created and moved to INIT, connected, up to ESTABLISHED on the client:
+# the server's accept with its QP's INIT, RTR and RTS is inside that), then
+# disconnects them and destroys the QPs and IDs; it reports each step's total
+# time. The figure is N over the sum of its client's totals of that QP test:
+# "full connect" (everything up to the last ESTABLISHED), "disconnect",
+# "destroy qp" and "destroy id". (Its warm-up connection and its second test,
+# with no QPs, are not counted.)
+cm_rate() {
+	n=$CM_CONNS
+	name=$1-r$2-cmtime
+	v=""
+	next_port
+	# cmtime's server listens on rdma_cm, then opens its TCP port for the
+	# client's out-of-band sync: run_pair waits for the latter.
+	RUN_PAIR_READY=listening
+	if run_pair "$name" "$PORT" '^full connect' \
+		cmtime -b "$IP_A" -p "$PORT" -c "$n" -- \
+		cmtime -s "$IP_A" -b "$IP_B" -p "$PORT" -c "$n"; then
+		# Step lines: NAME (one or two words) avg/iter total(us) us/conn sum max min.
+		v=$(awk -v n="$n" '/QPs test/ { on = 1; next } /no QPs/ { on = 0 }
+			on && /^(full connect|disconnect|destroy qp|destroy id) / { us += $(NF - 4); k++ }
+			END { if (k == 4 && us > 0) printf "%.1f", n * 1e6 / us }' "$tmp/$name.cli")
+	fi
+	record "$1 $2 cm_conn ${v:-nan} conn/s"
+	[ -n "$v" ] || say "$1 round $2: cmtime failed; read $tmp/$name.cli and .srv"
+	summary="${summary}cmtime $n: ${v:-nan} conn/s; "
+}
+
+# rping_rate DRIVER ROUND: rping round trips per second: COUNT round trips of
+# RPING_SIZE bytes, the client on B, the server on A. A round trip is the
+# client's SEND of its buffer's address, the server's RDMA READ of it and its
+# SEND, the client's SEND of its second buffer's address, the server's RDMA
+# WRITE into it and its SEND; each side waits for its completions through the
+# completion channel (CQ interrupts). The client prints each round trip (-v,
+# line-buffered), and the shell that reads it takes the time at the first and
+# at the last: the figure is COUNT - 1 over that time (connection set-up and
+# teardown are left out).
+rping_rate() {
+	n=$RPING_COUNT
+	[ "$1" != rxe ] || n=$RXE_RPING_COUNT
+	name=$1-r$2-rping
+	v=""
+	next_port
+	RUN_PAIR_READY=cm_listening
+	# shellcheck disable=SC2016 # expanded by the client's shell
+	if run_pair "$name" "$PORT" '^pings ' \
+		rping -s -a "$IP_A" -p "$PORT" -S "$RPING_SIZE" -C "$n" -- \
+		sh -c 'stdbuf -oL rping -c -v -a "$1" -I "$2" -p "$3" -S "$4" -C "$5" 2>&1 | {
+			k=0 s=0 e=0
+			while read -r l; do
+				case $l in
+				"ping data: "*)
+					k=$((k + 1))
+					if [ $k = 1 ]; then s=$(date +%s%N); elif [ $k = "$5" ]; then e=$(date +%s%N); fi
+					;;
+				*) echo "$l" ;;
+				esac
+			done
+			echo "pings $k first_to_last_ns $((e - s))"
+		}' rping "$IP_A" "$IP_B" "$PORT" "$RPING_SIZE" "$n"; then
+		v=$(awk -v n="$n" '$1 == "pings" && $2 == n && n > 1 && $4 > 0 { printf "%.1f", (n - 1) * 1e9 / $4 }' \
+			"$tmp/$name.cli")
+	fi
+	RUN_PAIR_READY=listening
+	record "$1 $2 rping ${v:-nan} rt/s"
+	[ -n "$v" ] || say "$1 round $2: rping failed; read $tmp/$name.cli and .srv"
+	summary="${summary}rping ${n}x${RPING_SIZE} B: ${v:-nan} rt/s; "
+}
+
+# cm DRIVER ROUND: the rdma_cm rows.
+cm() {
+	summary=""
+	cm_rate "$1" "$2"
+	rping_rate "$1" "$2"
+	say "$1 round $2: $summary"
+}
+
+# ---- NVMe over RDMA ---------------------------------------------------------------
+NQN=nqn.2026-11.io.erdma-rs:bench
+HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:6b1f3c2e-0d4a-4f7e-9a55-3c8e2b9d7f10
+NVMET=/sys/kernel/config/nvmet
+SVC=4420
+
+# nvme_prepare: once, before the rounds: null_blk, nvmet-rdma and nvme-rdma
+# loaded; subsystem $NQN with namespace 1 on /dev/nullb0 and port 1 (RDMA,
+# IP_A:4420), not yet linked: the port listens (on whichever RDMA device has
+# IP_A then) while the subsystem is linked to it, in each driver's turn.
+nvme_prepare() {
+	modprobe null_blk nr_devices=1 gb=1 && modprobe nvmet_rdma && modprobe nvme_rdma || return 1
+	mountpoint -q /sys/kernel/config || mount -t configfs configfs /sys/kernel/config || return 1
+	wait_for 10 test -b /dev/nullb0 || return 1
+	_s=$NVMET/subsystems/$NQN
+	mkdir "$_s" && echo 1 >"$_s/attr_allow_any_host" && mkdir "$_s/namespaces/1" &&
+		printf /dev/nullb0 >"$_s/namespaces/1/device_path" && echo 1 >"$_s/namespaces/1/enable" &&
+		mkdir "$NVMET/ports/1" && echo rdma >"$NVMET/ports/1/addr_trtype" &&
+		echo ipv4 >"$NVMET/ports/1/addr_adrfam" && echo "$IP_A" >"$NVMET/ports/1/addr_traddr" &&
+		echo $SVC >"$NVMET/ports/1/addr_trsvcid"
+}
+
+# nvme_finish: after the rounds: the configuration and the modules go.
+nvme_finish() {
+	rm -f "$NVMET/ports/1/subsystems/$NQN"
+	rmdir "$NVMET/ports/1" 2>/dev/null
+	echo 0 >"$NVMET/subsystems/$NQN/namespaces/1/enable" 2>/dev/null
+	rmdir "$NVMET/subsystems/$NQN/namespaces/1" "$NVMET/subsystems/$NQN" 2>/dev/null
+	for _m in nvme_rdma nvmet_rdma nvmet null_blk; do
+		! grep -q "^$_m " /proc/modules || modprobe -r "$_m" || say "modprobe -r $_m failed"
+	done
+}
+
+# nvme_ns: the block device of namespace 1 of $NQN (the multipath head, or
+# the controller's own disk), into NS.
+nvme_ns() {
+	NS=""
+	for _b in /sys/block/nvme*; do
+		_n=${_b##*/}
+		case $_n in *c*) continue ;; esac # nvmeXcYnZ: a hidden path of a head
+		[ -r "$_b/device/subsysnqn" ] && read -r _q <"$_b/device/subsysnqn" && [ "$_q" = "$NQN" ] &&
+			read -r _i <"$_b/nsid" && [ "$_i" = 1 ] && [ -b "/dev/$_n" ] && NS=$_n
+	done
+	[ -n "$NS" ]
+}
+
+# fio_job NAME JSON-SECTION JSON-KEY ARGS...: one time-based fio job on /dev/$NS;
+# prints the job's JSON-KEY ("iops", "bw_bytes") of JSON-SECTION ("read",
+# "write") if it ran without error. (fio keeps its job table in SysV shared
+# memory: the kernel needs CONFIG_SYSVIPC.)
+fio_job() {
+	_name=$1 _sec=$2 _key=$3
+	shift 3
+	timeout $((FIO_SECONDS + 60)) fio --name="$_name" --filename="/dev/$NS" --direct=1 \
+		--ioengine=libaio --time_based --runtime="$FIO_SECONDS" --output-format=json \
+		--output="$tmp/$_name.json" "$@" >"$tmp/$_name.log" 2>&1 || return 1
+	# fio's JSON has one key per line: '"read" : {', '"iops" : 1234.5,'.
+	awk -v sec="\"$_sec\"" -v key="\"$_key\"" '
+		$1 == "\"error\"" && $3 + 0 != 0 { bad = 1 }
+		$1 == sec && $2 == ":" { on = 1; next }
+		on && $1 == key { v = $3; sub(/,$/, "", v); on = 0 }
+		END { if (!bad && v + 0 > 0) print v }' "$tmp/$_name.json"
+}
+
+# nvmeof DRIVER ROUND: the target listens on A (the subsystem linked to the
+# port), the host connects from B (nvme-rdma's default queues: one I/O queue
+# per CPU, 4, of 128 entries), fio measures, the host disconnects and the
+# port is unlinked.
+nvmeof() {
+	rr="" sw="" NS="" name=$1-r$2-nvme
+	# nvmet-rdma lowers the port's inline data size to what the first device
+	# it serves can take, for good: each driver starts from the default (-1).
+	echo -1 >"$NVMET/ports/1/param_inline_data_size" 2>/dev/null
+	if ! ln -s "$NVMET/subsystems/$NQN" "$NVMET/ports/1/subsystems/$NQN" ||
+		! wait_for 20 cm_listening $SVC; then
+		say "$1 round $2: nvmet-rdma does not listen on $IP_A:$SVC"
+	elif ! timeout 90 nvme connect -t rdma -a "$IP_A" -s $SVC -w "$IP_B" -n "$NQN" -q "$HOSTNQN" \
+		>"$tmp/$name-connect.log" 2>&1 || ! wait_for 30 nvme_ns; then
+		say "$1 round $2: nvme connect to $IP_A from $IP_B failed: $(tr '\n' ';' <"$tmp/$name-connect.log")"
+	else
+		rr=$(fio_job "$name-randread" read iops --rw=randread --bs=4k --iodepth=32 --norandommap --randrepeat=0)
+		sw=$(fio_job "$name-seqwrite" write bw_bytes --rw=write --bs=128k --iodepth=8)
+		[ -z "$sw" ] || sw=$(awk -v b="$sw" 'BEGIN { printf "%.2f", b / 1048576 }')
+	fi
+	timeout 60 nvme disconnect -n "$NQN" >"$tmp/$name-disconnect.log" 2>&1
+	rm -f "$NVMET/ports/1/subsystems/$NQN"
+	wait_for 20 sh -c "! ls -d /sys/class/nvme/nvme* >/dev/null 2>&1" ||
+		say "$1 round $2: an nvme controller is left: $(ls /sys/class/nvme)"
+	record "$1 $2 nvme_rr4k ${rr:-nan} IOPS"
+	record "$1 $2 nvme_sw128k ${sw:-nan} MiB/s"
+	[ -n "$rr" ] && [ -n "$sw" ] || say "$1 round $2: fio failed; read $tmp/$name-*"
+	say "$1 round $2: NVMe/RDMA ${NS:-?}: 4 KiB randread QD32 ${rr:-nan} IOPS; 128 KiB write QD8 ${sw:-nan} MiB/s"
+}
+
 nics_up $NET
 rmmod rdma_rxe 2>/dev/null
 # The control path of ours and C in pairs, when both are measured.
@@ -322,9 +525,15 @@ if listed erdma_rs "$DRIVERS" && listed erdma "$DRIVERS"; then
 	paired 1 $((PAIRS / 2)) $((PAIRS - PAIRS / 2))
 	PAIRED="erdma_rs erdma"
 fi
+# The NVMe/RDMA target's configuration, for the rounds (after the pairs:
+# nothing of it is loaded while they run).
+IP_A=$(ipv4_of "$ND_A") IP_B=$(ipv4_of "$ND_B")
+nvme_prepare || { say "FAILED: the nvmet-rdma target could not be configured"; exit 1; }
 say "$ROUNDS rounds of: $DRIVERS; ports $ND_A and $ND_B; control loops ${CTL_SECONDS}s each" \
 	"${PAIRED:+(not for $PAIRED: paired above)}; latency $LAT_ITERS iterations" \
-	"(rxe $RXE_LAT_ITERS), bandwidth ${BW_SECONDS}s per run, kernel CQs $KCQ_QPS QPs for ${KCQ_SECONDS}s"
+	"(rxe $RXE_LAT_ITERS), bandwidth ${BW_SECONDS}s per run, kernel CQs $KCQ_QPS QPs for ${KCQ_SECONDS}s," \
+	"cmtime $CM_CONNS connections, rping $RPING_COUNT x $RPING_SIZE B (rxe $RXE_RPING_COUNT)," \
+	"fio ${FIO_SECONDS}s per job"
 round=1
 while [ $round -le "$ROUNDS" ]; do
 	# Rounds 1-4: ours C rxe, C ours rxe, rxe ours C, rxe C ours; and again.
@@ -344,12 +553,13 @@ while [ $round -le "$ROUNDS" ]; do
 			listed "$drv" "$PAIRED" || control "$drv" "$round"
 			kcq "$drv" "$round"
 			data "$drv" "$round"
+			cm "$drv" "$round"
+			nvmeof "$drv" "$round"
 		else
 			say "round $round: $drv did not load; read the console log"
 			ctl=$CTL_METRICS
 			! listed "$drv" "$PAIRED" || ctl=""
-			for m in $ctl kcq write_lat_p50 write_lat_p99 send_lat_p50 send_lat_p99 \
-				write_bw_q1 write_bw_q4 read_bw_q1 read_bw_q4; do
+			for m in $ctl $ROUND_METRICS; do
 				record "$drv $round $m nan -"
 			done
 		fi
@@ -357,6 +567,8 @@ while [ $round -le "$ROUNDS" ]; do
 	done
 	round=$((round + 1))
 done
+
+nvme_finish
 
 # A WARN()'s "cut here" line is left out: its WARNING line, which follows,
 # says whose it is (and is what BENCH_TOLERATE names).

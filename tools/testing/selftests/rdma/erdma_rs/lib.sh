@@ -307,10 +307,19 @@ listening() {
 	return 1
 }
 
+# cm_listening PORT: an rdma_cm ID listens on PORT (any address, any RDMA
+# device), as the RDMA core's resource tracking shows it (rdma resource show
+# cm_id: "... state LISTEN ... src-addr 169.254.55.1:7174 ...").
+cm_listening() {
+	rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN .*src-addr [^ ]*:$1\( \|\$\)"
+}
+
 # run_pair NAME PORT DONE SERVER-CMD... -- CLIENT-CMD...: starts the server,
-# waits (20 s) until it listens on TCP port PORT, runs the client, and waits for
-# both (120 s each). Both must exit 0, and the client must print DONE. Output goes to
-# $tmp/NAME.srv and $tmp/NAME.cli, and into the TAP diagnostics on failure.
+# waits (20 s) until it listens on TCP port PORT (or, with RUN_PAIR_READY set
+# to cm_listening, until an rdma_cm ID listens on it), runs the client, and
+# waits for both (RUN_PAIR_TIMEOUT, 120 s, each). Both must exit 0, and the
+# client must print DONE. Output goes to $tmp/NAME.srv and $tmp/NAME.cli, and
+# into the TAP diagnostics on failure.
 run_pair() {
 	_name=$1 _port=$2 _done=$3
 	shift 3
@@ -320,15 +329,15 @@ run_pair() {
 		shift
 	done
 	shift
-	eval "timeout 120 $_srv" >"$tmp/$_name.srv" 2>&1 &
+	eval "timeout ${RUN_PAIR_TIMEOUT:-120} $_srv" >"$tmp/$_name.srv" 2>&1 &
 	_spid=$!
-	if ! wait_for 20 listening "$_port"; then
+	if ! wait_for 20 "${RUN_PAIR_READY:-listening}" "$_port"; then
 		tap_diag "server did not start: $(tr '\n' ';' <"$tmp/$_name.srv")"
 		kill $_spid 2>/dev/null
 		wait $_spid 2>/dev/null
 		return 1
 	fi
-	timeout 120 "$@" >"$tmp/$_name.cli" 2>&1
+	timeout "${RUN_PAIR_TIMEOUT:-120}" "$@" >"$tmp/$_name.cli" 2>&1
 	_crc=$?
 	wait $_spid
 	_src=$?
@@ -365,8 +374,49 @@ unload() {
 	return $_urc
 }
 
-# unload_and_finish DRIVER: the last test points of a test: DRIVER unloads,
-# and the kernel log has no kernel report; then the plan.
+# model_objects: "BDF=QPS/CQS/MRS/AHS ..." for every eRDMA function bound to
+# the driver under test that has the model's test page (empty without one).
+model_objects() {
+	for _f in $(erdma_functions); do
+		is_bound "$_f" && has_test_page "$_f" || continue
+		_o=$(model_cmd "$_f" "query objects") || continue
+		printf '%s ' "$_f=${_o#ok objects=}"
+	done
+}
+
+# model_no_more BEFORE [pool]: every function of BEFORE (model_objects) holds
+# the QPs, CQs, MRs and AHs it held then. With "pool", CQs may have been
+# added: the RDMA core's CQ pool (ib_cq_pool_get, used by nvme-rdma and
+# nvmet-rdma) keeps its CQs until the device is unregistered.
+model_no_more() {
+	for _o in $1; do
+		_f=${_o%%=*} _b=${_o#*=}
+		_n=$(model_cmd "$_f" "query objects") || return 1
+		_n=${_n#ok objects=}
+		if [ "${2:-}" = pool ]; then
+			[ "${_n%%/*}" = "${_b%%/*}" ] && [ "${_n#*/*/}" = "${_b#*/*/}" ] &&
+				[ "$(echo "$_n" | cut -d/ -f2)" -ge "$(echo "$_b" | cut -d/ -f2)" ] && continue
+		else
+			[ "$_n" = "$_b" ] && continue
+		fi
+		tap_diag "$_f: the model holds QPs/CQs/MRs/AHs $_n, before: $_b"
+		return 1
+	done
+}
+
+# model_clean BDF...: the functions with the test page hold no QP, CQ, MR or
+# AH (after the driver unloaded).
+model_clean() {
+	for _f in "$@"; do
+		has_test_page "$_f" || continue
+		_n=$(model_cmd "$_f" "query objects") || return 1
+		[ "$_n" = "ok objects=0/0/0/0" ] || { tap_diag "$_f: the model holds $_n"; return 1; }
+	done
+}
+
+# unload_and_finish DRIVER [BDF...]: the last test points of a test: DRIVER
+# unloads (and, for ours, the adapters BDF... hold no object afterwards), and
+# the kernel log has no kernel report; then the plan.
 # The upstream C driver is not unloaded here: its removal races with ib_mad's
 # CQ polling and can oops (Documentation/infiniband/erdma-upstream-rmmod-race.rst),
 # so a scenario unloads it once, at its end (run_tests.sh), rather than after
@@ -376,6 +426,9 @@ unload_and_finish() {
 		tap_diag "erdma stays loaded; run_tests.sh unloads it at the end of the scenario"
 	else
 		tap_check "rmmod $1" unload "$1"
+		_drv=$1
+		shift
+		[ $# = 0 ] || tap_check "the adapters hold no QP, CQ, MR or AH after rmmod $_drv" model_clean "$@"
 	fi
 	_trouble=$(kernel_trouble)
 	[ -z "$_trouble" ] || tap_diag "$_trouble"

@@ -1,8 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 #
-# perftest between two RoCEv2 adapters of this guest with the default
-# (non -R) connection setup: ib_{write,read,send,atomic}_{bw,lat}, through the
+# perftest between two RoCEv2 adapters of this guest, with the default
+# connection setup (GIDs exchanged over TCP) and again with rdma_cm's (-R):
+# ib_{write,read,send,atomic}_{bw,lat}, through the
 # driver under test and the stock erdma provider. Each run must complete on
 # both ends and print its result table. Iteration counts are small: the guest
 # runs under TCG, and bandwidth figures belong to `make bench`.
@@ -30,6 +31,23 @@ perf() {
 	tap_diag "$tool $*: $(grep -A1 '#bytes' "$tmp/$tool.cli" | tail -n 1 | tr -s ' ')"
 }
 
+# perf_cm TOOL ARGS...: as perf, with the connection set up by rdma_cm (-R):
+# the server binds A's address, the client B's (so the client's rdma_cm ID is
+# on B), and their parameters go through rdma_cm's private data instead of TCP.
+perf_cm() {
+	tool=$1
+	shift
+	next_port
+	RUN_PAIR_READY=cm_listening
+	run_pair "$tool-R" "$PORT" '#bytes' \
+		"$tool" -d "$IB_A" -R --bind_source_ip "$IP_A" -p "$PORT" -F "$@" -- \
+		"$tool" -d "$IB_B" -R --bind_source_ip "$IP_B" -p "$PORT" -F "$@" "$IP_A"
+	r=$?
+	RUN_PAIR_READY=listening
+	[ $r = 0 ] || return 1
+	tap_diag "$tool -R $*: $(grep -A1 '#bytes' "$tmp/$tool-R.cli" | tail -n 1 | tr -s ' ')"
+}
+
 tap_header
 nics_up $NET
 tap_check "modprobe $DRV" modprobe "$DRV"
@@ -43,5 +61,15 @@ tap_check "ib_send_bw 64 KiB" perf ib_send_bw -s 65536 -n 50
 tap_check "ib_send_lat 8 B" perf ib_send_lat -s 8 -n 100
 tap_check "ib_atomic_bw (fetch and add)" perf ib_atomic_bw -n 50
 tap_check "ib_atomic_lat (compare and swap)" perf ib_atomic_lat -A CMP_AND_SWAP -n 50
+# The same through rdma_cm (-R), which needs the adapters' GSI QPs (UD, issue
+# 10). perftest 25.01 has no data validation (--data_validation came later).
+tap_check "ib_write_bw -R 64 KiB" perf_cm ib_write_bw -s 65536 -n 50
+tap_check "ib_write_lat -R 8 B" perf_cm ib_write_lat -s 8 -n 100
+tap_check "ib_read_bw -R 64 KiB" perf_cm ib_read_bw -s 65536 -n 50
+tap_check "ib_read_lat -R 8 B" perf_cm ib_read_lat -s 8 -n 100
+tap_check "ib_send_bw -R 64 KiB" perf_cm ib_send_bw -s 65536 -n 50
+tap_check "ib_send_lat -R 8 B" perf_cm ib_send_lat -s 8 -n 100
+tap_check "ib_atomic_bw -R (fetch and add)" perf_cm ib_atomic_bw -n 50
+tap_check "ib_atomic_lat -R (compare and swap)" perf_cm ib_atomic_lat -A CMP_AND_SWAP -n 50
 
 unload_and_finish "$DRV"

@@ -21,6 +21,11 @@ python3 -c 'import pyverbs' 2>/dev/null || ksft_skip_all "pyverbs is missing"
 
 tap_header
 nics_up $NET
+# The suite's rdma_cm cases run their two sides as processes synchronised by
+# multiprocessing, whose barriers and queues are POSIX semaphores in /dev/shm
+# (the guest's /dev is a bare devtmpfs).
+mountpoint -q /dev/shm || { mkdir -p /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /dev/shm; }
+tap_check "/dev/shm is mounted (multiprocessing's semaphores)" mountpoint -q /dev/shm
 tap_check "modprobe $DRV" modprobe "$DRV"
 roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
 

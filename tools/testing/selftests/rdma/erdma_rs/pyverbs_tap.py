@@ -12,7 +12,10 @@ plan, for the calling shell script to number): a pass or a skip of the suite's
 own is ok.
 
 A case fails unless ALLOWED names it together with the exception type and a
-pattern of the message it fails with, and the driver under test (some limits
+pattern of the message it fails with (and, where the exception is the suite's
+generic one for a failure in a child process, a pattern of what the child
+printed: each case's output, its children's included, is captured and shown
+when it fails), and the driver under test (some limits
 are the device's or the stock provider's and hold for both drivers; a few are
 our driver's, named with the issue that lifts them). Such a failure is a skip
 that gives the reason. A listed case that fails any other way is a failure, and
@@ -25,6 +28,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import time
 import unittest
 from dataclasses import dataclass
@@ -45,6 +49,7 @@ class Allowed:
     msg: str            # a regular expression the message must match (re.search)
     reason: str
     drivers: tuple = BOTH
+    output: str = ""    # a regular expression the case's output must match (re.M), if set
 
     def covers(self, name, driver):
         return driver in self.drivers and any(fnmatch.fnmatchcase(name, n) for n in self.names)
@@ -53,32 +58,29 @@ class Allowed:
 ALLOWED = [
     # random_qp_cap() draws send SGEs from 1..max_sge/2; the device has one
     # receive SGE, so libibverbs reports max_sge = 1 and the range is empty.
-    # (User UD QPs, which the stock provider cannot address without create_ah,
-    # are refused at creation, and the suite skips those cases itself.)
     Allowed(("test_qp.QPTest.test_create_*_qp_*_attr", "test_qp.QPTest.test_query_*_qp",
              "test_qp.QPTest.test_query_data_in_order", "test_qp.QPTest.test_modify_ud_qp",
              "test_qp.QPTest.test_create_raw_qp_ex_with_illegal_caps_*"),
             "ValueError", r"^empty range", "suite needs max_sge >= 2"),
-    # User UD through the upstream driver: it creates UD QPs, but the stock
-    # provider has no create_ah (erdma-hw.md 8). (erdma_rs refuses user UD QPs
-    # at creation, and the suite skips these cases itself.)
+    # User UD: both drivers create UD QPs (issue 10 gave ours UD), but the stock
+    # provider has no create_ah (erdma-hw.md 8), so the suite's UD traffic
+    # cannot address anyone.
     Allowed(("test_cq_events.CqEventsTestCase.test_cq_events_ud",
              "test_relaxed_ordering.RoTestCase.test_ro_ud_traffic"),
             "PyverbsRDMAError", r"^Failed to create AH\. Errno: 95",
-            "the stock provider has no create_ah", drivers=("erdma",)),
-    # rdma_cm over RoCEv2 through the upstream driver: the suite's CM processes
-    # never connect (the suite kills them after its own timeout), on the debug
-    # kernel in about 40 s each; not investigated yet. (erdma_rs has no
-    # address handles yet, so the suite skips these cases on it.)
-    Allowed(("test_rdmacm.CMTestCase.test_rdmacm_async_read",
-             "test_rdmacm.CMTestCase.test_rdmacm_async_reject_traffic",
-             "test_rdmacm.CMTestCase.test_rdmacm_async_traffic",
-             "test_rdmacm.CMTestCase.test_rdmacm_async_traffic_external_qp",
-             "test_rdmacm.CMTestCase.test_rdmacm_async_udp_traffic",
-             "test_rdmacm.CMTestCase.test_rdmacm_async_write",
-             "test_rdmacm.CMTestCase.test_rdmacm_sync_traffic"),
-            "Exception", r"^RDMA CM test procces is stuck",
-            "rdma_cm connections over RoCEv2 never complete", drivers=("erdma",)),
+            "the stock provider has no create_ah"),
+    # rdma_cm's ACK timeout option (qp_timeout=21): the suite queries the QP's
+    # IBV_QP_TIMEOUT after connecting and asserts it is 21, but the upstream
+    # driver's query_qp does not report the timeout (it reads 0: the adapter does
+    # not take it and that driver does not keep it; ours keeps it for queries).
+    # The assert has no message, so each
+    # child prints "Player <side> got: " and nothing more, and the suite raises
+    # its generic exception. (The other rdma_cm cases pass with both drivers;
+    # the UDP one is skipped by the suite: no user AH, so no user UD traffic.)
+    Allowed(("test_rdmacm.CMTestCase.test_rdmacm_async_traffic",),
+            "Exception", r"^Exception in active/passive side occurred$",
+            "query_qp does not report the ACK timeout", drivers=("erdma",),
+            output=r"^Player (active|passive) got: $"),
     # The stock provider turns the refusal of a CQ deeper than max_cqe into
     # EIO (the C driver and ours both refuse it).
     Allowed(("test_cq.CQAPITest.test_create_cq_bad_flow",),
@@ -107,6 +109,9 @@ class TapResult(unittest.TestResult):
     def __init__(self, driver):
         super().__init__()
         self.driver = driver
+        self.saved = None
+        self.output = ""
+        self.name_now = ""
         self.passed = self.allowed = self.bad = 0
 
     @staticmethod
@@ -120,10 +125,41 @@ class TapResult(unittest.TestResult):
     def startTest(self, test):
         super().startTest(test)
         self.started = time.monotonic()
+        self.capture()
         signal.alarm(CASE_TIMEOUT_S)
+
+    def capture(self):
+        """Sends what the case and its child processes print to a file."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.captured = tempfile.TemporaryFile()
+        self.saved = (os.dup(1), os.dup(2))
+        os.dup2(self.captured.fileno(), 1)
+        os.dup2(self.captured.fileno(), 2)
+        self.output = ""
+
+    def release(self):
+        """Ends capture(): the case's output goes to self.output."""
+        if self.saved is None:
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(self.saved[0], 1)
+        os.dup2(self.saved[1], 2)
+        for fd in self.saved:
+            os.close(fd)
+        self.saved = None
+        self.captured.seek(0)
+        self.output = self.captured.read().decode(errors="replace")
+        self.captured.close()
+
+    def show_output(self):
+        for line in self.output.splitlines()[-20:]:
+            print(f"# {self.name_now}: output: {line}")
 
     def stopTest(self, test):
         signal.alarm(0)
+        self.release()
         took = time.monotonic() - self.started
         if took >= SLOW_CASE_S:
             print(f"# {self.name(test)} took {took:.0f} s")
@@ -134,6 +170,7 @@ class TapResult(unittest.TestResult):
         return next((a for a in ALLOWED if a.covers(name, self.driver)), None)
 
     def addSuccess(self, test):
+        self.release()
         super().addSuccess(test)
         self.passed += 1
         a = self.entry(test)
@@ -142,21 +179,26 @@ class TapResult(unittest.TestResult):
         self.emit(test, True)
 
     def addSkip(self, test, reason):
+        self.release()
         super().addSkip(test, reason)
         self.emit(test, True, reason.replace("\n", " "))
 
     def _fail(self, test, err):
+        self.release()
+        self.name_now = self.name(test)
+        self.show_output()
         exc_type, exc = err[0].__name__, err[1]
         msg = first_line(exc)
         a = self.entry(test)
-        if a and exc_type == a.exc and re.search(a.msg, str(exc)):
+        if a and exc_type == a.exc and re.search(a.msg, str(exc)) and \
+                (not a.output or re.search(a.output, self.output, re.M)):
             self.allowed += 1
             self.emit(test, True, f"allowed failure: {a.reason} ({exc_type}: {msg[:120]})")
             return
         self.bad += 1
         if a:
-            print(f"# {self.name(test)}: allowed only to fail with {a.exc} matching {a.msg!r} "
-                  f"({a.reason})")
+            print(f"# {self.name(test)}: allowed only to fail with {a.exc} matching {a.msg!r}"
+                  + (f" and output matching {a.output!r}" if a.output else "") + f" ({a.reason})")
         print(f"# {self.name(test)}: {exc_type}: {msg}")
         self.emit(test, False)
 
@@ -169,11 +211,13 @@ class TapResult(unittest.TestResult):
         self._fail(test, err)
 
     def addExpectedFailure(self, test, err):
+        self.release()
         super().addExpectedFailure(test, err)
         self.passed += 1
         self.emit(test, True)
 
     def addUnexpectedSuccess(self, test):
+        self.release()
         super().addUnexpectedSuccess(test)
         self.bad += 1
         self.emit(test, False)

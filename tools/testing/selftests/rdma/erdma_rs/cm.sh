@@ -1,0 +1,194 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# rdma_cm between two RoCEv2 adapters of this guest, through the driver under
+# test and the stock erdma provider: librdmacm's example tools (rdmacm-utils).
+# Connections are set up by the RDMA core's connection manager, whose MADs
+# travel on the adapters' GSI QPs (UD) through the model; the client binds
+# its source address to adapter B's netdev, so its rdma_cm ID is on B and
+# connects to A (rdma_client and riostream cannot bind a source: theirs run
+# on adapter A alone, looped back by the model). rping validates the data
+# (-V) at a range of sizes and 1,000 round trips; ucmatose runs several
+# connections, cmtime times them; a connection the listener rejects and a
+# connection to a port nobody listens on end in the error rdma_cm reports,
+# never in a hang. Every command is bounded by a timeout.
+# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
+
+. "$(dirname "$0")/lib.sh"
+
+DRV=$ERDMA_DRIVER
+NET=55
+functions=$(erdma_functions)
+[ -n "$functions" ] || ksft_skip_all "no eRDMA function (1ded:107f) present"
+command -v rping >/dev/null || ksft_skip_all "rping (rdmacm-utils) is missing"
+tmp=/tmp/cm
+rm -rf "$tmp"
+mkdir -p "$tmp"
+# rdma_cm listeners open no TCP socket: run_pair waits for the rdma_cm ID.
+RUN_PAIR_READY=cm_listening
+PORT=18700
+
+# rping_pair NAME COUNT SIZE [CLIENT-ARGS...]: rping from B to A, COUNT round
+# trips of SIZE bytes, the client validating every one (-V). Its output is
+# line-buffered (stdbuf): its messages on stderr must not land in the middle
+# of a line of stdout.
+rping_pair() {
+	name=$1 count=$2 size=$3
+	shift 3
+	next_port
+	run_pair "$name" "$PORT" '' \
+		stdbuf -oL rping -s -a "$IP_A" -p "$PORT" -S "$size" -C "$count" "$@" -- \
+		stdbuf -oL rping -c -a "$IP_A" -I "$IP_B" -p "$PORT" -S "$size" -C "$count" -V "$@" || return 1
+	if grep -q 'mismatch\|error\|failed' "$tmp/$name.cli" "$tmp/$name.srv"; then
+		tap_diag "$name: $(grep -h 'mismatch\|error\|failed' "$tmp/$name.cli" "$tmp/$name.srv" | head -n 3)"
+		return 1
+	fi
+}
+
+# rping_verbose: 1,000 round trips of 64 bytes, each one printed by both
+# ends (-v): all of them made it, in order.
+rping_verbose() {
+	rping_pair verbose 1000 64 -v || return 1
+	c=$(grep -c '^ping data: rdma-ping-' "$tmp/verbose.cli")
+	s=$(grep -c '^server ping data: rdma-ping-' "$tmp/verbose.srv")
+	last=$(sed -n 's/^ping data: rdma-ping-\([0-9]*\): .*/\1/p' "$tmp/verbose.cli" | tail -n 1)
+	tap_diag "rping: the client printed $c pings, the server $s; the last: rdma-ping-$last"
+	[ "$c" -eq 1000 ] && [ "$s" -eq 1000 ] && [ "$last" = 999 ] ||
+		{ tap_diag "expected 1000 on each side, the last rdma-ping-999"; return 1; }
+}
+
+# rping_loop: rping on adapter A alone (client and server on one adapter).
+rping_loop() {
+	next_port
+	run_pair loop "$PORT" '' \
+		rping -s -a "$IP_A" -p "$PORT" -C 100 -- \
+		rping -c -a "$IP_A" -p "$PORT" -C 100 -V
+}
+
+# ucmatose_pair N: N connections from B to A, each with 20 sends of 1000
+# bytes both ways.
+ucmatose_pair() {
+	next_port
+	run_pair "ucmatose$1" "$PORT" 'data transfers complete' \
+		ucmatose -b "$IP_A" -p "$PORT" -c "$1" -C 20 -S 1000 -- \
+		ucmatose -s "$IP_A" -b "$IP_B" -p "$PORT" -c "$1" -C 20 -S 1000 || return 1
+	grep -q 'data transfers complete' "$tmp/ucmatose$1.srv" ||
+		{ tap_diag "server: $(tr '\n' ';' <"$tmp/ucmatose$1.srv" | tail -c 600)"; return 1; }
+	grep -q 'return status 0' "$tmp/ucmatose$1.cli" "$tmp/ucmatose$1.srv"
+}
+
+# rdma_server/rdma_client: one send each way on adapter A.
+rdma_pair() {
+	next_port
+	run_pair rdma_client "$PORT" 'rdma_client: end 0' \
+		rdma_server -s "$IP_A" -p "$PORT" -- \
+		rdma_client -s "$IP_A" -p "$PORT" || return 1
+	grep -q 'rdma_server: end 0' "$tmp/rdma_client.srv" ||
+		{ tap_diag "server: $(tr '\n' ';' <"$tmp/rdma_client.srv")"; return 1; }
+}
+
+# riostream: rsockets with RDMA-mapped buffers, 100 transfers of 4 KiB each
+# way, both ends verifying the data (-T v), on adapter A.
+riostream_pair() {
+	next_port
+	RUN_PAIR_TIMEOUT=60
+	run_pair riostream "$PORT" '^custom' \
+		riostream -b "$IP_A" -p "$PORT" -S 4096 -C 100 -T v -- \
+		riostream -s "$IP_A" -p "$PORT" -S 4096 -C 100 -T v
+	r=$?
+	RUN_PAIR_TIMEOUT=120
+	[ $r = 0 ] || return 1
+	tap_diag "riostream: $(grep '^custom' "$tmp/riostream.cli" | tr -s ' ')"
+}
+
+# cmtime N: N connections from B to A with QPs, then N without, timed step by
+# step; the client reports every step of all of them.
+cmtime_pair() {
+	next_port
+	# Its client connects first over TCP (the out-of-band sync), which the
+	# server opens after listening on rdma_cm.
+	RUN_PAIR_READY=listening
+	run_pair cmtime "$PORT" '^establish' \
+		cmtime -b "$IP_A" -p "$PORT" -c "$1" -- \
+		cmtime -s "$IP_A" -b "$IP_B" -p "$PORT" -c "$1"
+	r=$?
+	RUN_PAIR_READY=cm_listening
+	[ $r = 0 ] || return 1
+	tap_diag "cmtime: $(grep -E '^(full connect|establish)' "$tmp/cmtime.cli" | tr -s ' ' | tr '\n' ';')"
+}
+
+# fails_with NAME SECONDS PATTERN CMD...: CMD fails (not by its timeout of
+# SECONDS: a hang is a failure) and prints PATTERN.
+fails_with() {
+	name=$1 secs=$2 pat=$3
+	shift 3
+	timeout "$secs" "$@" >"$tmp/$name" 2>&1
+	rc=$?
+	if [ $rc = 0 ] || [ $rc = 124 ] || ! grep -q -- "$pat" "$tmp/$name"; then
+		tap_diag "$name: exit $rc (124: still running after $secs s), expected a failure with '$pat': $(tr '\n' ';' <"$tmp/$name" | tail -c 800)"
+		return 1
+	fi
+	tap_diag "$name: exit $rc: $(grep -- "$pat" "$tmp/$name" | head -n 1)"
+}
+
+# rejected: a listener that takes one connection (ucmatose -c 1) is asked
+# for two: it rejects the second (IB_CM_REJ_CONSUMER_DEFINED, 28), and the
+# client fails with RDMA_CM_EVENT_REJECTED; neither end hangs.
+rejected() {
+	next_port
+	timeout 90 ucmatose -b "$IP_A" -p "$PORT" -c 1 -C 0 >"$tmp/reject.srv" 2>&1 &
+	spid=$!
+	wait_for 20 cm_listening "$PORT" || {
+		tap_diag "ucmatose did not listen: $(tr '\n' ';' <"$tmp/reject.srv")"
+		kill $spid 2>/dev/null
+		wait $spid
+		return 1
+	}
+	fails_with reject.cli 90 'RDMA_CM_EVENT_REJECTED, error: 28' \
+		ucmatose -s "$IP_A" -b "$IP_B" -p "$PORT" -c 2 -C 0
+	crc=$?
+	wait $spid
+	src=$?
+	tap_diag "server (exit $src): $(tr '\n' ';' <"$tmp/reject.srv" | tail -c 600)"
+	[ $crc = 0 ] && [ $src != 124 ] && grep -q 'failing connection request' "$tmp/reject.srv"
+}
+
+# leftovers: no rdma_cm ID is left, and (with the test page) the model holds
+# the QPs, CQs and MRs it held before the tests.
+leftovers() {
+	ids=$(rdma resource show cm_id 2>&1)
+	[ -z "$ids" ] || { tap_diag "cm_ids left: $(echo "$ids" | head -n 5 | tr '\n' ';')"; return 1; }
+}
+
+
+tap_header
+nics_up $NET
+tap_check "modprobe $DRV" modprobe "$DRV"
+roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
+[ -c /dev/infiniband/rdma_cm ] || ksft_skip_all "no /dev/infiniband/rdma_cm (rdma_ucm)"
+# What the model holds before the tests (QP1 and its CQs of the MAD layer).
+objects=$(model_objects)
+
+tap_check "rping $IB_B -> $IB_A: 1,000 round trips of 64 bytes, validated, all printed" rping_verbose
+for size in 26 1000 4096 65535; do
+	tap_check "rping $IB_B -> $IB_A: 50 round trips of $size bytes, validated (-V)" \
+		rping_pair "size$size" 50 "$size"
+done
+tap_check "rping $IB_A -> $IB_A (one adapter): 100 round trips, validated" rping_loop
+tap_check "ucmatose $IB_B -> $IB_A: 4 connections, 20 messages each way" ucmatose_pair 4
+tap_check "rdma_server/rdma_client on $IB_A: one message each way" rdma_pair
+tap_check "riostream on $IB_A: 100 x 4 KiB each way, verified" riostream_pair
+tap_check "cmtime $IB_B -> $IB_A: 10 connections with QPs and 10 without" cmtime_pair 10
+tap_check "ucmatose: a listener taking 1 connection rejects the second (REJECTED, 28)" rejected
+next_port
+tap_check "rping to a port nobody listens on fails: REJECTED (8, invalid service ID)" \
+	fails_with nolistener 90 'RDMA_CM_EVENT_REJECTED, error 8' \
+	rping -c -a "$IP_A" -I "$IP_B" -p "$PORT" -C 1
+tap_check "rping to an address nobody has fails: ADDR_ERROR" \
+	fails_with noaddress 60 'RDMA_CM_EVENT_ADDR_ERROR' \
+	rping -c -a "169.254.$NET.250" -I "$IP_B" -p "$PORT" -C 1
+tap_check "no rdma_cm ID is left" leftovers
+[ -z "$objects" ] ||
+	tap_check "the model holds no more objects than before: $objects" model_no_more "$objects"
+
+unload_and_finish "$DRV" $functions

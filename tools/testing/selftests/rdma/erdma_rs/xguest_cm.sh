@@ -1,0 +1,121 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+#
+# rdma_cm between two guests, each with one RoCEv2 adapter, through one model
+# process: librdmacm's tools (rping validating its data, ucmatose with two
+# connections, rdma_server/rdma_client, riostream verifying its data, cmtime)
+# and perftest with rdma_cm's connection setup (-R). The guest whose adapter
+# has the lower MAC serves, the other connects to 169.254.NET.<server MAC
+# byte>, retrying while the server does not listen yet (rdma_cm rejects a
+# connection to a port nobody listens on); both run this script. The client
+# also checks that a connection to a port nobody listens on fails.
+# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
+
+. "$(dirname "$0")/lib.sh"
+
+DRV=$ERDMA_DRIVER
+NET=57
+SERVER_BYTE=${XGUEST_SERVER_BYTE:-1}
+tmp=/tmp/xguest_cm
+rm -rf "$tmp"
+mkdir -p "$tmp"
+command -v rping >/dev/null || ksft_skip_all "rping (rdmacm-utils) is missing"
+
+tap_header
+nics_up $NET
+tap_check "modprobe $DRV" modprobe "$DRV"
+
+ib="" role=""
+for bdf in $(erdma_functions); do
+	wait_for 10 is_bound "$bdf" || continue
+	mac=$(mac_of "$bdf")
+	nd=$(netdev_of "$mac") || continue
+	wait_for 10 sh -c "rdma link show | grep -q ' netdev $nd '"
+	ib=$(ibdev_of "$nd")
+	ip=$(ipv4_of "$nd")
+	wait_for 10 gid_index "$ib" "$ip" >/dev/null || continue
+	[ $((0x${mac##*:})) = "$SERVER_BYTE" ] && role=server || role=client
+	tap_diag "$bdf: $ib on $nd, $ip: $role"
+	break
+done
+[ -n "$role" ] || ksft_skip_all "no RoCEv2 adapter bound"
+# This test's own addresses (a NIC keeps those of the tests before); every
+# listener and every client binds them.
+server_ip=169.254.$NET.$SERVER_BYTE
+my_ip=169.254.$NET.$((0x${mac##*:}))
+
+# What a client sees while the server does not listen yet: rdma_cm's reject
+# (invalid service ID), or a refused TCP connection (cmtime's sync socket).
+NOT_YET='REJECTED, error:\{0,1\} 8\|Connection refused\|rdma_connect: Invalid argument\|Unable to perform rdma_client\|Failed to connect'
+
+# uptime: seconds since boot.
+uptime() { read -r _up _idle </proc/uptime; echo "${_up%.*}"; }
+
+# xrun NAME DONE SERVER-ARGS -- CLIENT-ARGS: the server runs SERVER-ARGS (150 s
+# at most), the client CLIENT-ARGS (60 s at most a try, retrying for 200 s
+# while the server does not listen yet: the guests drift apart by a test's
+# length at most); each must exit 0 and print DONE.
+xrun() {
+	name=$1 done=$2
+	shift 2
+	srv="" cli=""
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do
+		srv="$srv '$1'"
+		shift
+	done
+	shift
+	for a in "$@"; do cli="$cli '$a'"; done
+	if [ $role = server ]; then
+		eval "timeout 150 $srv" >"$tmp/$name" 2>&1
+		rc=$?
+	else
+		start=$(uptime)
+		while :; do
+			eval "timeout 60 $cli" >"$tmp/$name" 2>&1
+			rc=$?
+			# (cmtime says nothing when its sync socket is refused.)
+			[ $rc != 0 ] && { grep -q "$NOT_YET" "$tmp/$name" || [ ! -s "$tmp/$name" ]; } &&
+				[ $(($(uptime) - start)) -lt 200 ] || break
+			sleep 1
+		done
+	fi
+	if [ $rc != 0 ] || ! grep -q -- "$done" "$tmp/$name" || grep -qi 'mismatch\|verification failed' "$tmp/$name"; then
+		tap_diag "$role (exit $rc): $(tr '\n' ';' <"$tmp/$name" | tail -c 1500)"
+		return 1
+	fi
+	tap_diag "$name: $(grep -- "$done" "$tmp/$name" | head -n 1 | tr -s ' ')"
+}
+
+tap_check "$role: rping across guests, 200 round trips of 1000 bytes, validated" \
+	xrun rping '' rping -s -a "$server_ip" -p 18801 -S 1000 -C 200 -- \
+	rping -c -a "$server_ip" -I "$my_ip" -p 18801 -S 1000 -C 200 -V
+tap_check "$role: ucmatose across guests, 2 connections" \
+	xrun ucmatose 'return status 0' ucmatose -b "$server_ip" -p 18802 -c 2 -C 20 -- \
+	ucmatose -s "$server_ip" -b "$my_ip" -p 18802 -c 2 -C 20
+tap_check "$role: rdma_server/rdma_client across guests" \
+	xrun rdma_client 'end 0' rdma_server -s "$server_ip" -p 18803 -- rdma_client -s "$server_ip" -p 18803
+tap_check "$role: riostream across guests, 100 x 4 KiB, verified" \
+	xrun riostream '^custom' riostream -b "$server_ip" -p 18804 -S 4096 -C 100 -T v -- \
+	riostream -s "$server_ip" -p 18804 -S 4096 -C 100 -T v
+tap_check "$role: cmtime across guests, 5 connections" \
+	xrun cmtime '^establish' cmtime -b "$server_ip" -p 18805 -c 5 -- cmtime -s "$server_ip" -b "$my_ip" -p 18805 -c 5
+tap_check "$role: ib_send_bw -R across guests" \
+	xrun send_bw '#bytes' ib_send_bw -d "$ib" -R --bind_source_ip "$server_ip" -p 18806 -F -s 65536 -n 50 -- \
+	ib_send_bw -d "$ib" -R --bind_source_ip "$my_ip" -p 18806 -F -s 65536 -n 50 "$server_ip"
+# (The server of a latency test prints no results, only its banner.)
+lat_done='#bytes'
+[ $role = client ] || lat_done='RDMA_Read Latency Test'
+tap_check "$role: ib_read_lat -R across guests" \
+	xrun read_lat "$lat_done" ib_read_lat -d "$ib" -R --bind_source_ip "$server_ip" -p 18807 -F -s 8 -n 100 -- \
+	ib_read_lat -d "$ib" -R --bind_source_ip "$my_ip" -p 18807 -F -s 8 -n 100 "$server_ip"
+if [ $role = client ]; then
+	timeout 90 rping -c -a "$server_ip" -I "$my_ip" -p 18899 -C 1 >"$tmp/nolistener" 2>&1
+	rc=$?
+	tap_diag "rping to port 18899 (exit $rc): $(tr '\n' ';' <"$tmp/nolistener")"
+	tap_check "$role: rping to a port nobody listens on fails: REJECTED (8)" \
+		sh -c "[ $rc != 0 ] && [ $rc != 124 ] && grep -q 'RDMA_CM_EVENT_REJECTED, error 8' $tmp/nolistener"
+else
+	tap_skip "$role: rping to a port nobody listens on fails" "the client's test"
+fi
+
+unload_and_finish "$DRV"
