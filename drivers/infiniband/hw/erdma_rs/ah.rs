@@ -18,7 +18,6 @@ use kernel::{
         AhSetup,
         RoceAddress, //
     },
-    sync::SpinLockIrq,
 };
 
 use crate::{
@@ -31,16 +30,12 @@ use crate::{
     },
     formats::low32,
     ibdev::IbData,
-    ids::Ids,
+    kverbs::AddressHandle,
     pd::Pd,
 };
 
 /// The lowest UDP source port of RoCEv2 flows (`IB_ROCE_UDP_ENCAP_VALID_PORT_MIN`).
 const UDP_SPORT_MIN: u16 = 0xc000;
-
-/// AHNs the driver hands out at most: `max_ah` is capped to this, so that the range's bitmap
-/// stays small (128 KiB) whatever the adapter reports.
-pub(crate) const MAX_AHS: u32 = 1 << 20;
 
 /// The RoCEv2 address vector of `ah`: a global routing header whose source GID is a RoCEv2 one
 /// (IPv4-mapped GIDs make an IPv4 path). `udp_sport` gives the UDP source port for the flow
@@ -160,27 +155,14 @@ impl Ah {
     pub(crate) fn query(&self, out: &mut AhAttrOut<'_>) {
         out.set_roce(&self.addr);
     }
+}
 
-    /// The adapter's number of the address handle.
-    pub(crate) fn ahn(&self) -> u32 {
+impl AddressHandle for Ah {
+    fn ahn(&self) -> u32 {
         self.ahn
     }
 
-    /// The protection domain it was created in.
-    pub(crate) fn pdn(&self) -> u32 {
+    fn pdn(&self) -> u32 {
         self.pdn
     }
 }
-
-/// The AHNs of a RoCE adapter that reports `2^max_ah_log2` address handles.
-pub(crate) fn ahn_range(max_ah_log2: u8) -> Result<Ids> {
-    Ids::new(0, max_ahs(max_ah_log2))
-}
-
-/// The number of address handles a RoCE adapter offers.
-pub(crate) fn max_ahs(max_ah_log2: u8) -> u32 {
-    (1u32 << max_ah_log2.min(31)).min(MAX_AHS)
-}
-
-/// The AHN range of a device, under an interrupt-safe lock.
-pub(crate) type AhIds = SpinLockIrq<Ids>;

@@ -58,10 +58,6 @@ use kernel::{
 };
 
 use crate::{
-    ah::{
-        self,
-        AhIds, //
-    },
     cmdq::Wait,
     commands::{
         AllocDb,
@@ -93,6 +89,8 @@ use crate::{
     },
     hw::Hw,
     ids::{
+        self,
+        AhIds,
         Ids,
         ObjIds, //
     },
@@ -186,7 +184,7 @@ impl<'bound> IbData<'bound> {
             ids: Arc::pin_init(new_mutex!(ids), GFP_KERNEL)?,
             ahs: match protocol {
                 Protocol::RoceV2 => Some(Arc::pin_init(
-                    new_spinlock_irq!(ah::ahn_range(caps.max_ah_log2)?),
+                    new_spinlock_irq!(ids::ahn_range(caps.max_ah_log2)?),
                     GFP_KERNEL,
                 )?),
                 Protocol::Iwarp => None,
@@ -250,7 +248,7 @@ impl<'bound> IbData<'bound> {
             });
         if self.roce() {
             attr.set_max_pkeys(1)
-                .set_max_ah(ah::max_ahs(caps.max_ah_log2));
+                .set_max_ah(ids::max_ahs(caps.max_ah_log2));
         }
         Ok(())
     }

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Numbers the driver hands out for adapter objects: PDNs, CQNs, QPNs, MPT indices.
+//! Numbers the driver hands out for adapter objects: PDNs, CQNs, QPNs, MPT indices, AHNs.
 
 use kernel::{
     id_pool::IdPool,
     prelude::*,
-    sync::Mutex, //
+    sync::{
+        Mutex,
+        SpinLockIrq, //
+    },
 };
 
 /// A range of numbers `[first, end)`, handed out cyclically (a number just freed is reused
@@ -61,6 +64,23 @@ impl Ids {
         }
     }
 }
+
+/// AHNs the driver hands out at most: `max_ah` is capped to this, so that the range's bitmap
+/// stays small (128 KiB) whatever the adapter reports.
+pub(crate) const MAX_AHS: u32 = 1 << 20;
+
+/// The AHNs of a RoCE adapter that reports `2^max_ah_log2` address handles.
+pub(crate) fn ahn_range(max_ah_log2: u8) -> Result<Ids> {
+    Ids::new(0, max_ahs(max_ah_log2))
+}
+
+/// The number of address handles a RoCE adapter offers.
+pub(crate) fn max_ahs(max_ah_log2: u8) -> u32 {
+    (1u32 << max_ah_log2.min(31)).min(MAX_AHS)
+}
+
+/// The AHN range of a device, under an interrupt-safe lock.
+pub(crate) type AhIds = SpinLockIrq<Ids>;
 
 /// The kinds of object the driver numbers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -48,7 +48,6 @@ use kernel::{
 };
 
 use crate::{
-    ah::Ah,
     commands::Reflush,
     consts::{
         cqe_queue,
@@ -155,6 +154,14 @@ impl Frmr {
 pub(crate) trait FastReg {
     /// Its page list, if it is a fast-registration region.
     fn frmr(&self) -> Option<&Frmr>;
+}
+
+/// An address handle that datagram work requests may name.
+pub(crate) trait AddressHandle {
+    /// The adapter's number of the address handle.
+    fn ahn(&self) -> u32;
+    /// The protection domain it was created in.
+    fn pdn(&self) -> u32;
 }
 
 /// A send-queue entry being built: its memory image.
@@ -537,8 +544,9 @@ impl KernelQp {
         wrs: SendWrs<'_, T>,
     ) -> core::result::Result<(), (Error, usize)>
     where
-        T: kernel::rdma::Driver<Ah = Ah>,
+        T: kernel::rdma::Driver,
         T::Mr: FastReg,
+        T::Ah: AddressHandle,
     {
         if !self.can_post_send() {
             return Err((EINVAL, 0));
@@ -587,8 +595,9 @@ impl KernelQp {
     /// Builds the body of the entry for `wr` in `wqe`; the caller completes the header.
     fn build_sqe<T>(&self, wr: &SendWr<'_, T>, wqe: &mut SqeImage) -> Result<SqeBody>
     where
-        T: kernel::rdma::Driver<Ah = Ah>,
+        T: kernel::rdma::Driver,
         T::Mr: FastReg,
+        T::Ah: AddressHandle,
     {
         let hdr = SqeHeader::zeroed();
         let op = wr.opcode().ok_or(EINVAL)?;

@@ -36,10 +36,7 @@ use kernel::{
 use zerocopy::FromZeros;
 
 use crate::{
-    ah::{
-        address_vector,
-        Ah, //
-    },
+    ah::address_vector,
     cmdq::Wait,
     commands::{
         CreateQp,
@@ -82,6 +79,7 @@ use crate::{
         TakenId, //
     },
     kverbs::{
+        AddressHandle,
         FastReg,
         KernelCq,
         KernelQp,
@@ -575,8 +573,9 @@ impl Qp {
         wrs: SendWrs<'_, T>,
     ) -> core::result::Result<(), (Error, usize)>
     where
-        T: rdma::Driver<Ah = Ah>,
+        T: rdma::Driver,
         T::Mr: FastReg,
+        T::Ah: AddressHandle,
     {
         let k = self.hw.kernel.as_ref().ok_or((EINVAL, 0))?;
         let ret = k.post_send(&data.hw.bar, wrs);
