@@ -1047,16 +1047,13 @@ impl Device {
             io,
         );
     }
-
     /// A UD receive WQE that cannot take a datagram (malformed, its SGE refused, too small):
     /// it completes with `code` and nothing is written; unlike RC the QP keeps its state (a
     /// datagram service survives one bad datagram).
     fn ud_receive_error(&mut self, qpn: u32, code: u8, info: UdInfo, io: &mut Io<'_>) {
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(index) = self.fail_rqe(qpn, code, info, io) else {
             return;
         };
-        let index = qp.rq.ci;
-        qp.rq.ci = index.wrapping_add(1);
         if self.warned.dp_error() {
             log::warn!(
                 "QP {qpn}: UD receive WQE at {index:#x} failed with status {code} (datagram from \
@@ -1064,17 +1061,6 @@ impl Device {
                 info.src_qpn
             );
         }
-        self.rq_cqe(
-            qpn,
-            index,
-            op::RECEIVE,
-            code,
-            CqeExtra::None,
-            0,
-            false,
-            info,
-            io,
-        );
     }
 
     /// A fast-register WQE (§5.4): makes an FRMR valid with a new key, IOVA, length, rights.
@@ -1559,18 +1545,12 @@ impl Device {
         Some(Ok(rqe))
     }
 
-    /// Consumes the RQE at the CI with an error status and moves the QP to ERROR.
-    fn consume_rqe_error(&mut self, qpn: u32, code: u8, io: &mut Io<'_>) {
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
-            return;
-        };
+    /// Consumes the RQE at the CI with error status `code`, in a CQE carrying `info`; returns
+    /// its index, `None` if the QP does not exist.
+    fn fail_rqe(&mut self, qpn: u32, code: u8, info: UdInfo, io: &mut Io<'_>) -> Option<u16> {
+        let qp = self.func.rdma.qps.get_mut(&qpn)?;
         let index = qp.rq.ci;
         qp.rq.ci = index.wrapping_add(1);
-        if self.warned.dp_error() {
-            log::warn!(
-                "QP {qpn}: receive WQE at {index:#x} failed with status {code}; QP to ERROR"
-            );
-        }
         self.rq_cqe(
             qpn,
             index,
@@ -1579,9 +1559,22 @@ impl Device {
             CqeExtra::None,
             0,
             false,
-            UdInfo::NONE,
+            info,
             io,
         );
+        Some(index)
+    }
+
+    /// Consumes the RQE at the CI with an error status and moves the QP to ERROR.
+    fn consume_rqe_error(&mut self, qpn: u32, code: u8, io: &mut Io<'_>) {
+        let Some(index) = self.fail_rqe(qpn, code, UdInfo::NONE, io) else {
+            return;
+        };
+        if self.warned.dp_error() {
+            log::warn!(
+                "QP {qpn}: receive WQE at {index:#x} failed with status {code}; QP to ERROR"
+            );
+        }
         self.enter_error(qpn, io);
     }
 
