@@ -289,6 +289,32 @@ roce_pair() {
 	IP_A=$1 IP_B=$2
 }
 
+# xguest_adapter NET: in a test between two guests (each with one RoCEv2
+# adapter, both running the test), finds this guest's bound adapter and sets
+# IB, IP, GID (its RoCEv2 GID index) and MAC; ROLE is server in the guest whose
+# adapter's MAC ends in $XGUEST_SERVER_BYTE (1), client in the other.
+# SERVER_IP and MY_IP are the addresses 169.254.NET.<MAC's last byte>
+# nics_up NET gave the server's NIC and this guest's. Fails if no adapter is
+# bound.
+xguest_adapter() {
+	_sb=${XGUEST_SERVER_BYTE:-1}
+	for _bdf in $(erdma_functions); do
+		wait_for 10 is_bound "$_bdf" || continue
+		MAC=$(mac_of "$_bdf")
+		_nd=$(netdev_of "$MAC") || continue
+		wait_for 10 sh -c "rdma link show | grep -q ' netdev $_nd '"
+		IB=$(ibdev_of "$_nd")
+		IP=$(ipv4_of "$_nd")
+		wait_for 10 find_gid "$IB" "$IP" || continue
+		[ $((0x${MAC##*:})) = "$_sb" ] && ROLE=server || ROLE=client
+		SERVER_IP=169.254.$1.$_sb
+		MY_IP=169.254.$1.$((0x${MAC##*:}))
+		tap_diag "$_bdf: $IB on $_nd, $IP, GID index $GID: $ROLE"
+		return 0
+	done
+	return 1
+}
+
 PORT=18515
 # next_port: a fresh TCP port for the next client/server pair in $PORT.
 next_port() { PORT=$((PORT + 1)); }

@@ -280,23 +280,10 @@ if [ "$MODE" = local ]; then
 	roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
 	role=both
 else
-	SERVER_BYTE=${XGUEST_SERVER_BYTE:-1}
-	for bdf in $functions; do
-		wait_for 10 is_bound "$bdf" || continue
-		mac=$(mac_of "$bdf")
-		nd=$(netdev_of "$mac") || continue
-		wait_for 10 sh -c "rdma link show | grep -q ' netdev $nd '"
-		ib=$(ibdev_of "$nd")
-		ip=$(ipv4_of "$nd")
-		wait_for 10 gid_index "$ib" "$ip" >/dev/null || continue
-		[ $((0x${mac##*:})) = "$SERVER_BYTE" ] && role=target || role=host
-		tap_diag "$bdf: $ib on $nd, $ip: $role"
-		break
-	done
-	[ -n "$role" ] || ksft_skip_all "no RoCEv2 adapter bound"
+	xguest_adapter $NET || ksft_skip_all "no RoCEv2 adapter bound"
+	[ $ROLE = server ] && role=target || role=host
 	# This test's own addresses (a NIC keeps those of the tests before).
-	server_ip=169.254.$NET.$SERVER_BYTE
-	my_ip=169.254.$NET.$((0x${mac##*:}))
+	ib=$IB server_ip=$SERVER_IP my_ip=$MY_IP
 fi
 objects=$(model_objects)
 tap_check "modprobe nvme_rdma" modprobe nvme_rdma

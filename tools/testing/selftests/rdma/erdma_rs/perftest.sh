@@ -53,23 +53,22 @@ nics_up $NET
 tap_check "modprobe $DRV" modprobe "$DRV"
 roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
 
-tap_check "ib_write_bw 64 KiB" perf ib_write_bw -s 65536 -n 50
-tap_check "ib_write_lat 8 B" perf ib_write_lat -s 8 -n 100
-tap_check "ib_read_bw 64 KiB" perf ib_read_bw -s 65536 -n 50
-tap_check "ib_read_lat 8 B" perf ib_read_lat -s 8 -n 100
-tap_check "ib_send_bw 64 KiB" perf ib_send_bw -s 65536 -n 50
-tap_check "ib_send_lat 8 B" perf ib_send_lat -s 8 -n 100
-tap_check "ib_atomic_bw (fetch and add)" perf ib_atomic_bw -n 50
-tap_check "ib_atomic_lat (compare and swap)" perf ib_atomic_lat -A CMP_AND_SWAP -n 50
+# each_tool HOW LABEL: the eight tools, their connections set up by HOW (perf,
+# or perf_cm for rdma_cm), LABEL in their test points' names.
+each_tool() {
+	tap_check "ib_write_bw$2 64 KiB" $1 ib_write_bw -s 65536 -n 50
+	tap_check "ib_write_lat$2 8 B" $1 ib_write_lat -s 8 -n 100
+	tap_check "ib_read_bw$2 64 KiB" $1 ib_read_bw -s 65536 -n 50
+	tap_check "ib_read_lat$2 8 B" $1 ib_read_lat -s 8 -n 100
+	tap_check "ib_send_bw$2 64 KiB" $1 ib_send_bw -s 65536 -n 50
+	tap_check "ib_send_lat$2 8 B" $1 ib_send_lat -s 8 -n 100
+	tap_check "ib_atomic_bw$2 (fetch and add)" $1 ib_atomic_bw -n 50
+	tap_check "ib_atomic_lat$2 (compare and swap)" $1 ib_atomic_lat -A CMP_AND_SWAP -n 50
+}
+
+each_tool perf ""
 # The same through rdma_cm (-R), which needs the adapters' GSI QPs (UD, issue
 # 10). perftest 25.01 has no data validation (--data_validation came later).
-tap_check "ib_write_bw -R 64 KiB" perf_cm ib_write_bw -s 65536 -n 50
-tap_check "ib_write_lat -R 8 B" perf_cm ib_write_lat -s 8 -n 100
-tap_check "ib_read_bw -R 64 KiB" perf_cm ib_read_bw -s 65536 -n 50
-tap_check "ib_read_lat -R 8 B" perf_cm ib_read_lat -s 8 -n 100
-tap_check "ib_send_bw -R 64 KiB" perf_cm ib_send_bw -s 65536 -n 50
-tap_check "ib_send_lat -R 8 B" perf_cm ib_send_lat -s 8 -n 100
-tap_check "ib_atomic_bw -R (fetch and add)" perf_cm ib_atomic_bw -n 50
-tap_check "ib_atomic_lat -R (compare and swap)" perf_cm ib_atomic_lat -A CMP_AND_SWAP -n 50
+each_tool perf_cm " -R"
 
 unload_and_finish "$DRV"

@@ -11,7 +11,6 @@
 
 DRV=$ERDMA_DRIVER
 NET=53
-SERVER_BYTE=${XGUEST_SERVER_BYTE:-1}
 tmp=/tmp/xguest
 rm -rf "$tmp"
 mkdir -p "$tmp"
@@ -21,22 +20,8 @@ tap_header
 nics_up $NET
 tap_check "modprobe $DRV" modprobe "$DRV"
 
-ib="" gid="" role=""
-for bdf in $(erdma_functions); do
-	wait_for 10 is_bound "$bdf" || continue
-	mac=$(mac_of "$bdf")
-	nd=$(netdev_of "$mac") || continue
-	wait_for 10 sh -c "rdma link show | grep -q ' netdev $nd '"
-	ib=$(ibdev_of "$nd")
-	ip=$(ipv4_of "$nd")
-	wait_for 10 gid_index "$ib" "$ip" >/dev/null || continue
-	gid=$(gid_index "$ib" "$ip")
-	[ $((0x${mac##*:})) = "$SERVER_BYTE" ] && role=server || role=client
-	tap_diag "$bdf: $ib on $nd, $ip, GID index $gid: $role"
-	break
-done
-[ -n "$gid" ] || ksft_skip_all "no RoCEv2 adapter bound"
-server_ip=169.254.$NET.$SERVER_BYTE
+xguest_adapter $NET || ksft_skip_all "no RoCEv2 adapter bound"
+ib=$IB gid=$GID role=$ROLE server_ip=$SERVER_IP
 
 # xrun NAME PORT DONE CMD...: the server runs CMD; the client runs CMD with the
 # server's address, retrying while the server is not listening yet.

@@ -15,7 +15,6 @@
 
 DRV=$ERDMA_DRIVER
 NET=57
-SERVER_BYTE=${XGUEST_SERVER_BYTE:-1}
 tmp=/tmp/xguest_cm
 rm -rf "$tmp"
 mkdir -p "$tmp"
@@ -25,24 +24,10 @@ tap_header
 nics_up $NET
 tap_check "modprobe $DRV" modprobe "$DRV"
 
-ib="" role=""
-for bdf in $(erdma_functions); do
-	wait_for 10 is_bound "$bdf" || continue
-	mac=$(mac_of "$bdf")
-	nd=$(netdev_of "$mac") || continue
-	wait_for 10 sh -c "rdma link show | grep -q ' netdev $nd '"
-	ib=$(ibdev_of "$nd")
-	ip=$(ipv4_of "$nd")
-	wait_for 10 gid_index "$ib" "$ip" >/dev/null || continue
-	[ $((0x${mac##*:})) = "$SERVER_BYTE" ] && role=server || role=client
-	tap_diag "$bdf: $ib on $nd, $ip: $role"
-	break
-done
-[ -n "$role" ] || ksft_skip_all "no RoCEv2 adapter bound"
+xguest_adapter $NET || ksft_skip_all "no RoCEv2 adapter bound"
 # This test's own addresses (a NIC keeps those of the tests before); every
 # listener and every client binds them.
-server_ip=169.254.$NET.$SERVER_BYTE
-my_ip=169.254.$NET.$((0x${mac##*:}))
+ib=$IB role=$ROLE server_ip=$SERVER_IP my_ip=$MY_IP
 
 # What a client sees while the server does not listen yet: rdma_cm's reject
 # (invalid service ID), or a refused TCP connection (cmtime's sync socket).
