@@ -159,11 +159,9 @@ count() {
 # ours); ERDMA_CHECK_AB=part keeps for a quick run its device attributes, the
 # field-by-field comparison, RC traffic and every kernel opcode (113 test
 # points and about 2.5 minutes less before issue 10's tests).
-# Between two guests: RC traffic (xguest.sh). Not yet here (issue 10 goes
-# on): rdma_cm's tools and perftest -R (xguest_cm.sh; riostream across guests
-# fails with both drivers, not investigated yet) and NVMe over RDMA across
-# guests (nvmeof.sh with NVMEOF_MODE=xguest).
-XGUEST_TESTS="xguest.sh"
+# Between two guests: RC traffic (xguest.sh), rdma_cm's tools and perftest
+# -R (xguest_cm.sh) and NVMe over RDMA (nvmeof.sh with NVMEOF_MODE=xguest).
+XGUEST_TESTS="xguest.sh xguest_cm.sh nvmeof.sh"
 if [ "${ERDMA_CHECK_AB:-full}" = full ]; then
 	C_CTL_TESTS="ctrlq.sh ibdev.sh verbs.sh abdiff.sh"
 	C_DP_TESTS="rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh"

@@ -56,8 +56,9 @@
 //!
 //! # Time
 //!
-//! The device keeps delayed completions with deadlines on its [`Clock`]; the transport calls
-//! [`Device::run_due`] when [`Device::next_deadline`] has passed.
+//! The device keeps delayed completions and the retransmission timers of QPs with lost requests
+//! (see `engine`) with deadlines on its [`Clock`]; the transport calls [`Device::run_due`] when
+//! [`Device::next_deadline`] has passed.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -84,7 +85,7 @@ mod events;
 mod harness;
 mod objects;
 
-pub use engine::{MAX_HELD, MAX_MESSAGE};
+pub use engine::{MAX_HELD, MAX_MESSAGE, RETRY_COUNT, RETRY_TIMEOUT};
 
 pub use cmdq_engine::{CEQ_DEPTH_LOG2_RANGE, CEQ_RANGE, MTU_RANGE};
 

@@ -16,9 +16,13 @@
 //!   touches another device's state, and nobody holds two device locks.
 //! * Each inbox is a FIFO and each device handles its inbox in order, so messages between two
 //!   QPs arrive in the order they were sent (RC ordering).
-//! * Requests beyond [`MAX_INBOX`] queued packets are refused ([`SendError::Congested`]; the
-//!   requester completes the WQE with "retry exceeded"). Responses are never refused: they are
-//!   bounded by the requests.
+//! * Requests beyond [`MAX_INBOX`] queued packets are refused ([`SendError::Congested`], with
+//!   the packet handed back in [`Refused`]: for the requester it is lost, and it retransmits
+//!   it later). Responses are never refused: they are bounded by the requests.
+//! * A responder that cannot take a request (no such QP, or one not able to receive) drops it,
+//!   as an adapter does; on a network nothing would come back and the requester's timer would
+//!   run out. The model answers with [`Nak::Lost`], which hands the request back, so that the
+//!   requester can retransmit it when its timer fires.
 //! * A [`Datagram`] (UD SEND) is addressed like a request but never answered: it carries what
 //!   the receiver needs to build the GRH area and the UD completion (addresses, traffic class,
 //!   flow label, hop limit, SL, Q_Key). Datagrams beyond [`MAX_INBOX`] are refused like requests
@@ -156,10 +160,14 @@ pub struct Datagram {
 }
 
 /// Why a request failed at the responder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Nak {
-    /// No such QP, or it is not able to receive (not RTR/RTS/SQD): the requester gives up with
-    /// "retry exceeded".
+    /// No such QP, or it is not able to receive (not RTR/RTS/SQD): the responder dropped the
+    /// request, which comes back to the requester for its retransmission timer (on a network,
+    /// nothing would come back).
+    Lost(Box<Request>),
+    /// The QP went away while the request executed: the requester gives up with "retry
+    /// exceeded".
     NoQp,
     /// The responder could not hold any more messages waiting for receive WQEs.
     RnrExceeded,
@@ -240,6 +248,15 @@ pub enum SendError {
     Congested,
 }
 
+/// A packet the fabric did not deliver, handed back to its sender.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// Why.
+    pub why: SendError,
+    /// The packet.
+    pub packet: Box<Packet>,
+}
+
 struct PortState {
     gids: Vec<Gid>,
     inbox: VecDeque<Packet>,
@@ -301,12 +318,18 @@ impl Fabric {
         self.lock().ports.len()
     }
 
-    fn deliver(&self, to: PortId, pkt: Packet, is_request: bool) -> Result<(), SendError> {
+    fn deliver(&self, to: PortId, pkt: Packet, is_request: bool) -> Result<(), Refused> {
+        let refused = |why, pkt| Refused {
+            why,
+            packet: Box::new(pkt),
+        };
         let waker = {
             let mut inner = self.lock();
-            let port = inner.ports.get_mut(&to).ok_or(SendError::Unreachable)?;
+            let Some(port) = inner.ports.get_mut(&to) else {
+                return Err(refused(SendError::Unreachable, pkt));
+            };
             if is_request && port.inbox.len() >= MAX_INBOX {
-                return Err(SendError::Congested);
+                return Err(refused(SendError::Congested, pkt));
             }
             port.inbox.push_back(pkt);
             port.waker.clone()
@@ -371,13 +394,13 @@ impl Port {
     }
 
     /// Sends a request to port `to`.
-    pub fn send_request(&self, to: PortId, mut pkt: Packet) -> Result<(), SendError> {
+    pub fn send_request(&self, to: PortId, mut pkt: Packet) -> Result<(), Refused> {
         pkt.src_port = self.id;
         self.fabric.deliver(to, pkt, true)
     }
 
     /// Sends a UD datagram to port `to` (refused like a request when the inbox is full).
-    pub fn send_datagram(&self, to: PortId, mut pkt: Packet) -> Result<(), SendError> {
+    pub fn send_datagram(&self, to: PortId, mut pkt: Packet) -> Result<(), Refused> {
         pkt.src_port = self.id;
         self.fabric.deliver(to, pkt, true)
     }
@@ -473,7 +496,14 @@ mod tests {
         assert_eq!((got[0].src_port, got[0].payload_len()), (a.id(), 3));
         drop(b);
         assert_eq!(f.ports(), 1);
-        assert_eq!(a.send_request(bid, pkt), Err(SendError::Unreachable));
-        assert_eq!(a.send_datagram(bid, dgram), Err(SendError::Unreachable));
+        let refused = a.send_request(bid, pkt.clone()).unwrap_err();
+        assert_eq!(
+            (refused.why, refused.packet.body),
+            (SendError::Unreachable, pkt.body)
+        );
+        assert_eq!(
+            a.send_datagram(bid, dgram).map_err(|r| r.why),
+            Err(SendError::Unreachable)
+        );
     }
 }

@@ -606,9 +606,14 @@ impl Device {
     // Delayed work
     // --------------------------------------------------------------------------------------------
 
-    /// When the earliest delayed completion is due, on [`Device::clock`].
+    /// When the earliest delayed work is due (a delayed completion, or a QP's retransmission
+    /// timer), on [`Device::clock`].
     pub fn next_deadline(&self) -> Option<Duration> {
-        self.func.delayed.iter().map(|d| d.due).min()
+        let delayed = self.func.delayed.iter().map(|d| d.due).min();
+        match (delayed, self.next_retransmit()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// How long from now until [`Device::next_deadline`] (zero if it has passed).
@@ -617,8 +622,8 @@ impl Device {
         self.next_deadline().map(|d| d.saturating_sub(now))
     }
 
-    /// Writes every delayed completion that is due, earliest first (ties in command order).
-    /// Returns how many were written.
+    /// Writes every delayed completion that is due, earliest first (ties in command order),
+    /// then fires the retransmission timers that are due. Returns how many of both.
     pub fn run_due(&mut self, io: &mut Io<'_>) -> usize {
         let now = self.clock.now();
         let mut n = 0;
@@ -639,7 +644,7 @@ impl Device {
             self.write_cqe(d.cqe, io);
             n += 1;
         }
-        n
+        n + self.run_retransmits(now, io)
     }
 
     // --------------------------------------------------------------------------------------------

@@ -2,8 +2,11 @@
 
 //! Data-path tests: objects and their commands, doorbells, the RC engine, CQs and the fabric.
 
+use std::sync::Arc;
+
+use crate::clock::ManualClock;
 use crate::cmdq::{AddressVector, Command, ConfMtu, Gid, NetType, Status};
-use crate::device::{DeviceConfig, Protocol};
+use crate::device::{DeviceConfig, Protocol, RETRY_COUNT, RETRY_TIMEOUT};
 use crate::io::GuestMemory;
 use crate::regs;
 use crate::stats::Counter;
@@ -24,7 +27,17 @@ fn stag(index: u32, key: u8) -> u32 {
 /// One device, host 1, CQ 1 (64 CQEs), QP 10 ↔ QP 11 looped back on itself, MR 1 over a 64 KiB
 /// buffer with every right. Returns the driver and the buffer address.
 fn loopback() -> (TestDriver, u64) {
-    let mut d = TestDriver::new(DeviceConfig::default());
+    loopback_on(&Arc::new(ManualClock::new()))
+}
+
+/// A device whose delayed work (retransmission timers) runs on `clock`.
+fn on(clock: &Arc<ManualClock>) -> TestDriver {
+    TestDriver::with(DeviceConfig::default(), clock.clone(), 512, 128, 4096)
+}
+
+/// [`loopback`] on `clock`.
+fn loopback_on(clock: &Arc<ManualClock>) -> (TestDriver, u64) {
+    let mut d = on(clock);
     let f = fabric();
     d.attach(&f);
     d.dp_setup(1);
@@ -43,9 +56,14 @@ fn loopback() -> (TestDriver, u64) {
 /// Two devices (hosts 1 and 2) with CQ 1, QP 10 on each connected to each other, and MR 1
 /// (64 KiB, all rights) on each.
 fn pair() -> (TestDriver, TestDriver, u64, u64) {
+    pair_on(&Arc::new(ManualClock::new()))
+}
+
+/// [`pair`] on `clock`.
+fn pair_on(clock: &Arc<ManualClock>) -> (TestDriver, TestDriver, u64, u64) {
     let f = fabric();
-    let mut a = TestDriver::new(DeviceConfig::default());
-    let mut b = TestDriver::new(DeviceConfig::default());
+    let mut a = on(clock);
+    let mut b = on(clock);
     a.attach(&f);
     b.attach(&f);
     a.dp_setup(1);
@@ -68,6 +86,34 @@ fn pump1(d: &mut TestDriver) {
 
 fn pump2(a: &mut TestDriver, b: &mut TestDriver) {
     pump(&mut [a, b]);
+}
+
+/// Moves `clock` by one retransmission timeout and runs the due work and the fabric of `ds`.
+fn tick(clock: &ManualClock, ds: &mut [&mut TestDriver]) {
+    clock.advance(RETRY_TIMEOUT);
+    for d in ds.iter_mut() {
+        d.run_due();
+    }
+    pump(ds);
+}
+
+/// A lost request's completion: nothing at first nor after `RETRY_COUNT` retransmissions,
+/// then "retry exceeded" when the last one times out.
+fn times_out(clock: &ManualClock, ds: &mut [&mut TestDriver]) {
+    pump(ds);
+    for _ in 0..RETRY_COUNT {
+        assert!(
+            ds[0].poll(CQ).is_none(),
+            "completed before the retries ran out"
+        );
+        tick(clock, ds);
+    }
+    assert!(
+        ds[0].poll(CQ).is_none(),
+        "completed before the retries ran out"
+    );
+    tick(clock, ds);
+    assert_eq!(ds[0].poll(CQ).unwrap().status, wc::RETRY_EXCEEDED);
 }
 
 fn sge(addr: u64, len: u32) -> Sge {
@@ -930,7 +976,8 @@ fn remote_access_errors_and_flush() {
 
 #[test]
 fn unreachable_destinations_retry_exceeded() {
-    let (mut d, buf) = loopback();
+    let clock = Arc::new(ManualClock::new());
+    let (mut d, buf) = loopback_on(&clock);
     // QP 10 → unknown QPN.
     let m = ModifyQpRoce {
         qpn: 10,
@@ -944,10 +991,9 @@ fn unreachable_destinations_retry_exceeded() {
     };
     assert_eq!(d.modify_qp(&m).status, 0);
     d.send_wqe(10, &Wqe::write_inline(stag(1, 0), buf, b"x"));
-    pump1(&mut d);
-    assert_eq!(d.poll(CQ).unwrap().status, wc::RETRY_EXCEEDED);
+    times_out(&clock, &mut [&mut d]);
     // Unknown GID.
-    let (mut d, buf) = loopback();
+    let (mut d, buf) = loopback_on(&clock);
     let m = ModifyQpRoce {
         mask: wire::qp_mask::AV,
         av: crate::testing::ipv4_av(0, 77),
@@ -955,21 +1001,94 @@ fn unreachable_destinations_retry_exceeded() {
     };
     assert_eq!(d.modify_qp(&m).status, 0);
     d.send_wqe(10, &Wqe::write_inline(stag(1, 0), buf, b"x"));
-    assert_eq!(d.poll(CQ).unwrap().status, wc::RETRY_EXCEEDED);
-    // Destination QP not ready (INIT).
-    let (mut d, buf) = loopback();
+    times_out(&clock, &mut [&mut d]);
+    // Destination QP not ready (RESET).
+    let (mut d, buf) = loopback_on(&clock);
     assert_eq!(d.modify_state(11, QpState::Reset).status, 0);
     d.send_wqe(10, &Wqe::write_inline(stag(1, 0), buf, b"x"));
-    pump1(&mut d);
-    assert_eq!(d.poll(CQ).unwrap().status, wc::RETRY_EXCEEDED);
+    times_out(&clock, &mut [&mut d]);
+    // The QP is in ERROR (a later WQE waits for REFLUSH), and the timer has nothing left to do.
+    assert_eq!(d.control("query qps"), Ok("qps=10:ERROR,11:RESET".into()));
+    tick(&clock, &mut [&mut d]);
+    assert!(d.poll(CQ).is_none());
+    assert_eq!(d.dev.next_deadline(), None);
     // No fabric at all.
-    let mut d = TestDriver::new(DeviceConfig::default());
+    let mut d = on(&clock);
     d.dp_setup(1);
     assert_eq!(d.create_cq(CQ, 6).status, 0);
     assert_eq!(d.create_qp(10, CQ, 8, 6).status, 0);
     d.connect(10, 1, 10);
     d.send_wqe(10, &Wqe::send_inline(b"x"));
-    assert_eq!(d.poll(CQ).unwrap().status, wc::RETRY_EXCEEDED);
+    times_out(&clock, &mut [&mut d]);
+}
+
+#[test]
+fn lost_requests_are_retransmitted_in_order() {
+    // QP 11 is not able to receive yet: QP 10's two SENDs and a WRITE are lost, QP 10 waits.
+    let clock = Arc::new(ManualClock::new());
+    let (mut d, buf) = loopback_on(&clock);
+    assert_eq!(d.modify_state(11, QpState::Reset).status, 0);
+    d.send_wqe(10, &Wqe::send_inline(b"first"));
+    d.send_wqe(10, &Wqe::send_inline(b"second"));
+    d.send_wqe(10, &Wqe::write_inline(stag(1, 0), buf + 0x800, b"third"));
+    pump1(&mut d);
+    assert!(d.poll(CQ).is_none());
+    assert!(d.dev.next_deadline().is_some());
+    // Two retransmissions later QP 11 is ready, with receive WQEs.
+    tick(&clock, &mut [&mut d]);
+    tick(&clock, &mut [&mut d]);
+    assert!(d.poll(CQ).is_none());
+    d.connect(11, 1, 10);
+    d.post_recv(11, buf, 16, stag(1, 0));
+    d.post_recv(11, buf + 16, 16, stag(1, 0));
+    pump1(&mut d);
+    assert!(d.poll(CQ).is_none(), "nothing goes before the timer fires");
+    tick(&clock, &mut [&mut d]);
+    let cqes: Vec<DataCqe> = std::iter::from_fn(|| d.poll(CQ)).collect();
+    let sq: Vec<u8> = cqes
+        .iter()
+        .filter(|c| c.qpn == 10)
+        .map(|c| c.status)
+        .collect();
+    assert_eq!(sq, [wc::SUCCESS; 3]);
+    let rq: Vec<u32> = cqes
+        .iter()
+        .filter(|c| c.qpn == 11)
+        .map(|c| c.byte_len)
+        .collect();
+    assert_eq!(rq, [5, 6], "the SENDs arrived in order");
+    assert_eq!(d.peek(buf, 5), b"first");
+    assert_eq!(d.peek(buf + 16, 6), b"second");
+    assert_eq!(d.peek(buf + 0x800, 5), b"third");
+    assert_eq!(d.dev.next_deadline(), None);
+    // The retry count starts over: a new loss again takes every retransmission.
+    assert_eq!(d.modify_state(11, QpState::Reset).status, 0);
+    d.send_wqe(10, &Wqe::send_inline(b"x"));
+    times_out(&clock, &mut [&mut d]);
+}
+
+#[test]
+fn destroyed_or_reset_requester_forgets_its_lost_requests() {
+    let clock = Arc::new(ManualClock::new());
+    for reset in [false, true] {
+        let (mut d, buf) = loopback_on(&clock);
+        assert_eq!(d.modify_state(11, QpState::Reset).status, 0);
+        d.send_wqe(10, &Wqe::write_inline(stag(1, 0), buf, b"x"));
+        pump1(&mut d);
+        if reset {
+            assert_eq!(d.modify_state(10, QpState::Reset).status, 0);
+        } else {
+            let c = d.exec(Command::DestroyQp, |s| wire::U32Arg(10).write_fields(s));
+            assert_eq!(c.status, 0);
+        }
+        d.connect(11, 1, 10);
+        for _ in 0..=RETRY_COUNT {
+            tick(&clock, &mut [&mut d]);
+        }
+        assert!(d.poll(CQ).is_none(), "reset {reset}");
+        assert_eq!(d.peek(buf, 1), [0], "reset {reset}: nothing was written");
+        assert_eq!(d.dev.next_deadline(), None, "reset {reset}");
+    }
 }
 
 #[test]
@@ -1346,13 +1465,13 @@ fn bogus_doorbells_are_ignored() {
 
 #[test]
 fn fabric_reset_of_responder_fails_held_sends() {
-    let (mut a, mut b, _, _) = pair();
+    let clock = Arc::new(ManualClock::new());
+    let (mut a, mut b, _, _) = pair_on(&clock);
     a.send_wqe(10, &Wqe::send_inline(b"held"));
     pump2(&mut a, &mut b);
     assert!(a.poll(CQ).is_none());
     b.dev.reset();
-    pump2(&mut a, &mut b);
-    assert_eq!(a.poll(CQ).unwrap().status, wc::RETRY_EXCEEDED);
+    times_out(&clock, &mut [&mut a, &mut b]);
     // The responder's GIDs left the fabric with the reset.
     let m = a.dev.port().unwrap().resolve(&ipv4_gid([10, 0, 0, 2]));
     assert_eq!(m, None);

@@ -53,9 +53,14 @@
 //! * Responder receive-WQE problems on SEND / WRITE_WITH_IMM: the responder completes its RQE with
 //!   2 (RQE format), 3..6 (its SGE) or 4 (message longer than the buffer) and goes to ERROR; the
 //!   requester gets the same code.
-//! * Unknown destination GID, QPN, or a destination QP that is not RTR/RTS/SQD, a full inbox or
-//!   an RNR queue overflow: the requester gets 16 (retry exceeded) as soon as it is known (no
-//!   timers).
+//! * A request that is lost (its destination GID or QPN is unknown, the destination QP is not
+//!   RTR/RTS/SQD or goes away while holding it, the destination's inbox is full, or there is no
+//!   fabric or address vector) is retransmitted when the QP's timer fires, every
+//!   [`RETRY_TIMEOUT`], with every other lost request of the QP, in order; the QP sends no new
+//!   request meanwhile. After [`RETRY_COUNT`] retransmissions without an answer the first lost
+//!   request completes with 16 (retry exceeded). As on a network, the peer's connection
+//!   manager has that long to tell a QP that its peer went away (rdma_cm's DREQ) before the
+//!   QP's own error does. An RNR queue overflow gives 16 at once.
 //! * Any error completion moves the QP to ERROR: outstanding requests and the WQEs and RQEs
 //!   posted so far (up to the last doorbells' PIs) complete with 15 (flushed).
 //!
@@ -76,11 +81,14 @@
 //! the CQ drops CQEs from then on.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use super::objects::Pending;
 use super::{Device, Oddity};
 use crate::cmdq::Gid;
-use crate::fabric::{AtomicOp, Body, Datagram, Nak, Packet, Reply, Request, SendError};
+use crate::fabric::{
+    AtomicOp, Body, Datagram, Nak, Packet, PortId, Refused, Reply, Request, SendError,
+};
 use crate::io::{GuestMemory, Io};
 use crate::mtt::{self, Mtt, Piece, Xlate};
 use crate::regs::{self, Bar0Area, CqDoorbell};
@@ -95,6 +103,12 @@ use crate::wire::{
 
 /// Largest message the model moves (bytes): larger ones complete with status 1.
 pub const MAX_MESSAGE: u64 = 1 << 30;
+/// How long a requester waits for an answer before it retransmits its lost requests (an
+/// adapter's local ACK timeout; erdma takes none from the driver, §3.5).
+pub const RETRY_TIMEOUT: Duration = Duration::from_millis(250);
+/// Retransmissions before a lost request completes with "retry exceeded" (the largest retry
+/// count of the verbs).
+pub const RETRY_COUNT: u32 = 7;
 /// Most requests a responder QP holds while waiting for receive WQEs.
 pub const MAX_HELD: usize = 4096;
 /// Largest UD payload before any CONF_MTU (the largest IB MTU).
@@ -528,7 +542,8 @@ impl Device {
             let Some(qp) = self.func.rdma.qps.get(&qpn) else {
                 return;
             };
-            if qp.state != QpState::Rts || qp.sq.pi == qp.sq.ci {
+            // Nothing overtakes a lost request waiting to be retransmitted.
+            if qp.state != QpState::Rts || qp.sq.pi == qp.sq.ci || !qp.lost.is_empty() {
                 break;
             }
             let ci = qp.sq.ci;
@@ -608,41 +623,32 @@ impl Device {
                     qp.next_seq = qp.next_seq.wrapping_add(1);
                     qp.sq_psn = (qp.sq_psn + 1) & 0xff_ffff;
                     p.seq = Some(seq);
-                    let (dst_qpn, dgid) = (qp.dst_qpn, qp.av.map(|a| a.dgid));
-                    let status = self.transmit(qpn, dst_qpn, dgid, seq, req);
-                    let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
-                        return;
-                    };
-                    if let Err(s) = status {
-                        p.status = Some(s);
-                    }
                     qp.outstanding.push_back(p);
+                    if let Err(req) = self.transmit(qpn, seq, req) {
+                        self.lose(qpn, seq, req);
+                    }
                 }
             }
             self.drain_completions(qpn, io);
         }
     }
 
-    /// Sends a request; `Err(status)` if it cannot be delivered.
-    fn transmit(
-        &mut self,
-        qpn: u32,
-        dst_qpn: u32,
-        dgid: Option<crate::cmdq::Gid>,
-        seq: u64,
-        req: Request,
-    ) -> Result<(), u8> {
+    /// Sends request `seq` of QP `qpn` to the QP's destination; gives it back if it cannot be
+    /// delivered (then it is lost).
+    fn transmit(&mut self, qpn: u32, seq: u64, req: Request) -> Result<(), Request> {
+        let Some(qp) = self.func.rdma.qps.get(&qpn) else {
+            return Err(req);
+        };
+        let (dst_qpn, dgid) = (qp.dst_qpn, qp.av.map(|a| a.dgid));
         let (Some(port), Some(dgid)) = (self.port.clone(), dgid) else {
-            return Err(wc::RETRY_EXCEEDED);
+            return Err(req);
         };
         let Some(to) = port.resolve(&dgid) else {
-            if self.warned.dp_error() {
-                log::warn!(
-                    "QP {qpn}: destination GID {} unknown on the fabric: retry exceeded",
-                    std::net::Ipv6Addr::from(dgid)
-                );
-            }
-            return Err(wc::RETRY_EXCEEDED);
+            log::debug!(
+                "QP {qpn}: destination GID {} unknown on the fabric: request {seq} lost",
+                std::net::Ipv6Addr::from(dgid)
+            );
+            return Err(req);
         };
         let bytes = req.payload_len() as u64;
         let pkt = Packet {
@@ -656,8 +662,91 @@ impl Device {
                 self.harness.stats.tx_packet(bytes);
                 Ok(())
             }
-            Err(SendError::Unreachable) | Err(SendError::Congested) => Err(wc::RETRY_EXCEEDED),
+            Err(Refused { why, packet }) => {
+                log::debug!("QP {qpn}: request {seq} not delivered ({why:?}): lost");
+                match packet.body {
+                    Body::Request { req, .. } => Err(req),
+                    _ => unreachable!("the fabric hands back the packet it was given"),
+                }
+            }
         }
+    }
+
+    /// Request `seq` of QP `qpn`, still waiting for its answer, was lost: it waits for the
+    /// QP's retransmission timer, which starts now unless it runs already.
+    fn lose(&mut self, qpn: u32, seq: u64, req: Request) {
+        let due = self.clock.now() + RETRY_TIMEOUT;
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        let waiting = qp
+            .outstanding
+            .iter()
+            .any(|p| p.seq == Some(seq) && p.status.is_none());
+        if waiting {
+            qp.lost.insert(seq, req);
+            self.func.rdma.retransmit.entry(qpn).or_insert(due);
+        }
+    }
+
+    /// When the earliest retransmission timer fires.
+    pub(super) fn next_retransmit(&self) -> Option<Duration> {
+        self.func.rdma.retransmit.values().min().copied()
+    }
+
+    /// Fires every retransmission timer that is due; returns how many.
+    pub(super) fn run_retransmits(&mut self, now: Duration, io: &mut Io<'_>) -> usize {
+        let due: Vec<u32> = self
+            .func
+            .rdma
+            .retransmit
+            .iter()
+            .filter(|&(_, &t)| t <= now)
+            .map(|(&qpn, _)| qpn)
+            .collect();
+        for &qpn in &due {
+            self.func.rdma.retransmit.remove(&qpn);
+            self.retransmit(qpn, io);
+        }
+        due.len()
+    }
+
+    /// The retransmission timer of QP `qpn` fired: its lost requests go out again, in order,
+    /// or, after [`RETRY_COUNT`] retransmissions without an answer, the first of them
+    /// completes with "retry exceeded" (and the QP's move to ERROR flushes the rest).
+    fn retransmit(&mut self, qpn: u32, io: &mut Io<'_>) {
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        let lost = std::mem::take(&mut qp.lost);
+        let Some(&first) = lost.keys().next() else {
+            return;
+        };
+        if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+            // Flushed already (ERROR), or starting over (RESET).
+            return;
+        }
+        if qp.retries >= RETRY_COUNT {
+            qp.retries = 0;
+            if let Some(p) = qp.outstanding.iter_mut().find(|p| p.seq == Some(first)) {
+                p.status = Some(wc::RETRY_EXCEEDED);
+            }
+            if self.warned.dp_error() {
+                log::warn!(
+                    "QP {qpn}: request {first} unanswered after {RETRY_COUNT} retransmissions \
+                     (no QP able to receive at the destination): retry exceeded"
+                );
+            }
+            self.drain_completions(qpn, io);
+            return;
+        }
+        qp.retries += 1;
+        for (seq, req) in lost {
+            if let Err(req) = self.transmit(qpn, seq, req) {
+                self.lose(qpn, seq, req);
+            }
+        }
+        self.process_sq(qpn, io);
     }
 
     /// The payload of a SEND/WRITE WQE: inline bytes or gathered SGEs.
@@ -936,8 +1025,14 @@ impl Device {
         };
         match port.send_datagram(to, pkt) {
             Ok(()) => self.harness.stats.tx_packet(bytes),
-            Err(SendError::Unreachable) => self.ud_drop(UdDrop::UnknownGid, unknown),
-            Err(SendError::Congested) => self.ud_drop(UdDrop::Congested, || {
+            Err(Refused {
+                why: SendError::Unreachable,
+                ..
+            }) => self.ud_drop(UdDrop::UnknownGid, unknown),
+            Err(Refused {
+                why: SendError::Congested,
+                ..
+            }) => self.ud_drop(UdDrop::Congested, || {
                 format!("QP {qpn} -> QP {dst_qpn}: destination inbox full")
             }),
         }
@@ -1245,27 +1340,52 @@ impl Device {
         }
     }
 
-    /// Answers held requests with "no QP" (their QP is going away or failed).
+    /// Drops held requests (their QP is going away or failed).
     pub(super) fn nak_held(&mut self, held: VecDeque<Packet>) {
         for pkt in held {
-            if let Body::Request { seq, .. } = pkt.body {
-                self.respond(&pkt, seq, Err(Nak::NoQp));
-            }
+            self.drop_request(pkt);
         }
     }
 
+    /// Drops a request this device cannot take: it goes back to its requester as lost.
+    fn drop_request(&mut self, pkt: Packet) {
+        let Packet {
+            src_port,
+            src_qpn,
+            dst_qpn,
+            body,
+        } = pkt;
+        if let Body::Request { seq, req } = body {
+            let result = Err(Nak::Lost(Box::new(req)));
+            self.answer(src_port, src_qpn, dst_qpn, seq, result);
+        }
+    }
+
+    /// Answers request `seq` of `to`.
     fn respond(&mut self, to: &Packet, seq: u64, result: Result<Reply, Nak>) {
-        let Some(port) = self.port.clone() else {
+        self.answer(to.src_port, to.src_qpn, to.dst_qpn, seq, result);
+    }
+
+    /// Answers request `seq` that QP `requester` behind `port` sent to our QP `qpn`.
+    fn answer(
+        &mut self,
+        port: PortId,
+        requester: u32,
+        qpn: u32,
+        seq: u64,
+        result: Result<Reply, Nak>,
+    ) {
+        let Some(own) = self.port.clone() else {
             return;
         };
         let pkt = Packet {
             src_port: 0,
-            src_qpn: to.dst_qpn,
-            dst_qpn: to.src_qpn,
+            src_qpn: qpn,
+            dst_qpn: requester,
             body: Body::Response { seq, result },
         };
         self.harness.stats.tx_packet(pkt.payload_len() as u64);
-        port.send_response(to.src_port, pkt);
+        own.send_response(port, pkt);
     }
 
     // --------------------------------------------------------------------------------------------
@@ -1297,7 +1417,7 @@ impl Device {
             q.qp_type != QP_TYPE_UD && matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
         });
         if !ok {
-            self.respond(&pkt, seq, Err(Nak::NoQp));
+            self.drop_request(pkt);
             return;
         }
         let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
@@ -1647,9 +1767,19 @@ impl Device {
             return;
         };
         let qpn = pkt.dst_qpn;
+        let result = match result {
+            Err(Nak::Lost(req)) => {
+                self.lose(qpn, seq, *req);
+                return;
+            }
+            r => r,
+        };
         let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
             return;
         };
+        if qp.lost.is_empty() {
+            qp.retries = 0;
+        }
         let Some(idx) = qp.outstanding.iter().position(|p| p.seq == Some(seq)) else {
             // Flushed already, or the QP was reset.
             return;
@@ -1663,11 +1793,11 @@ impl Device {
             Ok(Reply::Ack) => wc::SUCCESS,
             Ok(Reply::Read(data)) => self.deliver_sink(pdn, &p, &data, io),
             Ok(Reply::Atomic(v)) => self.deliver_sink(pdn, &p, &v.to_le_bytes(), io),
-            Err(Nak::NoQp) | Err(Nak::RnrExceeded) => {
+            Err(Nak::NoQp) | Err(Nak::RnrExceeded) | Err(Nak::Lost(_)) => {
                 if self.warned.dp_error() {
                     log::warn!(
-                        "QP {qpn}: request {seq} refused by the destination (no QP able to \
-                         receive, or RNR queue full): retry exceeded"
+                        "QP {qpn}: request {seq} refused by the destination (its QP went away, \
+                         or RNR queue full): retry exceeded"
                     );
                 }
                 wc::RETRY_EXCEEDED

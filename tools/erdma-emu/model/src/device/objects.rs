@@ -12,10 +12,11 @@
 //! * Queue MTTs are read at creation; MR MTTs at use time (see [`crate::mtt`]).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
 
 use super::{Device, Protocol};
 use crate::cmdq::{AddressVector, Status};
-use crate::fabric::Packet;
+use crate::fabric::{Packet, Request};
 use crate::io::Io;
 use crate::mtt::{Mtt, QueueBuf, MAX_MTT_PAGE_SHIFT};
 use crate::wire::{
@@ -89,6 +90,11 @@ pub(super) struct Qp {
     pub outstanding: VecDeque<Pending>,
     /// Incoming requests held for receive WQEs (RNR), and everything behind them.
     pub held: VecDeque<Packet>,
+    /// Requests the network lost, by sequence number, waiting for the retransmission timer
+    /// (`Rdma::retransmit`); no new request is sent while there are any.
+    pub lost: BTreeMap<u64, Request>,
+    /// Retransmissions since the last response that was not a loss.
+    pub retries: u32,
 }
 
 /// A completion queue.
@@ -135,6 +141,8 @@ pub(super) struct Rdma {
     pub cqs: BTreeMap<u32, Cq>,
     /// By MPT index.
     pub mrs: BTreeMap<u32, Mr>,
+    /// When the retransmission timer of a QP with lost requests fires (on the device's clock).
+    pub retransmit: BTreeMap<u32, Duration>,
 }
 
 /// Reads `count` u64 entries at `addr` (a level-1 queue MTT).
@@ -321,6 +329,8 @@ impl Device {
                 next_seq: 0,
                 outstanding: VecDeque::new(),
                 held: VecDeque::new(),
+                lost: BTreeMap::new(),
+                retries: 0,
             },
         );
         // The cookie (iWARP MPA exchange) is the QPN.
@@ -329,6 +339,7 @@ impl Device {
 
     pub(super) fn cmd_destroy_qp(&mut self, r: U32Arg) -> Outcome {
         let qp = self.func.rdma.qps.remove(&r.0).ok_or(Status::NotFound)?;
+        self.func.rdma.retransmit.remove(&r.0);
         self.nak_held(qp.held);
         log::debug!("QP {} destroyed", r.0);
         Ok((0, 0))
@@ -393,6 +404,8 @@ impl Device {
                 qp.rq.pi = 0;
                 qp.rq.ci = 0;
                 qp.outstanding.clear();
+                qp.lost.clear();
+                qp.retries = 0;
                 let held = std::mem::take(&mut qp.held);
                 self.nak_held(held);
             }
