@@ -4,7 +4,8 @@
 # rdma_cm between two guests, each with one RoCEv2 adapter, through one model
 # process: librdmacm's tools (rping validating its data, ucmatose with two
 # connections, rdma_server/rdma_client, riostream verifying its data, cmtime)
-# and perftest with rdma_cm's connection setup (-R). The guest whose adapter
+# and perftest with rdma_cm's connection setup (-R). rping runs 1,000 round
+# trips of 64 bytes, then 4 KiB and 64 KiB messages. The guest whose adapter
 # has the lower MAC serves, the other connects to 169.254.NET.<server MAC
 # byte>, retrying while the server does not listen yet (rdma_cm rejects a
 # connection to a port nobody listens on); both run this script. The client
@@ -71,9 +72,16 @@ xrun() {
 	tap_diag "$name: $(grep -- "$done" "$tmp/$name" | head -n 1 | tr -s ' ')"
 }
 
-tap_check "$role: rping across guests, 200 round trips of 1000 bytes, validated" \
-	xrun rping '' rping -s -a "$server_ip" -p 18801 -S 1000 -C 200 -- \
-	rping -c -a "$server_ip" -I "$my_ip" -p 18801 -S 1000 -C 200 -V
+tap_check "$role: rping across guests, 1000 round trips of 64 bytes, validated" \
+	xrun rping '' rping -s -a "$server_ip" -p 18801 -S 64 -C 1000 -- \
+	rping -c -a "$server_ip" -I "$my_ip" -p 18801 -S 64 -C 1000 -V
+port=18810
+for size in 4096 65536; do
+	port=$((port + 1))
+	tap_check "$role: rping across guests, 50 round trips of $size bytes, validated" \
+		xrun rping$size '' rping -s -a "$server_ip" -p $port -S $size -C 50 -- \
+		rping -c -a "$server_ip" -I "$my_ip" -p $port -S $size -C 50 -V
+done
 tap_check "$role: ucmatose across guests, 2 connections" \
 	xrun ucmatose 'return status 0' ucmatose -b "$server_ip" -p 18802 -c 2 -C 20 -- \
 	ucmatose -s "$server_ip" -b "$my_ip" -p 18802 -c 2 -C 20
