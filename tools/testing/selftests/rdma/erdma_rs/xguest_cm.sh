@@ -5,11 +5,12 @@
 # process: librdmacm's tools (rping validating its data, ucmatose with two
 # connections, rdma_server/rdma_client, riostream verifying its data, cmtime)
 # and perftest with rdma_cm's connection setup (-R). rping runs 1,000 round
-# trips of 64 bytes, then 4 KiB and 64 KiB messages. The guest whose adapter
-# has the lower MAC serves, the other connects to 169.254.NET.<server MAC
-# byte>, retrying while the server does not listen yet (rdma_cm rejects a
-# connection to a port nobody listens on); both run this script. The client
-# also checks that a connection to a port nobody listens on fails.
+# trips of 64 bytes, then messages of 4 KiB and of 65,535 bytes (its largest).
+# The guest whose adapter has the lower MAC serves, the other connects to
+# 169.254.NET.<server MAC byte>, retrying while the server does not listen yet
+# (rdma_cm rejects a connection to a port nobody listens on); both run this
+# script. The client also checks that a connection to a port nobody listens on
+# fails.
 # Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
 
 . "$(dirname "$0")/lib.sh"
@@ -76,7 +77,7 @@ tap_check "$role: rping across guests, 1000 round trips of 64 bytes, validated" 
 	xrun rping '' rping -s -a "$server_ip" -p 18801 -S 64 -C 1000 -- \
 	rping -c -a "$server_ip" -I "$my_ip" -p 18801 -S 64 -C 1000 -V
 port=18810
-for size in 4096 65536; do
+for size in 4096 65535; do
 	port=$((port + 1))
 	tap_check "$role: rping across guests, 50 round trips of $size bytes, validated" \
 		xrun rping$size '' rping -s -a "$server_ip" -p $port -S $size -C 50 -- \
