@@ -34,18 +34,45 @@ perf() {
 # perf_cm TOOL ARGS...: as perf, with the connection set up by rdma_cm (-R):
 # the server binds A's address, the client B's (so the client's rdma_cm ID is
 # on B), and their parameters go through rdma_cm's private data instead of TCP.
+# Their output is line-buffered, so that a run that hangs shows how far it
+# got; a run still going after 90 s (they take seconds) has the QPs, as the
+# RDMA core and the model see them, shown with its failure.
 perf_cm() {
 	tool=$1
 	shift
 	next_port
 	RUN_PAIR_READY=cm_listening
+	rm -f "$tmp/$tool-R.qps" "$tmp/$tool-R.done"
+	snapshot_at 90 "$tmp/$tool-R" &
+	_snap=$!
 	run_pair "$tool-R" "$PORT" '#bytes' \
-		"$tool" -d "$IB_A" -R --bind_source_ip "$IP_A" -p "$PORT" -F "$@" -- \
-		"$tool" -d "$IB_B" -R --bind_source_ip "$IP_B" -p "$PORT" -F "$@" "$IP_A"
+		stdbuf -oL "$tool" -d "$IB_A" -R --bind_source_ip "$IP_A" -p "$PORT" -F "$@" -- \
+		stdbuf -oL "$tool" -d "$IB_B" -R --bind_source_ip "$IP_B" -p "$PORT" -F "$@" "$IP_A"
 	r=$?
+	touch "$tmp/$tool-R.done"
+	wait $_snap
 	RUN_PAIR_READY=listening
+	[ ! -s "$tmp/$tool-R.qps" ] || tap_diag "QPs 90 s in: $(tr -s ' ' <"$tmp/$tool-R.qps" | tr '\n' ';')"
 	[ $r = 0 ] || return 1
 	tap_diag "$tool -R $*: $(grep -A1 '#bytes' "$tmp/$tool-R.cli" | tail -n 1 | tr -s ' ')"
+}
+
+# snapshot_at SECONDS BASE: unless BASE.done appears first, writes the QPs of
+# the RDMA core and, where the model has its test page, of the model to
+# BASE.qps after SECONDS.
+snapshot_at() {
+	_i=0
+	while [ $_i -lt "$1" ]; do
+		[ ! -e "$2.done" ] || return 0
+		sleep 1
+		_i=$((_i + 1))
+	done
+	{
+		rdma resource show qp
+		for _f in $functions; do
+			! has_test_page "$_f" || echo "$_f: $(model_cmd "$_f" query qps)"
+		done
+	} >"$2.qps" 2>&1
 }
 
 tap_header
