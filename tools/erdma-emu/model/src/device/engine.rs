@@ -684,6 +684,10 @@ impl Device {
             .iter()
             .any(|p| p.seq == Some(seq) && p.status.is_none());
         if waiting {
+            log::info!(
+                "QP {qpn}: request {seq} lost (retransmission {} of {RETRY_COUNT} next)",
+                qp.retries + 1
+            );
             qp.lost.insert(seq, req);
             self.func.rdma.retransmit.entry(qpn).or_insert(due);
         }

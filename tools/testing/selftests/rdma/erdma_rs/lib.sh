@@ -340,6 +340,30 @@ cm_listening() {
 	rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN .*src-addr [^ ]*:$1\( \|\$\)"
 }
 
+# ready_beacon IP PORT SECONDS: accepts one TCP connection on IP:PORT, or
+# gives up after SECONDS: tells a client in another guest, which cannot see
+# this guest's rdma_cm listeners, that a server here is ready.
+ready_beacon() {
+	timeout "$3" python3 -c 'import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(1)
+s.accept()[0].close()' "$1" "$2"
+}
+
+# await_beacon IP PORT SECONDS: waits (SECONDS at most) until IP:PORT accepts
+# a TCP connection: the ready_beacon of a server in another guest.
+await_beacon() {
+	timeout "$3" python3 -c 'import socket, sys, time
+while True:
+    try:
+        socket.create_connection((sys.argv[1], int(sys.argv[2])), 2).close()
+        break
+    except OSError:
+        time.sleep(0.5)' "$1" "$2"
+}
+
 # run_pair NAME PORT DONE SERVER-CMD... -- CLIENT-CMD...: starts the server,
 # waits (20 s) until it listens on TCP port PORT (or, with RUN_PAIR_READY set
 # to cm_listening, until an rdma_cm ID listens on it), runs the client, and

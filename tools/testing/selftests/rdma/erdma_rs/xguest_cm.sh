@@ -7,10 +7,11 @@
 # and perftest with rdma_cm's connection setup (-R). rping runs 1,000 round
 # trips of 64 bytes, then messages of 4 KiB and of 65,535 bytes (its largest).
 # The guest whose adapter has the lower MAC serves, the other connects to
-# 169.254.NET.<server MAC byte>, retrying while the server does not listen yet
-# (rdma_cm rejects a connection to a port nobody listens on); both run this
-# script. The client also checks that a connection to a port nobody listens on
-# fails.
+# 169.254.NET.<server MAC byte> once the server's rdma_cm ID listens (the
+# server says so through a TCP beacon: a client connecting too early is
+# rejected, and one that makes several connections, some before and some
+# after, fails the server's run too); both run this script. The client also
+# checks that a connection to a port nobody listens on fails.
 # Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
 
 . "$(dirname "$0")/lib.sh"
@@ -38,13 +39,15 @@ NOT_YET='REJECTED, error:\{0,1\} 8\|Connection refused\|rdma_connect: Invalid ar
 # uptime: seconds since boot.
 uptime() { read -r _up _idle </proc/uptime; echo "${_up%.*}"; }
 
-# xrun NAME DONE SERVER-ARGS -- CLIENT-ARGS: the server runs SERVER-ARGS (150 s
-# at most), the client CLIENT-ARGS (60 s at most a try, retrying for 200 s
-# while the server does not listen yet: the guests drift apart by a test's
-# length at most); each must exit 0 and print DONE.
+# xrun NAME PORT DONE SERVER-ARGS -- CLIENT-ARGS: the server runs SERVER-ARGS
+# (150 s at most) and, once its rdma_cm ID listens on PORT, opens its beacon
+# (PORT + 100); the client waits for the beacon (200 s at most: the guests
+# drift apart by a test's length at most), then runs CLIENT-ARGS (60 s at most
+# a try, tried again while its connection is refused, for 200 s); each must
+# exit 0 and print DONE.
 xrun() {
-	name=$1 done=$2
-	shift 2
+	name=$1 port=$2 done=$3
+	shift 3
 	srv="" cli=""
 	while [ $# -gt 0 ] && [ "$1" != -- ]; do
 		srv="$srv '$1'"
@@ -53,10 +56,18 @@ xrun() {
 	shift
 	for a in "$@"; do cli="$cli '$a'"; done
 	if [ $role = server ]; then
-		eval "timeout 150 $srv" >"$tmp/$name" 2>&1
+		eval "timeout 150 $srv" >"$tmp/$name" 2>&1 &
+		pid=$!
+		if wait_for 60 cm_listening "$port"; then
+			ready_beacon "$server_ip" $((port + 100)) 150 ||
+				tap_diag "$name: no client came to the beacon"
+		fi
+		wait $pid
 		rc=$?
 	else
 		start=$(uptime)
+		await_beacon "$server_ip" $((port + 100)) 200 ||
+			tap_diag "$name: the server's beacon did not answer in 200 s"
 		while :; do
 			eval "timeout 60 $cli" >"$tmp/$name" 2>&1
 			rc=$?
@@ -74,33 +85,33 @@ xrun() {
 }
 
 tap_check "$role: rping across guests, 1000 round trips of 64 bytes, validated" \
-	xrun rping '' rping -s -a "$server_ip" -p 18801 -S 64 -C 1000 -- \
+	xrun rping 18801 '' rping -s -a "$server_ip" -p 18801 -S 64 -C 1000 -- \
 	rping -c -a "$server_ip" -I "$my_ip" -p 18801 -S 64 -C 1000 -V
 port=18810
 for size in 4096 65535; do
 	port=$((port + 1))
 	tap_check "$role: rping across guests, 50 round trips of $size bytes, validated" \
-		xrun rping$size '' rping -s -a "$server_ip" -p $port -S $size -C 50 -- \
+		xrun rping$size $port '' rping -s -a "$server_ip" -p $port -S $size -C 50 -- \
 		rping -c -a "$server_ip" -I "$my_ip" -p $port -S $size -C 50 -V
 done
 tap_check "$role: ucmatose across guests, 2 connections" \
-	xrun ucmatose 'return status 0' ucmatose -b "$server_ip" -p 18802 -c 2 -C 20 -- \
+	xrun ucmatose 18802 'return status 0' ucmatose -b "$server_ip" -p 18802 -c 2 -C 20 -- \
 	ucmatose -s "$server_ip" -b "$my_ip" -p 18802 -c 2 -C 20
 tap_check "$role: rdma_server/rdma_client across guests" \
-	xrun rdma_client 'end 0' rdma_server -s "$server_ip" -p 18803 -- rdma_client -s "$server_ip" -p 18803
+	xrun rdma_client 18803 'end 0' rdma_server -s "$server_ip" -p 18803 -- rdma_client -s "$server_ip" -p 18803
 tap_check "$role: riostream across guests, 100 x 4 KiB, verified" \
-	xrun riostream '^custom' riostream -b "$server_ip" -p 18804 -S 4096 -C 100 -T v -- \
+	xrun riostream 18804 '^custom' riostream -b "$server_ip" -p 18804 -S 4096 -C 100 -T v -- \
 	riostream -s "$server_ip" -p 18804 -S 4096 -C 100 -T v
 tap_check "$role: cmtime across guests, 5 connections" \
-	xrun cmtime '^establish' cmtime -b "$server_ip" -p 18805 -c 5 -- cmtime -s "$server_ip" -b "$my_ip" -p 18805 -c 5
+	xrun cmtime 18805 '^establish' cmtime -b "$server_ip" -p 18805 -c 5 -- cmtime -s "$server_ip" -b "$my_ip" -p 18805 -c 5
 tap_check "$role: ib_send_bw -R across guests" \
-	xrun send_bw '#bytes' ib_send_bw -d "$ib" -R --bind_source_ip "$server_ip" -p 18806 -F -s 65536 -n 50 -- \
+	xrun send_bw 18806 '#bytes' ib_send_bw -d "$ib" -R --bind_source_ip "$server_ip" -p 18806 -F -s 65536 -n 50 -- \
 	ib_send_bw -d "$ib" -R --bind_source_ip "$my_ip" -p 18806 -F -s 65536 -n 50 "$server_ip"
 # (The server of a latency test prints no results, only its banner.)
 lat_done='#bytes'
 [ $role = client ] || lat_done='RDMA_Read Latency Test'
 tap_check "$role: ib_read_lat -R across guests" \
-	xrun read_lat "$lat_done" ib_read_lat -d "$ib" -R --bind_source_ip "$server_ip" -p 18807 -F -s 8 -n 100 -- \
+	xrun read_lat 18807 "$lat_done" ib_read_lat -d "$ib" -R --bind_source_ip "$server_ip" -p 18807 -F -s 8 -n 100 -- \
 	ib_read_lat -d "$ib" -R --bind_source_ip "$my_ip" -p 18807 -F -s 8 -n 100 "$server_ip"
 if [ $role = client ]; then
 	timeout 90 rping -c -a "$server_ip" -I "$my_ip" -p 18899 -C 1 >"$tmp/nolistener" 2>&1
