@@ -235,6 +235,11 @@ pub enum Query {
     Qps,
     /// `cqs=<cqn>,...`: the live CQs. Not part of [`Query::All`].
     Cqs,
+    /// `queues=q<qpn>:<state>:<sq pi>/<sq ci>:<unanswered>:<lost>:<held>,...
+    /// c<cqn>:<pi>/<ci>:<a|->:<E|->,...`: the engine's view of every QP (SQ indices, requests
+    /// without an answer, lost ones, incoming ones held for receive WQEs) and CQ (indices, armed,
+    /// broken by an overflow), for a test that hangs. Not part of [`Query::All`].
+    Queues,
     /// `mrs=<stag>,...`: the registered MRs' STags in hex. Not part of [`Query::All`].
     Mrs,
     /// `objects=<qps>/<cqs>/<mrs>/<ahs>`: how many QPs, CQs, MRs and address handles exist
@@ -251,7 +256,7 @@ pub enum Query {
 }
 
 impl Query {
-    const NAMES: [(&'static str, Query); 17] = [
+    const NAMES: [(&'static str, Query); 18] = [
         ("mtu", Query::Mtu),
         ("page_shift", Query::PageShift),
         ("eqs", Query::Eqs),
@@ -264,6 +269,7 @@ impl Query {
         ("rules", Query::Rules),
         ("qps", Query::Qps),
         ("cqs", Query::Cqs),
+        ("queues", Query::Queues),
         ("mrs", Query::Mrs),
         ("objects", Query::Objects),
         ("ud_drops", Query::UdDrops),

@@ -1034,6 +1034,11 @@ fn lost_requests_are_retransmitted_in_order() {
     pump1(&mut d);
     assert!(d.poll(CQ).is_none());
     assert!(d.dev.next_deadline().is_some());
+    // All three went out before the first loss came back: three unanswered, three lost.
+    assert_eq!(
+        d.control("query queues"),
+        Ok("queues=q10:RTS:4/4:3:3:0,q11:RESET:0/0:0:0:0,c1:0/0:-:-".into())
+    );
     // Two retransmissions later QP 11 is ready, with receive WQEs.
     tick(&clock, &mut [&mut d]);
     tick(&clock, &mut [&mut d]);

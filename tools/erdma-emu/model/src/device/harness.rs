@@ -138,6 +138,32 @@ impl Device {
                 let cqs: Vec<String> = self.cqs().iter().map(ToString::to_string).collect();
                 format!("cqs={}", cqs.join(","))
             }
+            Query::Queues => {
+                let rdma = &self.func.rdma;
+                let qps = rdma.qps.values().map(|q| {
+                    format!(
+                        "q{}:{}:{}/{}:{}:{}:{}",
+                        q.qpn,
+                        q.state.name(),
+                        q.sq.pi,
+                        q.sq.ci,
+                        q.outstanding.iter().filter(|p| p.status.is_none()).count(),
+                        q.lost.len(),
+                        q.held.len()
+                    )
+                });
+                let cqs = rdma.cqs.values().map(|c| {
+                    format!(
+                        "c{}:{}/{}:{}:{}",
+                        c.cqn,
+                        c.pi,
+                        c.ci,
+                        if c.armed.is_some() { "a" } else { "-" },
+                        if c.error { "E" } else { "-" }
+                    )
+                });
+                format!("queues={}", qps.chain(cqs).collect::<Vec<_>>().join(","))
+            }
             Query::Mrs => {
                 let mrs: Vec<String> = self
                     .mr_layouts()
