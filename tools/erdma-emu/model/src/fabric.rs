@@ -21,8 +21,8 @@
 //!   it later). Responses are never refused: they are bounded by the requests.
 //! * A responder that cannot take a request (no such QP, or one not able to receive) drops it,
 //!   as an adapter does; on a network nothing would come back and the requester's timer would
-//!   run out. The model answers with [`Nak::Lost`], which hands the request back, so that the
-//!   requester can retransmit it when its timer fires.
+//!   run out. The model sends the request back as [`Body::Lost`], so that the requester can
+//!   retransmit it when its timer fires.
 //! * A [`Datagram`] (UD SEND) is addressed like a request but never answered: it carries what
 //!   the receiver needs to build the GRH area and the UD completion (addresses, traffic class,
 //!   flow label, hop limit, SL, Q_Key). Datagrams beyond [`MAX_INBOX`] are refused like requests
@@ -160,12 +160,8 @@ pub struct Datagram {
 }
 
 /// Why a request failed at the responder.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Nak {
-    /// No such QP, or it is not able to receive (not RTR/RTS/SQD): the responder dropped the
-    /// request, which comes back to the requester for its retransmission timer (on a network,
-    /// nothing would come back).
-    Lost(Box<Request>),
     /// The QP went away while the request executed: the requester gives up with "retry
     /// exceeded".
     NoQp,
@@ -205,6 +201,15 @@ pub enum Body {
     },
     /// A UD datagram (no response).
     Datagram(Datagram),
+    /// Request `seq`, back at its requester: the responder dropped it (no such QP, or not able
+    /// to receive). On a network nothing would come back; the requester keeps it for its
+    /// retransmission timer.
+    Lost {
+        /// Sequence number.
+        seq: u64,
+        /// The request.
+        req: Request,
+    },
 }
 
 /// A message between two QPs.
@@ -234,7 +239,7 @@ impl Packet {
                 result: Ok(Reply::Atomic(_)),
                 ..
             } => 8,
-            Body::Response { .. } => 0,
+            Body::Response { .. } | Body::Lost { .. } => 0,
         }
     }
 }

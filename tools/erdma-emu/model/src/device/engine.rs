@@ -1353,32 +1353,20 @@ impl Device {
 
     /// Drops a request this device cannot take: it goes back to its requester as lost.
     fn drop_request(&mut self, pkt: Packet) {
-        let Packet {
-            src_port,
-            src_qpn,
-            dst_qpn,
-            body,
-        } = pkt;
-        if let Body::Request { seq, req } = body {
-            let result = Err(Nak::Lost(Box::new(req)));
-            self.answer(src_port, src_qpn, dst_qpn, seq, result);
+        if let Body::Request { seq, req } = pkt.body {
+            let body = Body::Lost { seq, req };
+            self.send_back(pkt.src_port, pkt.dst_qpn, pkt.src_qpn, body);
         }
     }
 
     /// Answers request `seq` of `to`.
     fn respond(&mut self, to: &Packet, seq: u64, result: Result<Reply, Nak>) {
-        self.answer(to.src_port, to.src_qpn, to.dst_qpn, seq, result);
+        let body = Body::Response { seq, result };
+        self.send_back(to.src_port, to.dst_qpn, to.src_qpn, body);
     }
 
-    /// Answers request `seq` that QP `requester` behind `port` sent to our QP `qpn`.
-    fn answer(
-        &mut self,
-        port: PortId,
-        requester: u32,
-        qpn: u32,
-        seq: u64,
-        result: Result<Reply, Nak>,
-    ) {
+    /// Sends `body` from our QP `qpn` back to QP `requester` behind `port`.
+    fn send_back(&mut self, port: PortId, qpn: u32, requester: u32, body: Body) {
         let Some(own) = self.port.clone() else {
             return;
         };
@@ -1386,7 +1374,7 @@ impl Device {
             src_port: 0,
             src_qpn: qpn,
             dst_qpn: requester,
-            body: Body::Response { seq, result },
+            body,
         };
         self.harness.stats.tx_packet(pkt.payload_len() as u64);
         own.send_response(port, pkt);
@@ -1408,6 +1396,7 @@ impl Device {
             match pkt.body {
                 Body::Request { seq, .. } => self.incoming(pkt, seq, io),
                 Body::Response { .. } => self.response(pkt, io),
+                Body::Lost { seq, req } => self.lose(pkt.dst_qpn, seq, req),
                 Body::Datagram(d) => self.incoming_datagram(pkt.src_qpn, pkt.dst_qpn, d, io),
             }
         }
@@ -1771,13 +1760,6 @@ impl Device {
             return;
         };
         let qpn = pkt.dst_qpn;
-        let result = match result {
-            Err(Nak::Lost(req)) => {
-                self.lose(qpn, seq, *req);
-                return;
-            }
-            r => r,
-        };
         let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
             return;
         };
@@ -1797,7 +1779,7 @@ impl Device {
             Ok(Reply::Ack) => wc::SUCCESS,
             Ok(Reply::Read(data)) => self.deliver_sink(pdn, &p, &data, io),
             Ok(Reply::Atomic(v)) => self.deliver_sink(pdn, &p, &v.to_le_bytes(), io),
-            Err(Nak::NoQp) | Err(Nak::RnrExceeded) | Err(Nak::Lost(_)) => {
+            Err(Nak::NoQp) | Err(Nak::RnrExceeded) => {
                 if self.warned.dp_error() {
                     log::warn!(
                         "QP {qpn}: request {seq} refused by the destination (its QP went away, \
