@@ -70,7 +70,7 @@ snapshot_at() {
 	{
 		rdma resource show qp
 		for _f in $functions; do
-			! has_test_page "$_f" || echo "$_f: $(model_cmd "$_f" query qps)"
+			! has_test_page "$_f" || echo "$_f: $(model_cmd "$_f" query queues)"
 		done
 	} >"$2.qps" 2>&1
 }
