@@ -230,15 +230,19 @@ pub enum Query {
     Ahns,
     /// `rules=<n>`: active fault rules.
     Rules,
-    /// `qps=<qpn>:<state>,...`: the live QPs by QPN (`qps=` when none). Not part of
-    /// [`Query::All`].
+    /// `qps=<qpn>:<state>,...`: the live QPs by QPN (`qps=` when none). An iWARP QP shows its
+    /// iWARP state and, from RTS on, its connection:
+    /// `<qpn>:<state>:<src ip>:<src port>-<dst ip>:<dst port>:snd=<SND.NXT>:rcv=<RCV.NXT>:cookie=<peer cookie>`,
+    /// with `:closed` once the stream ended. Not part of [`Query::All`].
     Qps,
     /// `cqs=<cqn>,...`: the live CQs. Not part of [`Query::All`].
     Cqs,
     /// `queues=q<qpn>:<state>:<sq pi>/<sq ci>:<unanswered>:<lost>:<held>,...
     /// c<cqn>:<pi>/<ci>:<a|->:<E|->,...`: the engine's view of every QP (SQ indices, requests
     /// without an answer, lost ones, incoming ones held for receive WQEs) and CQ (indices, armed,
-    /// broken by an overflow), for a test that hangs. Not part of [`Query::All`].
+    /// broken by an overflow), for a test that hangs. For an iWARP QP `<lost>` counts the stream
+    /// messages waiting for retransmission, and the connection (as in [`Query::Qps`]) follows.
+    /// Not part of [`Query::All`].
     Queues,
     /// `mrs=<stag>,...`: the registered MRs' STags in hex. Not part of [`Query::All`].
     Mrs,

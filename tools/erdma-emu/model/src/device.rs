@@ -44,7 +44,8 @@
 //! * The RDMA objects (`objects` submodule: QPs, CQs, MRs and their commands) and the RoCEv2 RC
 //!   data path (`engine` submodule: doorbells, requester, responder, CQEs), connected to other
 //!   devices through a [`crate::fabric::Fabric`] ([`Device::attach_fabric`],
-//!   [`Device::run_fabric`]).
+//!   [`Device::run_fabric`]); on iWARP functions the same engine runs over TCP streams handed
+//!   over at MODIFY_QP(RTS) (`iwarp` submodule).
 //! * Event queues ([`crate::eq`]): the CMDQ EQ, the AEQ and up to 31 CEQs created by CREATE_EQ.
 //!   [`Device::post_ceqe`] and [`Device::post_aeqe`] are the entry points for the engines that
 //!   produce events.
@@ -83,9 +84,11 @@ mod cmdq_engine;
 mod engine;
 mod events;
 mod harness;
+mod iwarp;
 mod objects;
 
 pub use engine::{MAX_HELD, MAX_MESSAGE, RETRY_COUNT, RETRY_TIMEOUT};
+pub use iwarp::{IwarpQpInfo, AE_QP_FATAL, AE_RQ_ERROR};
 
 pub use cmdq_engine::{CEQ_DEPTH_LOG2_RANGE, CEQ_RANGE, MTU_RANGE};
 
@@ -607,6 +610,8 @@ impl Device {
             .flat_map(|q| std::mem::take(&mut q.held))
             .collect();
         self.nak_held(held);
+        // iWARP peers hear that their connections ended; the bindings go.
+        self.iw_close_all();
         self.func = Function::power_on(&self.config);
         self.publish_gids();
     }
@@ -1036,5 +1041,7 @@ impl Device {
 mod cmd_tests;
 #[cfg(test)]
 mod dp_tests;
+#[cfg(test)]
+mod iwarp_tests;
 #[cfg(test)]
 mod tests;

@@ -23,6 +23,15 @@
 //!   as an adapter does; on a network nothing would come back and the requester's timer would
 //!   run out. The model sends the request back as [`Body::Lost`], so that the requester can
 //!   retransmit it when its timer fires.
+//! * iWARP (§7.1, §10.20): a QP that reaches RTS binds its connection's 4-tuple
+//!   ([`Port::bind`]); its messages ([`StreamMsg`], in [`Body::Stream`]) go to the port and QP
+//!   bound to the mirrored tuple ([`Port::send_stream`]), which the fabric writes into
+//!   [`Packet::dst_qpn`]. A tuple has at most one binding on the fabric; bindings go with their
+//!   port. A message for a tuple nobody has bound (the peer is not in RTS yet) is refused
+//!   ([`SendError::Unreachable`]): for the sender it is lost, and it retransmits it. Each message
+//!   carries its TCP sequence number and occupies [`StreamMsg::stream_len`] bytes of the
+//!   sender's sequence space. TCP acknowledgements are not stream messages: the ACK of a Send or
+//!   Write is a [`Body::Response`], as on RoCEv2.
 //! * A [`Datagram`] (UD SEND) is addressed like a request but never answered: it carries what
 //!   the receiver needs to build the GRH area and the UD completion (addresses, traffic class,
 //!   flow label, hop limit, SL, Q_Key). Datagrams beyond [`MAX_INBOX`] are refused like requests
@@ -32,6 +41,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::cmdq::{Gid, NetType};
@@ -131,6 +141,138 @@ impl Request {
     }
 }
 
+/// An iWARP connection's 4-tuple as one end sees it (MODIFY_QP RTS, §3.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Conn {
+    /// Local IPv4 address.
+    pub src_ip: Ipv4Addr,
+    /// Local TCP port.
+    pub src_port: u16,
+    /// Remote IPv4 address.
+    pub dst_ip: Ipv4Addr,
+    /// Remote TCP port.
+    pub dst_port: u16,
+}
+
+impl Conn {
+    /// The same connection seen from the other end.
+    pub fn mirror(self) -> Self {
+        Conn {
+            src_ip: self.dst_ip,
+            src_port: self.dst_port,
+            dst_ip: self.src_ip,
+            dst_port: self.src_port,
+        }
+    }
+}
+
+impl fmt::Display for Conn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}-{}:{}",
+            self.src_ip, self.src_port, self.dst_ip, self.dst_port
+        )
+    }
+}
+
+/// Bytes of the MPA length field that starts every FPDU (no markers, no CRC: §7.1).
+pub const MPA_HEADER: u64 = 2;
+/// DDP/RDMAP header of a tagged message (RDMA Write, RDMA Read Response): control, STag, TO.
+pub const TAGGED_HEADER: u64 = 14;
+/// DDP/RDMAP header of an untagged message (Send, Read Request, atomics, Terminate): control,
+/// queue number, MSN, MO, invalidate STag.
+pub const UNTAGGED_HEADER: u64 = 18;
+/// Body of an RDMA Read Request: sink STag and TO, size, source STag and TO.
+pub const READ_REQUEST_BODY: u64 = 28;
+/// Body of an atomic request: STag, TO, the two operands, a reserved word.
+pub const ATOMIC_REQUEST_BODY: u64 = 32;
+/// Body of an atomic response: the request's number and the original value.
+pub const ATOMIC_RESPONSE_BODY: u64 = 12;
+/// Body of a Terminate: its control word and the header of the message it is about.
+pub const TERMINATE_BODY: u64 = 28;
+
+/// An iWARP message on a connection's byte stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamMsg {
+    /// Send*, RDMA Write*, RDMA Read Request or an atomic request; `id` numbers the requests
+    /// of the sending QP (what the responses name).
+    Request {
+        /// The request's number.
+        id: u64,
+        /// The request.
+        req: Request,
+    },
+    /// RDMA Read Response to request `id` (a tagged write into the requester's sink).
+    ReadResponse {
+        /// The request's number.
+        id: u64,
+        /// The data.
+        data: Vec<u8>,
+    },
+    /// Atomic response to request `id`.
+    AtomicResponse {
+        /// The request's number.
+        id: u64,
+        /// The original value.
+        value: u64,
+    },
+    /// The sender ended the connection (an error it detected, or a local stop): the receiver's
+    /// QP goes to ERROR. `status` is the completion status (§5.7) of the receiver's oldest
+    /// unanswered request (the one the error is about); `None`: everything is flushed.
+    Terminate {
+        /// Status for the oldest unanswered request.
+        status: Option<u8>,
+    },
+}
+
+impl StreamMsg {
+    /// Bytes of TCP sequence space the message occupies: one FPDU, i.e. the MPA length field,
+    /// the DDP/RDMAP header (tagged or untagged) and the payload (data, or the fixed body of a
+    /// Read Request, atomic or Terminate), padded to a multiple of 4. Wraps like TCP sequence
+    /// numbers (messages are at most 1 GiB).
+    pub fn stream_len(&self) -> u32 {
+        let (header, body) = match self {
+            StreamMsg::Request {
+                req: Request::Send { data, .. },
+                ..
+            } => (UNTAGGED_HEADER, data.len() as u64),
+            StreamMsg::Request {
+                req: Request::Write { data, .. },
+                ..
+            } => (TAGGED_HEADER, data.len() as u64),
+            StreamMsg::Request {
+                req: Request::Read { .. },
+                ..
+            } => (UNTAGGED_HEADER, READ_REQUEST_BODY),
+            StreamMsg::Request {
+                req: Request::Atomic { .. },
+                ..
+            } => (UNTAGGED_HEADER, ATOMIC_REQUEST_BODY),
+            StreamMsg::ReadResponse { data, .. } => (TAGGED_HEADER, data.len() as u64),
+            StreamMsg::AtomicResponse { .. } => (UNTAGGED_HEADER, ATOMIC_RESPONSE_BODY),
+            StreamMsg::Terminate { .. } => (UNTAGGED_HEADER, TERMINATE_BODY),
+        };
+        let fpdu = MPA_HEADER
+            .saturating_add(header)
+            .saturating_add(body)
+            .saturating_add(3)
+            & !3;
+        // TCP sequence arithmetic is modulo 2^32.
+        (fpdu & u64::from(u32::MAX)) as u32
+    }
+
+    /// Payload bytes carried (for the traffic counters).
+    pub fn payload_len(&self) -> usize {
+        match self {
+            StreamMsg::Request { req, .. } => req.payload_len(),
+            StreamMsg::ReadResponse { data, .. } => data.len(),
+            StreamMsg::AtomicResponse { .. } => 8,
+            StreamMsg::Terminate { .. } => 0,
+        }
+    }
+}
+
 /// A UD datagram (SEND or SEND_WITH_IMM on a UD QP, erdma-hw.md §5.4): delivered to one QP,
 /// never answered. The addressing fields come from the sender's address handle and GID table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -210,6 +352,18 @@ pub enum Body {
         /// The request.
         req: Request,
     },
+    /// iWARP: a message on the byte stream of connection `conn` (the sender's view), routed
+    /// to the QP bound to `conn.mirror()`.
+    Stream {
+        /// The sender's 4-tuple.
+        conn: Conn,
+        /// TCP sequence number of the message's first byte (the sender's SND.NXT).
+        seq: u32,
+        /// The peer cookie the sender was given at RTS: the QPN it means to reach.
+        cookie: u32,
+        /// The message.
+        msg: StreamMsg,
+    },
 }
 
 /// A message between two QPs.
@@ -239,6 +393,7 @@ impl Packet {
                 result: Ok(Reply::Atomic(_)),
                 ..
             } => 8,
+            Body::Stream { msg, .. } => msg.payload_len(),
             Body::Response { .. } | Body::Lost { .. } => 0,
         }
     }
@@ -272,6 +427,8 @@ struct PortState {
 struct Inner {
     next: PortId,
     ports: BTreeMap<PortId, PortState>,
+    /// iWARP connections: 4-tuple → (port, QPN) of the QP bound to it.
+    bindings: BTreeMap<Conn, (PortId, u32)>,
 }
 
 /// The network. Create one per process and attach every device.
@@ -359,7 +516,10 @@ impl fmt::Debug for Port {
 
 impl Drop for Port {
     fn drop(&mut self) {
-        self.fabric.lock().ports.remove(&self.id);
+        let mut inner = self.fabric.lock();
+        inner.ports.remove(&self.id);
+        let id = self.id;
+        inner.bindings.retain(|_, (port, _)| *port != id);
     }
 }
 
@@ -416,6 +576,45 @@ impl Port {
         if self.fabric.deliver(to, pkt, false).is_err() {
             log::debug!("fabric: response to detached port {to} dropped");
         }
+    }
+
+    /// Binds iWARP connection `conn` (this end's view) to QP `qpn` of this port. Fails with the
+    /// current owner `(port, QPN)` if the tuple is bound already.
+    pub fn bind(&self, conn: Conn, qpn: u32) -> Result<(), (PortId, u32)> {
+        let mut inner = self.fabric.lock();
+        if let Some(&owner) = inner.bindings.get(&conn) {
+            return Err(owner);
+        }
+        inner.bindings.insert(conn, (self.id, qpn));
+        Ok(())
+    }
+
+    /// Removes the binding of `conn` if QP `qpn` of this port holds it.
+    pub fn unbind(&self, conn: Conn, qpn: u32) {
+        let mut inner = self.fabric.lock();
+        if inner.bindings.get(&conn) == Some(&(self.id, qpn)) {
+            inner.bindings.remove(&conn);
+        }
+    }
+
+    /// The `(port, QPN)` bound to `conn`, if any.
+    pub fn bound(&self, conn: Conn) -> Option<(PortId, u32)> {
+        self.fabric.lock().bindings.get(&conn).copied()
+    }
+
+    /// Sends an iWARP stream packet ([`Body::Stream`]) of connection `conn` (the sender's
+    /// view) to the QP bound to the mirrored tuple, filling in its QPN as the packet's
+    /// destination. Refused ([`SendError::Unreachable`]) when nobody has bound that tuple.
+    pub fn send_stream(&self, conn: Conn, mut pkt: Packet) -> Result<(), Refused> {
+        pkt.src_port = self.id;
+        let Some((to, qpn)) = self.bound(conn.mirror()) else {
+            return Err(Refused {
+                why: SendError::Unreachable,
+                packet: Box::new(pkt),
+            });
+        };
+        pkt.dst_qpn = qpn;
+        self.fabric.deliver(to, pkt, true)
     }
 
     /// Takes every queued packet, oldest first.
@@ -510,5 +709,93 @@ mod tests {
             a.send_datagram(bid, dgram).map_err(|r| r.why),
             Err(SendError::Unreachable)
         );
+    }
+
+    #[test]
+    fn iwarp_bindings_route_by_mirrored_tuple() {
+        let f = Fabric::new();
+        let a = f.attach(Arc::new(NoWaker));
+        let b = f.attach(Arc::new(NoWaker));
+        let ca = Conn {
+            src_ip: Ipv4Addr::new(10, 0, 0, 1),
+            src_port: 40000,
+            dst_ip: Ipv4Addr::new(10, 0, 0, 2),
+            dst_port: 4791,
+        };
+        let pkt = |seq| Packet {
+            src_port: 0,
+            src_qpn: 5,
+            dst_qpn: 0,
+            body: Body::Stream {
+                conn: ca,
+                seq,
+                cookie: 9,
+                msg: StreamMsg::Terminate { status: None },
+            },
+        };
+        // Nobody bound the mirror yet: refused, handed back.
+        let r = a.send_stream(ca, pkt(1)).unwrap_err();
+        assert_eq!(r.why, SendError::Unreachable);
+        assert_eq!(a.bind(ca, 5), Ok(()));
+        assert_eq!(b.bind(ca, 6), Err((a.id(), 5)), "one binding per tuple");
+        assert_eq!(b.bind(ca.mirror(), 9), Ok(()));
+        assert_eq!(a.send_stream(ca, pkt(2)), Ok(()));
+        let got = b.take_inbox();
+        assert_eq!((got[0].src_port, got[0].dst_qpn), (a.id(), 9));
+        // Only the owner unbinds; a port's bindings go with it.
+        a.unbind(ca.mirror(), 9);
+        assert_eq!(a.bound(ca.mirror()), Some((b.id(), 9)));
+        drop(b);
+        assert_eq!(a.bound(ca.mirror()), None);
+        a.unbind(ca, 5);
+        assert_eq!(a.bound(ca), None);
+        assert_eq!(ca.to_string(), "10.0.0.1:40000-10.0.0.2:4791");
+    }
+
+    #[test]
+    fn stream_lengths() {
+        let send = |n: usize| StreamMsg::Request {
+            id: 0,
+            req: Request::Send {
+                data: vec![0; n],
+                imm: None,
+                inv: None,
+                solicited: false,
+            },
+        };
+        // MPA length 2 + untagged header 18 + payload, padded to 4.
+        assert_eq!(send(0).stream_len(), 20);
+        assert_eq!(send(1).stream_len(), 24);
+        assert_eq!(send(4).stream_len(), 24);
+        let write = StreamMsg::Request {
+            id: 0,
+            req: Request::Write {
+                addr: 0,
+                rkey: 0,
+                data: vec![0; 5],
+                imm: None,
+                solicited: false,
+            },
+        };
+        assert_eq!(write.stream_len(), 24, "2 + 14 + 5 = 21, padded");
+        let read = StreamMsg::Request {
+            id: 0,
+            req: Request::Read {
+                addr: 0,
+                rkey: 0,
+                len: 1 << 20,
+            },
+        };
+        assert_eq!(read.stream_len(), 48);
+        let resp = StreamMsg::ReadResponse {
+            id: 0,
+            data: vec![0; 100],
+        };
+        assert_eq!(resp.stream_len(), 116);
+        assert_eq!(
+            StreamMsg::AtomicResponse { id: 0, value: 1 }.stream_len(),
+            32
+        );
+        assert_eq!(StreamMsg::Terminate { status: None }.stream_len(), 48);
     }
 }

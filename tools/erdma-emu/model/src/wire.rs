@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Data-path wire formats (erdma-hw.md §3.5, §5, §6): the RDMA object commands (CREATE_QP,
-//! DESTROY_QP, MODIFY_QP in the RoCEv2 layout, CREATE_CQ, DESTROY_CQ, REFLUSH, REG_MR, DEREG_MR,
-//! QUERY_QP), SQ WQEs (the header, the body of every opcode, the SGL), RQEs, data CQEs, the SQ/RQ
+//! DESTROY_QP, MODIFY_QP in the RoCEv2 and iWARP layouts, CREATE_CQ, DESTROY_CQ, REFLUSH,
+//! REG_MR, DEREG_MR, QUERY_QP), SQ WQEs (the header, the body of every opcode, the SGL), RQEs, data CQEs, the SQ/RQ
 //! doorbell values and STags. The engines build and read these words only through the types
 //! here; each layout is pinned to a byte image worked out from erdma-hw.md in the tests below.
 //!
@@ -319,10 +319,149 @@ impl ModifyQpRoce {
 
 /// QUERY_QP resp0: 23:0 SQ PSN, 47:24 RQ PSN, 55:48 state, bit 56 SQ draining.
 pub fn query_qp_resp0(sq_psn: u32, rq_psn: u32, state: QpState, draining: bool) -> u64 {
+    qp_resp0(sq_psn, rq_psn, state as u8, draining)
+}
+
+fn qp_resp0(sq_psn: u32, rq_psn: u32, state: u8, draining: bool) -> u64 {
     u64::from(sq_psn & 0xff_ffff)
         | u64::from(rq_psn & 0xff_ffff) << 24
-        | u64::from(state as u8) << 48
+        | u64::from(state) << 48
         | u64::from(draining) << 56
+}
+
+// ------------------------------------------------------------------------------------------------
+// MODIFY_QP, iWARP layout (§3.5, §7.1)
+// ------------------------------------------------------------------------------------------------
+
+/// iWARP QP states (§3.5): the target state of MODIFY_QP on an iWARP function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum IwarpState {
+    /// 0: created, not connected.
+    Idle = 0,
+    /// 1: RTR (accepted, no meaning to the device beyond IDLE).
+    Rtr = 1,
+    /// 2: connected: the device owns the TCP stream.
+    Rts = 2,
+    /// 3: closing (the peer's socket closed, or a local graceful stop).
+    Closing = 3,
+    /// 4: terminate (a local stop with a Terminate message).
+    Terminate = 4,
+    /// 5: error.
+    Error = 5,
+}
+
+impl IwarpState {
+    /// The state with number `v`.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => IwarpState::Idle,
+            1 => IwarpState::Rtr,
+            2 => IwarpState::Rts,
+            3 => IwarpState::Closing,
+            4 => IwarpState::Terminate,
+            5 => IwarpState::Error,
+            _ => return None,
+        })
+    }
+
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            IwarpState::Idle => "IDLE",
+            IwarpState::Rtr => "RTR",
+            IwarpState::Rts => "RTS",
+            IwarpState::Closing => "CLOSING",
+            IwarpState::Terminate => "TERMINATE",
+            IwarpState::Error => "ERROR",
+        }
+    }
+}
+
+/// MODIFY_QP (RDMA/3), iWARP layout, word @8: what every iWARP MODIFY_QP means. The rest of the
+/// command ([`IwarpConnection`]) is meaningful only for the transition to RTS: the "stop" form
+/// (to CLOSING, TERMINATE, ERROR) carries stack garbage there (§10.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModifyQpIwarp {
+    /// QPN (@8 19:0).
+    pub qpn: u32,
+    /// Raw target state (@8 31:24), [`IwarpState`] numbering.
+    pub state: u8,
+    /// Congestion-control algorithm (@8 23:20).
+    pub cc: u8,
+}
+
+impl ModifyQpIwarp {
+    /// Bytes the driver's struct covers (36 meaningful).
+    pub const LEN: usize = 40;
+
+    /// Decodes word @8 only.
+    pub fn decode(r: &Request<'_>) -> Result<Self, Status> {
+        let cfg = r.u32(8)?;
+        Ok(ModifyQpIwarp {
+            qpn: bits(cfg, 19, 0),
+            state: bits(cfg, 31, 24) as u8,
+            cc: bits(cfg, 23, 20) as u8,
+        })
+    }
+
+    /// Writes word @8.
+    pub fn write_fields(&self, slot: &mut [u8]) {
+        let cfg =
+            u32::from(self.state) << 24 | (u32::from(self.cc) & 0xf) << 20 | self.qpn & 0xf_ffff;
+        put(slot, 8, &cfg.to_le_bytes());
+    }
+}
+
+/// MODIFY_QP (RDMA/3), iWARP layout, words @12..@36: the connection handed over at RTS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IwarpConnection {
+    /// The peer's cookie from its MPA frame (@12, host order): the model's QPN of the peer.
+    pub cookie: u32,
+    /// Destination IPv4 address (@16, big-endian on the wire).
+    pub dst_ip: [u8; 4],
+    /// Source IPv4 address (@20, big-endian).
+    pub src_ip: [u8; 4],
+    /// Source TCP port (@24, big-endian u16).
+    pub src_port: u16,
+    /// Destination TCP port (@26, big-endian u16).
+    pub dst_port: u16,
+    /// TCP SND.NXT to continue with (@28).
+    pub snd_nxt: u32,
+    /// TCP RCV.NXT (@32).
+    pub rcv_nxt: u32,
+}
+
+impl IwarpConnection {
+    /// Decodes words @12..@36 (only for the transition to RTS).
+    pub fn decode(r: &Request<'_>) -> Result<Self, Status> {
+        Ok(IwarpConnection {
+            cookie: r.u32(12)?,
+            dst_ip: r.bytes(16)?,
+            src_ip: r.bytes(20)?,
+            src_port: u16::from_be_bytes(r.bytes(24)?),
+            dst_port: u16::from_be_bytes(r.bytes(26)?),
+            snd_nxt: r.u32(28)?,
+            rcv_nxt: r.u32(32)?,
+        })
+    }
+
+    /// Writes words @12..@36.
+    pub fn write_fields(&self, slot: &mut [u8]) {
+        put(slot, 12, &self.cookie.to_le_bytes());
+        put(slot, 16, &self.dst_ip);
+        put(slot, 20, &self.src_ip);
+        put(slot, 24, &self.src_port.to_be_bytes());
+        put(slot, 26, &self.dst_port.to_be_bytes());
+        put(slot, 28, &self.snd_nxt.to_le_bytes());
+        put(slot, 32, &self.rcv_nxt.to_le_bytes());
+    }
+}
+
+/// QUERY_QP resp0 of an iWARP QP: the fields of [`query_qp_resp0`], with the low 24 bits of
+/// SND.NXT and RCV.NXT as the PSNs and the [`IwarpState`] number as the state.
+pub fn query_qp_resp0_iwarp(snd_nxt: u32, rcv_nxt: u32, state: IwarpState) -> u64 {
+    qp_resp0(snd_nxt, rcv_nxt, state as u8, false)
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1970,6 +2109,62 @@ mod tests {
         assert_eq!(&b[12..16], &[4, 3, 2, 1]);
         assert_eq!(b[0], 0x80);
         assert_eq!(DataCqe::decode(&b), c);
+    }
+
+    #[test]
+    fn modify_qp_iwarp_image() {
+        // Word @8: state 2 (RTS) in 31:24, CC 1 in 23:20, QPN 0x12345; cookie 0x0a0b0c0d;
+        // 10.0.0.2 <- 10.0.0.1, ports 0x1234 -> 0x5678 (big-endian), SND.NXT, RCV.NXT.
+        let img = image(
+            40,
+            &[
+                (8, &[0x45, 0x23, 0x11, 0x02]),
+                (12, &[0x0d, 0x0c, 0x0b, 0x0a]),
+                (16, &[10, 0, 0, 2]),
+                (20, &[10, 0, 0, 1]),
+                (24, &[0x12, 0x34, 0x56, 0x78]),
+                (28, &[0x44, 0x33, 0x22, 0x11]),
+                (32, &[0x88, 0x77, 0x66, 0x55]),
+            ],
+        );
+        let m = ModifyQpIwarp {
+            qpn: 0x1_2345,
+            state: IwarpState::Rts as u8,
+            cc: 1,
+        };
+        let c = IwarpConnection {
+            cookie: 0x0a0b_0c0d,
+            dst_ip: [10, 0, 0, 2],
+            src_ip: [10, 0, 0, 1],
+            src_port: 0x1234,
+            dst_port: 0x5678,
+            snd_nxt: 0x1122_3344,
+            rcv_nxt: 0x5566_7788,
+        };
+        pins(&img, |b| {
+            m.write_fields(b);
+            c.write_fields(b);
+        });
+        assert_eq!(ModifyQpIwarp::decode(&Request::new(&img)), Ok(m));
+        assert_eq!(IwarpConnection::decode(&Request::new(&img)), Ok(c));
+        // The stop form: only word @8 is read, so a command cut after it still decodes.
+        assert_eq!(
+            ModifyQpIwarp::decode(&Request::new(&img[..12])),
+            Ok(m),
+            "word @8 alone"
+        );
+        assert_eq!(
+            IwarpConnection::decode(&Request::new(&img[..12])),
+            Err(Status::Malformed)
+        );
+        for v in 0..=5 {
+            assert_eq!(IwarpState::from_u8(v).map(|s| s as u8), Some(v));
+        }
+        assert_eq!(IwarpState::from_u8(6), None);
+        assert_eq!(
+            query_qp_resp0_iwarp(0x1ab_cdef, 0x12_3456, IwarpState::Closing),
+            0x0003_1234_56ab_cdef
+        );
     }
 
     #[test]

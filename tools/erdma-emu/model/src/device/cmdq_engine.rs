@@ -262,32 +262,22 @@ impl Device {
                 self.require_roce()?;
                 self.cmd_destroy_ah(DestroyAh::decode(req)?)
             }
-            // Data-path objects (device/objects.rs). CQs and MRs exist on both protocols; the
-            // QP commands only on RoCEv2 (the iWARP data path is not modelled).
+            // Data-path objects (device/objects.rs), on both protocols; MODIFY_QP has a layout
+            // per protocol (device/iwarp.rs for iWARP).
             Command::CreateCq => self.cmd_create_cq(wire::CreateCq::decode(req)?, io),
             Command::DestroyCq => self.cmd_destroy_cq(wire::U32Arg::decode(req)?),
             Command::RegMr => self.cmd_reg_mr(wire::RegMr::decode(req)?, io),
             Command::DeregMr => self.cmd_dereg_mr(wire::DeregMr::decode(req)?),
-            Command::CreateQp => {
-                self.require_roce_dp()?;
-                self.cmd_create_qp(wire::CreateQp::decode(req)?, io)
-            }
-            Command::DestroyQp => {
-                self.require_roce_dp()?;
-                self.cmd_destroy_qp(wire::U32Arg::decode(req)?)
-            }
-            Command::ModifyQp => {
-                self.require_roce_dp()?;
-                self.cmd_modify_qp(wire::ModifyQpRoce::decode(req)?, io)
-            }
-            Command::QueryQp => {
-                self.require_roce_dp()?;
-                self.cmd_query_qp(wire::U32Arg::decode(req)?)
-            }
-            Command::Reflush => {
-                self.require_roce_dp()?;
-                self.cmd_reflush(wire::Reflush::decode(req)?, io)
-            }
+            Command::CreateQp => self.cmd_create_qp(wire::CreateQp::decode(req)?, io),
+            Command::DestroyQp => self.cmd_destroy_qp(wire::U32Arg::decode(req)?),
+            Command::ModifyQp => match self.config.protocol {
+                Protocol::RoceV2 => self.cmd_modify_qp(wire::ModifyQpRoce::decode(req)?, io),
+                Protocol::Iwarp => {
+                    self.cmd_modify_qp_iwarp(wire::ModifyQpIwarp::decode(req)?, req, io)
+                }
+            },
+            Command::QueryQp => self.cmd_query_qp(wire::U32Arg::decode(req)?),
+            Command::Reflush => self.cmd_reflush(wire::Reflush::decode(req)?, io),
             // Out-of-tree driver only.
             Command::QueryQpc
             | Command::QueryCqc

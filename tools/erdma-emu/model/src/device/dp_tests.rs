@@ -306,7 +306,7 @@ fn qp_commands_validate_and_state_machine() {
 }
 
 #[test]
-fn iwarp_keeps_qp_commands_unsupported_but_has_cqs_and_mrs() {
+fn iwarp_has_cqs_mrs_and_rc_qps() {
     let mut d = TestDriver::new(DeviceConfig {
         protocol: Protocol::Iwarp,
         ..DeviceConfig::default()
@@ -314,12 +314,18 @@ fn iwarp_keeps_qp_commands_unsupported_but_has_cqs_and_mrs() {
     assert!(d.init());
     assert_eq!(d.create_ceq(1, 1, 8).status, 0);
     assert_eq!(d.create_cq(CQ, 6).status, 0);
-    assert_eq!(d.create_qp(5, CQ, 8, 6).status, Status::Unsupported.code());
+    // RC QPs exist on iWARP (device/iwarp_tests.rs has their data path); UD ones do not.
+    assert_eq!(d.create_qp(5, CQ, 8, 6).status, 0);
+    assert_eq!(
+        d.create_ud_qp(6, CQ, 8, 6, 1).status,
+        Status::Unsupported.code()
+    );
     let buf = d.alloc(0x2000, 0x1000);
     assert_eq!(d.reg_mr(3, 7, 1, buf, 0x2000, ALL_ACCESS).status, 0);
     assert_eq!(d.dev.mrs(), [stag(3, 7)]);
     assert_eq!(d.dereg_mr(stag(3, 7)).status, 0);
-    assert_eq!(d.query_qp(5).status, Status::Unsupported.code());
+    assert_eq!(d.query_qp(5).status, 0);
+    assert_eq!(d.query_qp(6).status, Status::NotFound.code());
 }
 
 #[test]

@@ -87,7 +87,7 @@ use super::objects::Pending;
 use super::{Device, Oddity};
 use crate::cmdq::Gid;
 use crate::fabric::{
-    AtomicOp, Body, Datagram, Nak, Packet, PortId, Refused, Reply, Request, SendError,
+    AtomicOp, Body, Datagram, Nak, Packet, PortId, Refused, Reply, Request, SendError, StreamMsg,
 };
 use crate::io::{GuestMemory, Io};
 use crate::mtt::{self, Mtt, Piece, Xlate};
@@ -623,8 +623,11 @@ impl Device {
                     qp.next_seq = qp.next_seq.wrapping_add(1);
                     qp.sq_psn = (qp.sq_psn + 1) & 0xff_ffff;
                     p.seq = Some(seq);
+                    let iwarp = qp.iw.is_some();
                     qp.outstanding.push_back(p);
-                    if let Err(req) = self.transmit(qpn, seq, req) {
+                    if iwarp {
+                        self.iw_send(qpn, StreamMsg::Request { id: seq, req });
+                    } else if let Err(req) = self.transmit(qpn, seq, req) {
                         self.lose(qpn, seq, req);
                     }
                 }
@@ -719,6 +722,10 @@ impl Device {
     /// or, after [`RETRY_COUNT`] retransmissions without an answer, the first of them
     /// completes with "retry exceeded" (and the QP's move to ERROR flushes the rest).
     fn retransmit(&mut self, qpn: u32, io: &mut Io<'_>) {
+        if self.is_iwarp_qp(qpn) {
+            self.iw_retransmit(qpn, io);
+            return;
+        }
         let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
             return;
         };
@@ -1233,7 +1240,7 @@ impl Device {
 
     /// Completes finished requests from the front of the SQ, in order. An error moves the QP to
     /// ERROR.
-    fn drain_completions(&mut self, qpn: u32, io: &mut Io<'_>) {
+    pub(super) fn drain_completions(&mut self, qpn: u32, io: &mut Io<'_>) {
         loop {
             let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
                 return;
@@ -1261,6 +1268,13 @@ impl Device {
 
     /// Moves a QP to ERROR and flushes everything.
     pub(super) fn enter_error(&mut self, qpn: u32, io: &mut Io<'_>) {
+        self.enter_error_with(qpn, None, io);
+    }
+
+    /// [`Device::enter_error`]; an iWARP QP's live stream ends with a Terminate that gives the
+    /// peer's oldest unanswered request `peer_status` (`None`: flushed).
+    pub(super) fn enter_error_with(&mut self, qpn: u32, peer_status: Option<u8>, io: &mut Io<'_>) {
+        self.iw_close(qpn, peer_status);
         let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
             return;
         };
@@ -1361,12 +1375,16 @@ impl Device {
 
     /// Answers request `seq` of `to`.
     fn respond(&mut self, to: &Packet, seq: u64, result: Result<Reply, Nak>) {
+        if self.is_iwarp_qp(to.dst_qpn) {
+            self.iw_respond(to, seq, result);
+            return;
+        }
         let body = Body::Response { seq, result };
         self.send_back(to.src_port, to.dst_qpn, to.src_qpn, body);
     }
 
     /// Sends `body` from our QP `qpn` back to QP `requester` behind `port`.
-    fn send_back(&mut self, port: PortId, qpn: u32, requester: u32, body: Body) {
+    pub(super) fn send_back(&mut self, port: PortId, qpn: u32, requester: u32, body: Body) {
         let Some(own) = self.port.clone() else {
             return;
         };
@@ -1398,6 +1416,21 @@ impl Device {
                 Body::Response { .. } => self.response(pkt, io),
                 Body::Lost { seq, req } => self.lose(pkt.dst_qpn, seq, req),
                 Body::Datagram(d) => self.incoming_datagram(pkt.src_qpn, pkt.dst_qpn, d, io),
+                Body::Stream {
+                    conn,
+                    seq,
+                    cookie,
+                    msg,
+                } => self.iw_incoming(
+                    pkt.src_port,
+                    pkt.src_qpn,
+                    pkt.dst_qpn,
+                    conn,
+                    seq,
+                    cookie,
+                    msg,
+                    io,
+                ),
             }
         }
         n
@@ -1407,7 +1440,9 @@ impl Device {
     fn incoming(&mut self, pkt: Packet, seq: u64, io: &mut Io<'_>) {
         let qpn = pkt.dst_qpn;
         let ok = self.func.rdma.qps.get(&qpn).is_some_and(|q| {
-            q.qp_type != QP_TYPE_UD && matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+            q.qp_type != QP_TYPE_UD
+                && q.iw.is_none()
+                && matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
         });
         if !ok {
             self.drop_request(pkt);
@@ -1454,7 +1489,7 @@ impl Device {
 
     /// Executes a request on an able QP. Returns the packet back if it needs a receive WQE that
     /// is not there yet.
-    fn execute_request(&mut self, pkt: Packet, io: &mut Io<'_>) -> Option<Packet> {
+    pub(super) fn execute_request(&mut self, pkt: Packet, io: &mut Io<'_>) -> Option<Packet> {
         let qpn = pkt.dst_qpn;
         let Body::Request { seq, req } = &pkt.body else {
             return None;
@@ -1549,7 +1584,7 @@ impl Device {
         if let Err(err) = self.post_aeqe(ev, io) {
             log::warn!("QP {qpn}: AEQE dropped: {err}");
         }
-        self.enter_error(qpn, io);
+        self.enter_error_with(qpn, Some(e.remote()), io);
         Nak::Remote(e.remote())
     }
 
@@ -1688,7 +1723,10 @@ impl Device {
                 "QP {qpn}: receive WQE at {index:#x} failed with status {code}; QP to ERROR"
             );
         }
-        self.enter_error(qpn, io);
+        if self.is_iwarp_qp(qpn) {
+            self.qp_event(qpn, super::AE_RQ_ERROR, io);
+        }
+        self.enter_error_with(qpn, Some(code), io);
     }
 
     /// Consumes the RQE at the CI for an incoming message: scatters `data` into its buffer and
@@ -1755,7 +1793,7 @@ impl Device {
     }
 
     /// A response to one of our requests.
-    fn response(&mut self, pkt: Packet, io: &mut Io<'_>) {
+    pub(super) fn response(&mut self, pkt: Packet, io: &mut Io<'_>) {
         let Body::Response { seq, result } = pkt.body else {
             return;
         };
@@ -1763,7 +1801,13 @@ impl Device {
         let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
             return;
         };
-        if qp.lost.is_empty() {
+        let iwarp = qp.iw.is_some();
+        let backlog = qp
+            .iw
+            .as_ref()
+            .and_then(|i| i.conn.as_ref())
+            .is_some_and(|c| !c.backlog.is_empty());
+        if qp.lost.is_empty() && !backlog {
             qp.retries = 0;
         }
         let Some(idx) = qp.outstanding.iter().position(|p| p.seq == Some(seq)) else {
@@ -1777,8 +1821,23 @@ impl Device {
         let pdn = qp.pdn;
         let status = match result {
             Ok(Reply::Ack) => wc::SUCCESS,
-            Ok(Reply::Read(data)) => self.deliver_sink(pdn, &p, &data, io),
-            Ok(Reply::Atomic(v)) => self.deliver_sink(pdn, &p, &v.to_le_bytes(), io),
+            // iWARP: a Read Response is a tagged write into the sink, which must grant remote
+            // write.
+            Ok(Reply::Read(data)) if iwarp => {
+                let need = access::LOCAL_WRITE | access::REMOTE_WRITE;
+                let status = self.deliver_sink(pdn, &p, &data, need, io);
+                if status == wc::SEND_ACCESS && self.warned.dp_error() {
+                    log::warn!(
+                        "QP {qpn}: RDMA Read sink {:#x} does not grant remote write, which an                          iWARP Read Response (a tagged write) needs: status {status}",
+                        p.sink.map_or(0, |s| s.2)
+                    );
+                }
+                status
+            }
+            Ok(Reply::Read(data)) => self.deliver_sink(pdn, &p, &data, access::LOCAL_WRITE, io),
+            Ok(Reply::Atomic(v)) => {
+                self.deliver_sink(pdn, &p, &v.to_le_bytes(), access::LOCAL_WRITE, io)
+            }
             Err(Nak::NoQp) | Err(Nak::RnrExceeded) => {
                 if self.warned.dp_error() {
                     log::warn!(
@@ -1807,21 +1866,21 @@ impl Device {
     }
 
     /// Writes READ data or an atomic's original value into the local sink.
-    fn deliver_sink(&mut self, pdn: u32, p: &Pending, data: &[u8], io: &mut Io<'_>) -> u8 {
+    fn deliver_sink(
+        &mut self,
+        pdn: u32,
+        p: &Pending,
+        data: &[u8],
+        need: u8,
+        io: &mut Io<'_>,
+    ) -> u8 {
         let Some((addr, len, lkey)) = p.sink else {
             return wc::GENERAL;
         };
         if data.len() as u64 > u64::from(len) {
             return wc::SEND_BOUNDS;
         }
-        match self.mr_access(
-            lkey,
-            pdn,
-            addr,
-            data.len() as u64,
-            access::LOCAL_WRITE,
-            io.mem,
-        ) {
+        match self.mr_access(lkey, pdn, addr, data.len() as u64, need, io.mem) {
             Ok(pieces) => match write_pieces(io.mem, &pieces, data) {
                 Ok(()) => wc::SUCCESS,
                 Err(()) => wc::SEND_BOUNDS,

@@ -2,9 +2,9 @@
 
 //! The RDMA objects (QPs, CQs, MRs) and their commands (erdma-hw.md §3.5, §6).
 //!
-//! * CREATE_CQ / DESTROY_CQ and REG_MR / DEREG_MR work on both protocols; CREATE_QP,
-//!   DESTROY_QP, MODIFY_QP (RoCEv2 layout), QUERY_QP and REFLUSH on RoCEv2 functions only (the
-//!   iWARP data path is not modelled: [`Status::Unsupported`]).
+//! * Every command works on both protocols. On an iWARP function QPs are RC only (a UD QP is
+//!   [`Status::Unsupported`]), start in IDLE, and MODIFY_QP uses the iWARP layout (the `iwarp`
+//!   submodule); QUERY_QP reports the iWARP state.
 //! * Every field is range-checked against the capabilities; only fields meaningful for the
 //!   command and its flags are looked at.
 //! * DESTROY_CQ of a CQ that QPs still name succeeds: completions for it are dropped (logged),
@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
+use super::iwarp::Iwarp;
 use super::{Device, Protocol};
 use crate::cmdq::{AddressVector, Status};
 use crate::fabric::{Packet, Request};
@@ -95,6 +96,8 @@ pub(super) struct Qp {
     pub lost: BTreeMap<u64, Request>,
     /// Retransmissions since the last response that was not a loss.
     pub retries: u32,
+    /// The iWARP state and connection (`None`: a RoCEv2 QP).
+    pub iw: Option<Box<Iwarp>>,
 }
 
 /// A completion queue.
@@ -178,14 +181,6 @@ fn queue_buf(m: &QueueMttCfg, size: u64, io: &Io<'_>) -> Result<QueueBuf, Status
 }
 
 impl Device {
-    /// The data-path commands on an iWARP function: only the protocol-independent objects.
-    pub(super) fn require_roce_dp(&self) -> Result<(), Status> {
-        match self.config.protocol {
-            Protocol::RoceV2 => Ok(()),
-            Protocol::Iwarp => Err(Status::Unsupported),
-        }
-    }
-
     fn max_cq(&self) -> u32 {
         self.config.caps.max_qp().saturating_mul(2)
     }
@@ -271,6 +266,15 @@ impl Device {
         if r.qp_type != QP_TYPE_RC && r.qp_type != QP_TYPE_UD {
             return Err(Status::InvalidParam);
         }
+        let iwarp = self.config.protocol == Protocol::Iwarp;
+        if iwarp && r.qp_type != QP_TYPE_RC {
+            log::warn!(
+                "CREATE_QP {}: QP type {} on an iWARP function, which has RC QPs only",
+                r.qpn,
+                r.qp_type
+            );
+            return Err(Status::Unsupported);
+        }
         if r.sq_depth_log2 > MAX_SQ_DEPTH_LOG2
             || r.rq_depth_log2 > u32::from(self.config.caps.max_recv_wr_log2)
         {
@@ -320,7 +324,8 @@ impl Device {
                 recv_cqn: r.recv_cqn,
                 sq: wq(sq, sq_depth),
                 rq: wq(rq, rq_depth),
-                state: QpState::Reset,
+                // iWARP QPs start in IDLE, which behaves like INIT.
+                state: if iwarp { QpState::Init } else { QpState::Reset },
                 qkey: 0,
                 av: None,
                 dst_qpn: 0,
@@ -331,6 +336,7 @@ impl Device {
                 held: VecDeque::new(),
                 lost: BTreeMap::new(),
                 retries: 0,
+                iw: iwarp.then(|| Box::new(Iwarp::new())),
             },
         );
         // The cookie (iWARP MPA exchange) is the QPN.
@@ -338,6 +344,8 @@ impl Device {
     }
 
     pub(super) fn cmd_destroy_qp(&mut self, r: U32Arg) -> Outcome {
+        // A live iWARP stream ends (the peer hears of it) and its binding goes.
+        self.iw_close(r.0, None);
         let qp = self.func.rdma.qps.remove(&r.0).ok_or(Status::NotFound)?;
         self.func.rdma.retransmit.remove(&r.0);
         self.nak_held(qp.held);
@@ -420,6 +428,9 @@ impl Device {
     }
 
     pub(super) fn cmd_query_qp(&mut self, r: U32Arg) -> Outcome {
+        if let Some(resp0) = self.iw_query(r.0) {
+            return Ok((resp0, 0));
+        }
         let qp = self.func.rdma.qps.get(&r.0).ok_or(Status::NotFound)?;
         let draining =
             qp.state == QpState::Sqd && qp.outstanding.iter().any(|p| p.status.is_none());

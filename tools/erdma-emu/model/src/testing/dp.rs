@@ -13,10 +13,10 @@ use crate::fabric::{Fabric, NoWaker};
 use crate::io::{GuestMemory, Io};
 use crate::regs::{self, CqDoorbell};
 use crate::wire::{
-    self, access, op, AtomicSqe, CreateCq, CreateQp, DataCqe, DeregMr, FastRegSqe, LocalInvSqe,
-    ModifyQpRoce, QpState, QueueMttCfg, ReadSqe, RegMr, RqDoorbell, Rqe, SendSqe, Sge, SqDoorbell,
-    SqeHeader, U32Arg, UdSendSqe, WriteSqe, CQE_SIZE, FAST_REG_MTT_BUFFER, FAST_REG_MTT_INLINE,
-    QP_TYPE_RC, QP_TYPE_UD, RQE_SIZE, SQ_WQEBB_SIZE,
+    self, access, op, AtomicSqe, CreateCq, CreateQp, DataCqe, DeregMr, FastRegSqe, IwarpConnection,
+    IwarpState, LocalInvSqe, ModifyQpIwarp, ModifyQpRoce, QpState, QueueMttCfg, ReadSqe, RegMr,
+    RqDoorbell, Rqe, SendSqe, Sge, SqDoorbell, SqeHeader, U32Arg, UdSendSqe, WriteSqe, CQE_SIZE,
+    FAST_REG_MTT_BUFFER, FAST_REG_MTT_INLINE, QP_TYPE_RC, QP_TYPE_UD, RQE_SIZE, SQ_WQEBB_SIZE,
 };
 
 /// The CEQ the helpers create and bind CQs to.
@@ -542,6 +542,27 @@ impl TestDriver {
             av: super::ipv4_av(0, 0),
         };
         self.modify_qp(&req)
+    }
+
+    /// MODIFY_QP in the iWARP layout: word @8 (`state`, CC 0, `qpn`), then `rest` fills the
+    /// slot (the RTS words, or garbage for the stop form).
+    pub fn modify_iwarp_raw(&mut self, qpn: u32, state: u8, rest: impl FnOnce(&mut [u8])) -> Cqe {
+        let m = ModifyQpIwarp { qpn, state, cc: 0 };
+        self.exec(Command::ModifyQp, |s| {
+            rest(s);
+            m.write_fields(s);
+        })
+    }
+
+    /// MODIFY_QP (iWARP) to RTS with connection `conn`.
+    pub fn iwarp_rts(&mut self, qpn: u32, conn: &IwarpConnection) -> Cqe {
+        self.modify_iwarp_raw(qpn, IwarpState::Rts as u8, |s| conn.write_fields(s))
+    }
+
+    /// MODIFY_QP (iWARP) to `state`, the rest of the command left as the slot had it (the
+    /// driver's "stop" form).
+    pub fn iwarp_state(&mut self, qpn: u32, state: IwarpState) -> Cqe {
+        self.modify_iwarp_raw(qpn, state as u8, |_| {})
     }
 
     /// INIT → RTR (AV to 10.0.0.`host`, destination `dst_qpn`, PSNs) → RTS.

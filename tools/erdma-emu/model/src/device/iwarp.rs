@@ -1,0 +1,798 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The iWARP RC engine (erdma-hw.md §3.5 MODIFY_QP iWARP layout, §7.1, §10.14, §10.20).
+//!
+//! On an iWARP function (DEV_PROTO 0) the driver's own MPA connection manager sets up a TCP
+//! connection over the guest's kernel sockets and hands it to the adapter with MODIFY_QP(RTS):
+//! the 4-tuple, the peer's cookie (the model's cookie is the QPN), the congestion-control
+//! algorithm and the TCP sequence numbers to continue with. From then on the adapter owns the
+//! byte stream. The model does not put TCP on a wire; it keeps the stream's sequence numbers
+//! and moves the RC messages through the [`crate::fabric::Fabric`] by 4-tuple. Everything the
+//! RoCEv2 RC engine does (`engine`) is reused: WQEs, SGE checks, the responder, CQEs, flushing
+//! and REFLUSH. What differs:
+//!
+//! # States and MODIFY_QP
+//!
+//! * A new QP is IDLE. Accepted transitions (judged from the state the driver last set, because
+//!   the driver learns of the adapter's own moves only through the AEQ): IDLE → RTR, IDLE/RTR →
+//!   RTS (binds, below), RTS → CLOSING/TERMINATE/ERROR and IDLE/RTR → ERROR (the "stop" form)
+//!   and CLOSING → ERROR. Anything else fails with [`Status::InvalidParam`] and changes nothing.
+//!   Only the transition to RTS reads past word @8 ([`IwarpConnection`]).
+//! * Receives may be posted in IDLE and RTR; SQ doorbells rung before RTS are kept and processed
+//!   at RTS.
+//! * A stop of a QP whose stream is live sends a Terminate to the peer (whose QP goes to ERROR
+//!   with an AEQE), unbinds, and flushes the QP's work like an ERROR transition (status 15,
+//!   REFLUSH for later WQEs); the QP reports the state the driver asked for. A stop of a QP the
+//!   adapter already moved to ERROR (a Terminate from its peer, a broken stream, retry
+//!   exceeded) only records the driver's view; such a QP stays in ERROR.
+//!
+//! # Binding
+//!
+//! At RTS the QP binds its 4-tuple on the fabric ([`crate::fabric::Port::bind`]); a tuple
+//! another QP holds makes the RTS fail with [`Status::Exists`]. Messages go to the QP bound to
+//! the mirrored tuple, which must be the QP the sender's peer cookie names. The binding lasts
+//! while the stream is live: a stop, a Terminate (sent or received), a broken stream, retry
+//! exceeded, DESTROY_QP, DEV_CTRL.RESET and a client's disconnect remove it (the last three also
+//! send a Terminate to a live peer). A device without a fabric binds nothing: its messages are
+//! lost.
+//!
+//! # The byte stream
+//!
+//! Each message occupies [`StreamMsg::stream_len`] bytes of its sender's sequence space (one
+//! FPDU: the 2-byte MPA length, a 14-byte tagged or 18-byte untagged DDP/RDMAP header, the
+//! payload or fixed body, padded to 4). It carries the sender's SND.NXT, which then advances
+//! (wrapping, as TCP does). The receiver takes it only when its sequence number equals the
+//! receiver's RCV.NXT, and advances RCV.NXT. A mismatch, or a peer cookie that is not the
+//! receiving QP's number, breaks the stream: the receiver logs it, posts AEQE type 0, sends a
+//! Terminate (the peer's oldest unanswered request completes with 1, general error) and goes to
+//! ERROR. This is how the model catches a passive side that did not reserve 28 + private-data
+//! bytes of sequence space for its MPA reply (§10.14). A Terminate is taken whatever its
+//! sequence number (it ends the stream either way).
+//!
+//! TCP acknowledgements are not stream messages: a Send or Write is acknowledged with a
+//! [`Body::Response`] as on RoCEv2. Read Responses and atomic responses are stream messages of
+//! the responder.
+//!
+//! A message the fabric cannot deliver (nobody has bound the mirrored tuple yet: the passive
+//! side may send before the active side reached RTS; or the inbox is full) is lost: it waits,
+//! with every later message of the stream behind it, for the QP's retransmission timer
+//! ([`RETRY_TIMEOUT`]), which sends them again in order with their sequence numbers. After
+//! [`RETRY_COUNT`] retransmissions the oldest unanswered request completes with 16 (retry
+//! exceeded), the QP posts AEQE type 0 and goes to ERROR.
+//!
+//! # Errors end the connection
+//!
+//! There is no RNR on iWARP: a Send (or Write with Immediate) that finds no receive WQE is
+//! fatal. Every responder-side error ends the stream with a Terminate:
+//!
+//! | Responder finds | Responder | Requester's oldest unanswered request |
+//! |---|---|---|
+//! | bad rkey, bounds, rights, PD (Write, Read, atomic) | AEQE 2, ERROR | 3, 4, 5, 6 |
+//! | no receive WQE posted | AEQE 1, ERROR | 2 (receive WQE error) |
+//! | receive WQE malformed, too small, its SGE refused | RQE completes with 2..6, AEQE 1, ERROR | the same code |
+//! | wrong peer cookie, out of sequence | AEQE 0, ERROR | 1 |
+//!
+//! The requester gets AEQE type 0 (QP fatal: the upstream driver reports every AEQE but the CQ
+//! error as IB_EVENT_QP_FATAL) and goes to ERROR; its other work is flushed (15). A requester-
+//! side error (a WQE completing with an error status) also ends the stream: the peer gets a
+//! Terminate without a status (its work is flushed) and AEQE type 0.
+//!
+//! An RDMA Read Response is a tagged write into the requester's sink: the sink's MR must grant
+//! remote write (besides local write for the lkey), checked when the response arrives. If it
+//! does not, the Read completes with 12 (local access-rights violation: the requester's own MR
+//! lacks a right) and the connection is terminated. Atomics need the ATOMIC capability at the
+//! requester (else 8, like any opcode the adapter does not execute).
+
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+
+use super::{Device, RETRY_COUNT, RETRY_TIMEOUT};
+use crate::cmdq::{Request as CmdRequest, Status};
+use crate::fabric::{Body, Conn, Nak, Packet, PortId, Refused, Reply, Request, StreamMsg};
+use crate::io::Io;
+use crate::wire::{self, wc, AeqEvent, IwarpConnection, IwarpState, ModifyQpIwarp, QpState};
+
+/// AE type: QP fatal (what the requester of a terminated stream, and a broken stream, post).
+pub const AE_QP_FATAL: u8 = 0;
+/// AE type: QP RQ error (a responder without a usable receive WQE).
+pub const AE_RQ_ERROR: u8 = 1;
+
+/// A QP's connection as handed over at RTS.
+#[derive(Clone, Debug)]
+pub(super) struct IwConn {
+    /// The 4-tuple, this end's view.
+    pub tuple: Conn,
+    /// The peer's cookie (its QPN).
+    pub cookie: u32,
+    /// Congestion-control algorithm (recorded only).
+    pub cc: u8,
+    /// Sequence number of the next byte this QP sends.
+    pub snd_nxt: u32,
+    /// Sequence number of the next byte this QP expects.
+    pub rcv_nxt: u32,
+    /// Bound on the fabric and not ended.
+    pub live: bool,
+    /// Messages the fabric could not deliver yet, in stream order with their sequence numbers.
+    pub backlog: VecDeque<(u32, StreamMsg)>,
+}
+
+/// The iWARP part of a QP.
+#[derive(Clone, Debug)]
+pub(super) struct Iwarp {
+    /// The adapter's state.
+    pub state: IwarpState,
+    /// The state the driver last set (transitions are judged from it).
+    pub driver_state: IwarpState,
+    /// The connection, from RTS on (kept after it ended, for inspection).
+    pub conn: Option<IwConn>,
+}
+
+impl Iwarp {
+    /// A new QP: IDLE.
+    pub fn new() -> Self {
+        Iwarp {
+            state: IwarpState::Idle,
+            driver_state: IwarpState::Idle,
+            conn: None,
+        }
+    }
+
+    /// The `query qps` / `query queues` view: `STATE`, then the connection if there is one
+    /// (`:TUPLE:snd=N:rcv=N:cookie=N`, `:closed` once it ended).
+    pub fn describe(&self) -> String {
+        let mut s = self.state.name().to_string();
+        if let Some(c) = &self.conn {
+            s.push_str(&format!(
+                ":{}:snd={}:rcv={}:cookie={}",
+                c.tuple, c.snd_nxt, c.rcv_nxt, c.cookie
+            ));
+            if !c.live {
+                s.push_str(":closed");
+            }
+        }
+        s
+    }
+}
+
+/// What a test or the control language sees of an iWARP QP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IwarpQpInfo {
+    /// The adapter's state.
+    pub state: IwarpState,
+    /// The 4-tuple handed over at RTS.
+    pub conn: Option<Conn>,
+    /// Whether the stream is live (bound).
+    pub live: bool,
+    /// SND.NXT.
+    pub snd_nxt: u32,
+    /// RCV.NXT.
+    pub rcv_nxt: u32,
+    /// The peer cookie.
+    pub cookie: u32,
+    /// The congestion-control algorithm.
+    pub cc: u8,
+    /// Messages waiting for retransmission.
+    pub backlog: usize,
+}
+
+/// The engine state an iWARP state behaves like: IDLE as INIT (receives may be posted), RTR,
+/// RTS, and every stopped state as ERROR (flushing, REFLUSH).
+fn engine_state(s: IwarpState) -> QpState {
+    match s {
+        IwarpState::Idle => QpState::Init,
+        IwarpState::Rtr => QpState::Rtr,
+        IwarpState::Rts => QpState::Rts,
+        IwarpState::Closing | IwarpState::Terminate | IwarpState::Error => QpState::Error,
+    }
+}
+
+impl Device {
+    /// Whether QP `qpn` is an iWARP QP.
+    pub(super) fn is_iwarp_qp(&self, qpn: u32) -> bool {
+        self.func.rdma.qps.get(&qpn).is_some_and(|q| q.iw.is_some())
+    }
+
+    fn iw_conn_mut(&mut self, qpn: u32) -> Option<&mut IwConn> {
+        self.func
+            .rdma
+            .qps
+            .get_mut(&qpn)
+            .and_then(|q| q.iw.as_mut())
+            .and_then(|i| i.conn.as_mut())
+    }
+
+    /// Posts an AEQE about QP `qpn`.
+    pub(super) fn qp_event(&mut self, qpn: u32, ty: u8, io: &mut Io<'_>) {
+        let ev = AeqEvent {
+            ty,
+            subtype: 0,
+            data0: qpn,
+            data1: 0,
+        };
+        if let Err(e) = self.post_aeqe(ev, io) {
+            log::warn!("QP {qpn}: AEQE type {ty} dropped: {e}");
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // MODIFY_QP
+    // --------------------------------------------------------------------------------------------
+
+    /// MODIFY_QP in the iWARP layout. `req` is read past word @8 only for RTS.
+    pub(super) fn cmd_modify_qp_iwarp(
+        &mut self,
+        r: ModifyQpIwarp,
+        req: &CmdRequest<'_>,
+        io: &mut Io<'_>,
+    ) -> Result<(u64, u64), Status> {
+        let Some(target) = IwarpState::from_u8(r.state) else {
+            log::warn!(
+                "MODIFY_QP of QP {}: iWARP state {} does not exist",
+                r.qpn,
+                r.state
+            );
+            return Err(Status::InvalidParam);
+        };
+        let qp = self.func.rdma.qps.get(&r.qpn).ok_or(Status::NotFound)?;
+        let Some(iw) = qp.iw.as_ref() else {
+            return Err(Status::InvalidParam);
+        };
+        let from = iw.driver_state;
+        use IwarpState::*;
+        let ok = matches!(
+            (from, target),
+            (Idle, Rtr)
+                | (Idle | Rtr, Rts)
+                | (Rts, Closing | Terminate | Error)
+                | (Idle | Rtr, Error)
+                | (Closing, Error)
+        );
+        if !ok {
+            log::warn!(
+                "MODIFY_QP of QP {}: iWARP transition {} -> {} refused",
+                r.qpn,
+                from.name(),
+                target.name()
+            );
+            return Err(Status::InvalidParam);
+        }
+        match target {
+            Rts => {
+                let c = IwarpConnection::decode(req)?;
+                self.iw_bind(r.qpn, r.cc, c, io)?;
+            }
+            Rtr => {
+                if let Some(qp) = self.func.rdma.qps.get_mut(&r.qpn) {
+                    qp.state = engine_state(Rtr);
+                    if let Some(iw) = qp.iw.as_mut() {
+                        iw.state = Rtr;
+                        iw.driver_state = Rtr;
+                    }
+                }
+                log::debug!("QP {}: {} -> RTR", r.qpn, from.name());
+            }
+            Idle => return Err(Status::InvalidParam),
+            Closing | Terminate | Error => self.iw_stop(r.qpn, target, io),
+        }
+        Ok((0, 0))
+    }
+
+    /// The transition to RTS: bind the 4-tuple, take over the sequence numbers, and process
+    /// the WQEs posted so far.
+    fn iw_bind(
+        &mut self,
+        qpn: u32,
+        cc: u8,
+        c: IwarpConnection,
+        io: &mut Io<'_>,
+    ) -> Result<(), Status> {
+        let tuple = Conn {
+            src_ip: Ipv4Addr::from(c.src_ip),
+            src_port: c.src_port,
+            dst_ip: Ipv4Addr::from(c.dst_ip),
+            dst_port: c.dst_port,
+        };
+        if let Some(port) = self.port.clone() {
+            if let Err((other_port, other_qpn)) = port.bind(tuple, qpn) {
+                log::warn!(
+                    "QP {qpn}: RTS refused: connection {tuple} is bound already (QP \
+                     {other_qpn} of fabric port {other_port})"
+                );
+                return Err(Status::Exists);
+            }
+        } else {
+            log::warn!("QP {qpn}: RTS on {tuple} without a fabric: its messages will be lost");
+        }
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return Err(Status::NotFound);
+        };
+        let Some(iw) = qp.iw.as_mut() else {
+            return Err(Status::InvalidParam);
+        };
+        let from = iw.driver_state;
+        iw.state = IwarpState::Rts;
+        iw.driver_state = IwarpState::Rts;
+        iw.conn = Some(IwConn {
+            tuple,
+            cookie: c.cookie,
+            cc,
+            snd_nxt: c.snd_nxt,
+            rcv_nxt: c.rcv_nxt,
+            live: true,
+            backlog: VecDeque::new(),
+        });
+        qp.state = QpState::Rts;
+        qp.retries = 0;
+        log::info!(
+            "QP {qpn}: {} -> RTS on {tuple}, peer cookie {}, SND.NXT {}, RCV.NXT {}, CC {cc}",
+            from.name(),
+            c.cookie,
+            c.snd_nxt,
+            c.rcv_nxt
+        );
+        self.process_sq(qpn, io);
+        Ok(())
+    }
+
+    /// A stop (CLOSING, TERMINATE, ERROR) the driver asked for.
+    fn iw_stop(&mut self, qpn: u32, target: IwarpState, io: &mut Io<'_>) {
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        let Some(iw) = qp.iw.as_mut() else {
+            return;
+        };
+        let from = iw.driver_state;
+        iw.driver_state = target;
+        if qp.state != QpState::Error {
+            log::debug!(
+                "QP {qpn}: {} -> {} (local stop)",
+                from.name(),
+                target.name()
+            );
+            // Terminates a live stream (the peer hears of it), flushes.
+            self.enter_error(qpn, io);
+            if let Some(iw) = self.func.rdma.qps.get_mut(&qpn).and_then(|q| q.iw.as_mut()) {
+                iw.state = target;
+            }
+        } else {
+            if target == IwarpState::Error {
+                iw.state = IwarpState::Error;
+            }
+            log::debug!(
+                "QP {qpn}: {} -> {} (stopped already: {})",
+                from.name(),
+                target.name(),
+                iw.state.name()
+            );
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Ending a stream
+    // --------------------------------------------------------------------------------------------
+
+    /// Ends QP `qpn`'s live stream, if it has one: a Terminate (carrying `peer_status` for the
+    /// peer's oldest unanswered request) goes to the peer, the binding is removed, undelivered
+    /// messages are dropped. The adapter's state becomes ERROR unless the QP was stopped
+    /// already. Called whenever an iWARP QP goes to ERROR.
+    pub(super) fn iw_close(&mut self, qpn: u32, peer_status: Option<u8>) {
+        let Some(iw) = self.func.rdma.qps.get_mut(&qpn).and_then(|q| q.iw.as_mut()) else {
+            return;
+        };
+        if matches!(
+            iw.state,
+            IwarpState::Idle | IwarpState::Rtr | IwarpState::Rts
+        ) {
+            iw.state = IwarpState::Error;
+        }
+        let Some(c) = iw.conn.as_mut().filter(|c| c.live) else {
+            return;
+        };
+        c.live = false;
+        c.backlog.clear();
+        let (tuple, seq, cookie) = (c.tuple, c.snd_nxt, c.cookie);
+        let msg = StreamMsg::Terminate {
+            status: peer_status,
+        };
+        c.snd_nxt = seq.wrapping_add(msg.stream_len());
+        self.func.rdma.retransmit.remove(&qpn);
+        let Some(port) = self.port.clone() else {
+            return;
+        };
+        let pkt = Packet {
+            src_port: 0,
+            src_qpn: qpn,
+            dst_qpn: cookie,
+            body: Body::Stream {
+                conn: tuple,
+                seq,
+                cookie,
+                msg,
+            },
+        };
+        match port.send_stream(tuple, pkt) {
+            Ok(()) => {
+                self.harness.stats.tx_packet(0);
+                log::info!("QP {qpn}: connection {tuple} terminated");
+            }
+            Err(_) => log::info!(
+                "QP {qpn}: connection {tuple} terminated; the peer is not bound, it does not \
+                 hear of it"
+            ),
+        }
+        port.unbind(tuple, qpn);
+    }
+
+    /// The peer ended the stream (Terminate received): AEQE type 0, the oldest unanswered
+    /// request completes with `status` (if any), the rest is flushed.
+    fn iw_terminated(&mut self, qpn: u32, status: Option<u8>, io: &mut Io<'_>) {
+        let port = self.port.clone();
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        let Some(iw) = qp.iw.as_mut() else {
+            return;
+        };
+        let Some(c) = iw.conn.as_mut().filter(|c| c.live) else {
+            return;
+        };
+        c.live = false;
+        c.backlog.clear();
+        let tuple = c.tuple;
+        if let Some(port) = port {
+            port.unbind(tuple, qpn);
+        }
+        if let Some(code) = status {
+            if let Some(p) = qp
+                .outstanding
+                .iter_mut()
+                .find(|p| p.seq.is_some() && p.status.is_none())
+            {
+                p.status = Some(code);
+            }
+        }
+        self.func.rdma.retransmit.remove(&qpn);
+        if self.warned.dp_error() {
+            log::warn!(
+                "QP {qpn}: connection {tuple} terminated by the peer{}; QP to ERROR",
+                status.map_or(String::new(), |s| format!(" (status {s})"))
+            );
+        }
+        self.qp_event(qpn, AE_QP_FATAL, io);
+        self.enter_error(qpn, io);
+    }
+
+    /// The stream of QP `qpn` is broken (out of sequence, wrong cookie): AEQE type 0, Terminate
+    /// (the peer's oldest unanswered request completes with 1), ERROR.
+    fn iw_stream_error(&mut self, qpn: u32, io: &mut Io<'_>) {
+        self.qp_event(qpn, AE_QP_FATAL, io);
+        self.enter_error_with(qpn, Some(wc::GENERAL), io);
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Sending
+    // --------------------------------------------------------------------------------------------
+
+    /// Puts `msg` on QP `qpn`'s stream: it takes the next sequence numbers; it is sent now, or
+    /// kept for retransmission behind earlier undelivered messages. Dropped if the stream is
+    /// not live.
+    pub(super) fn iw_send(&mut self, qpn: u32, msg: StreamMsg) {
+        let Some(c) = self.iw_conn_mut(qpn).filter(|c| c.live) else {
+            log::debug!("QP {qpn}: iWARP message on a stream that ended, dropped");
+            return;
+        };
+        let seq = c.snd_nxt;
+        c.snd_nxt = seq.wrapping_add(msg.stream_len());
+        if !c.backlog.is_empty() {
+            c.backlog.push_back((seq, msg));
+            return;
+        }
+        if let Err(msg) = self.iw_transmit(qpn, seq, msg) {
+            let due = self.clock.now() + RETRY_TIMEOUT;
+            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                return;
+            };
+            let retries = qp.retries;
+            if let Some(c) = qp.iw.as_mut().and_then(|i| i.conn.as_mut()) {
+                log::info!(
+                    "QP {qpn}: iWARP message at sequence {seq} on {} lost: no QP bound to \
+                     {} (retransmission {} of {RETRY_COUNT} next)",
+                    c.tuple,
+                    c.tuple.mirror(),
+                    retries + 1
+                );
+                c.backlog.push_back((seq, msg));
+            }
+            self.func.rdma.retransmit.entry(qpn).or_insert(due);
+        }
+    }
+
+    /// Hands one stream message to the fabric; gives it back if nobody takes it.
+    fn iw_transmit(&mut self, qpn: u32, seq: u32, msg: StreamMsg) -> Result<(), StreamMsg> {
+        let Some(c) = self.iw_conn_mut(qpn) else {
+            return Err(msg);
+        };
+        let (tuple, cookie) = (c.tuple, c.cookie);
+        let Some(port) = self.port.clone() else {
+            return Err(msg);
+        };
+        let bytes = msg.payload_len() as u64;
+        let pkt = Packet {
+            src_port: 0,
+            src_qpn: qpn,
+            dst_qpn: cookie,
+            body: Body::Stream {
+                conn: tuple,
+                seq,
+                cookie,
+                msg,
+            },
+        };
+        match port.send_stream(tuple, pkt) {
+            Ok(()) => {
+                self.harness.stats.tx_packet(bytes);
+                Ok(())
+            }
+            Err(Refused { packet, .. }) => match packet.body {
+                Body::Stream { msg, .. } => Err(msg),
+                _ => unreachable!("the fabric hands back the packet it was given"),
+            },
+        }
+    }
+
+    /// The retransmission timer of iWARP QP `qpn` fired: its undelivered messages go out
+    /// again in order, or after [`RETRY_COUNT`] retransmissions the connection is given up.
+    pub(super) fn iw_retransmit(&mut self, qpn: u32, io: &mut Io<'_>) {
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        let rts = qp.state == QpState::Rts;
+        let retries = qp.retries;
+        let Some(c) = qp.iw.as_mut().and_then(|i| i.conn.as_mut()) else {
+            return;
+        };
+        if !rts || !c.live {
+            c.backlog.clear();
+            return;
+        }
+        let Some(&(first, _)) = c.backlog.front() else {
+            return;
+        };
+        if retries >= RETRY_COUNT {
+            let tuple = c.tuple;
+            qp.retries = 0;
+            let victim = qp
+                .outstanding
+                .iter_mut()
+                .find(|p| p.seq.is_some() && p.status.is_none());
+            let has_victim = victim.is_some();
+            if let Some(p) = victim {
+                p.status = Some(wc::RETRY_EXCEEDED);
+            }
+            if self.warned.dp_error() {
+                log::warn!(
+                    "QP {qpn}: iWARP message at sequence {first} undelivered after \
+                     {RETRY_COUNT} retransmissions (no QP bound to {}): retry exceeded, QP to \
+                     ERROR",
+                    tuple.mirror()
+                );
+            }
+            self.qp_event(qpn, AE_QP_FATAL, io);
+            if has_victim {
+                self.drain_completions(qpn, io);
+            } else {
+                self.enter_error(qpn, io);
+            }
+            return;
+        }
+        qp.retries += 1;
+        loop {
+            let Some((seq, msg)) = self.iw_conn_mut(qpn).and_then(|c| c.backlog.pop_front()) else {
+                // Everything delivered.
+                if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+                    qp.retries = 0;
+                }
+                return;
+            };
+            if let Err(msg) = self.iw_transmit(qpn, seq, msg) {
+                if let Some(c) = self.iw_conn_mut(qpn) {
+                    c.backlog.push_front((seq, msg));
+                }
+                let due = self.clock.now() + RETRY_TIMEOUT;
+                self.func.rdma.retransmit.insert(qpn, due);
+                log::info!("QP {qpn}: iWARP message at sequence {seq} lost again");
+                return;
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Receiving
+    // --------------------------------------------------------------------------------------------
+
+    /// A stream message for QP `qpn` (the QP the fabric found bound to the mirror of `conn`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn iw_incoming(
+        &mut self,
+        src_port: PortId,
+        src_qpn: u32,
+        qpn: u32,
+        conn: Conn,
+        seq: u32,
+        cookie: u32,
+        msg: StreamMsg,
+        io: &mut Io<'_>,
+    ) {
+        let Some(c) = self
+            .iw_conn_mut(qpn)
+            .filter(|c| c.live && c.tuple == conn.mirror())
+        else {
+            // The QP ended its stream after the fabric routed the message (its Terminate is on
+            // the way to the sender).
+            log::debug!(
+                "iWARP message from {conn} for QP {qpn}, not bound to it any more: dropped"
+            );
+            return;
+        };
+        let expected = c.rcv_nxt;
+        if let StreamMsg::Terminate { status } = msg {
+            self.iw_terminated(qpn, status, io);
+            return;
+        }
+        if cookie != qpn {
+            if self.warned.dp_error() {
+                log::warn!(
+                    "QP {qpn}: iWARP message on {} for peer cookie {cookie} refused: the \
+                     sender's peer cookie must be this QP's number; connection terminated",
+                    conn.mirror()
+                );
+            }
+            self.iw_stream_error(qpn, io);
+            return;
+        }
+        if seq != expected {
+            log::warn!(
+                "iWARP stream out of sequence on QP {qpn}: expected {expected}, got {seq} \
+                 (connection {}); connection terminated",
+                conn.mirror()
+            );
+            self.iw_stream_error(qpn, io);
+            return;
+        }
+        c.rcv_nxt = expected.wrapping_add(msg.stream_len());
+        let reply = |seq, result| Packet {
+            src_port,
+            src_qpn,
+            dst_qpn: qpn,
+            body: Body::Response { seq, result },
+        };
+        match msg {
+            StreamMsg::Request { id, req } => self.iw_request(src_port, src_qpn, qpn, id, req, io),
+            StreamMsg::ReadResponse { id, data } => {
+                self.response(reply(id, Ok(Reply::Read(data))), io)
+            }
+            StreamMsg::AtomicResponse { id, value } => {
+                self.response(reply(id, Ok(Reply::Atomic(value))), io)
+            }
+            StreamMsg::Terminate { .. } => {}
+        }
+    }
+
+    /// An incoming request on a live stream. No RNR: a message that needs a receive WQE and
+    /// finds none ends the connection.
+    fn iw_request(
+        &mut self,
+        src_port: PortId,
+        src_qpn: u32,
+        qpn: u32,
+        id: u64,
+        req: Request,
+        io: &mut Io<'_>,
+    ) {
+        let needs_rqe = matches!(
+            req,
+            Request::Send { .. } | Request::Write { imm: Some(_), .. }
+        );
+        let no_rqe = self
+            .func
+            .rdma
+            .qps
+            .get(&qpn)
+            .is_some_and(|q| q.rq.pi == q.rq.ci);
+        if needs_rqe && no_rqe {
+            if self.warned.dp_error() {
+                log::warn!(
+                    "QP {qpn}: incoming {} finds no receive WQE posted (iWARP has no RNR): \
+                     connection terminated",
+                    if matches!(req, Request::Send { .. }) {
+                        "Send"
+                    } else {
+                        "Write with Immediate"
+                    }
+                );
+            }
+            self.qp_event(qpn, AE_RQ_ERROR, io);
+            self.enter_error_with(qpn, Some(wc::RECV_FORMAT), io);
+            return;
+        }
+        let pkt = Packet {
+            src_port,
+            src_qpn,
+            dst_qpn: qpn,
+            body: Body::Request { seq: id, req },
+        };
+        if self.execute_request(pkt, io).is_some() {
+            // Cannot happen (the receive WQE was checked above); end the stream all the same.
+            self.qp_event(qpn, AE_RQ_ERROR, io);
+            self.enter_error_with(qpn, Some(wc::RECV_FORMAT), io);
+        }
+    }
+
+    /// The responder's answer to request `id` of the peer: an ACK as on RoCEv2, a Read or
+    /// atomic response on the stream. An error ended the stream already (the Terminate carried
+    /// its status); if not, it ends it now.
+    pub(super) fn iw_respond(&mut self, to: &Packet, id: u64, result: Result<Reply, Nak>) {
+        let qpn = to.dst_qpn;
+        match result {
+            Ok(Reply::Ack) => {
+                let body = Body::Response {
+                    seq: id,
+                    result: Ok(Reply::Ack),
+                };
+                self.send_back(to.src_port, qpn, to.src_qpn, body);
+            }
+            Ok(Reply::Read(data)) => self.iw_send(qpn, StreamMsg::ReadResponse { id, data }),
+            Ok(Reply::Atomic(value)) => self.iw_send(qpn, StreamMsg::AtomicResponse { id, value }),
+            Err(nak) => {
+                let status = match nak {
+                    Nak::Remote(code) => code,
+                    Nak::NoQp | Nak::RnrExceeded => wc::GENERAL,
+                };
+                self.iw_close(qpn, Some(status));
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Commands and inspection
+    // --------------------------------------------------------------------------------------------
+
+    /// QUERY_QP of an iWARP QP: state (iWARP numbering), SND.NXT and RCV.NXT (low 24 bits).
+    pub(super) fn iw_query(&self, qpn: u32) -> Option<u64> {
+        let iw = self.func.rdma.qps.get(&qpn)?.iw.as_ref()?;
+        let (snd, rcv) = iw.conn.as_ref().map_or((0, 0), |c| (c.snd_nxt, c.rcv_nxt));
+        Some(wire::query_qp_resp0_iwarp(snd, rcv, iw.state))
+    }
+
+    /// Ends the live streams of every iWARP QP (DESTROY_QP of all: a function reset).
+    pub(super) fn iw_close_all(&mut self) {
+        let qpns: Vec<u32> = self
+            .func
+            .rdma
+            .qps
+            .values()
+            .filter(|q| q.iw.is_some())
+            .map(|q| q.qpn)
+            .collect();
+        for qpn in qpns {
+            self.iw_close(qpn, None);
+        }
+    }
+
+    /// The iWARP view of QP `qpn` (`None`: no such QP, or not iWARP).
+    pub fn iwarp_qp(&self, qpn: u32) -> Option<IwarpQpInfo> {
+        let iw = self.func.rdma.qps.get(&qpn)?.iw.as_ref()?;
+        let c = iw.conn.as_ref();
+        Some(IwarpQpInfo {
+            state: iw.state,
+            conn: c.map(|c| c.tuple),
+            live: c.is_some_and(|c| c.live),
+            snd_nxt: c.map_or(0, |c| c.snd_nxt),
+            rcv_nxt: c.map_or(0, |c| c.rcv_nxt),
+            cookie: c.map_or(0, |c| c.cookie),
+            cc: c.map_or(0, |c| c.cc),
+            backlog: c.map_or(0, |c| c.backlog.len()),
+        })
+    }
+}
