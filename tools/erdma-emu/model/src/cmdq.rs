@@ -214,8 +214,9 @@ pub enum Status {
     /// 0: the command was executed.
     Success = 0,
     /// 1: unknown (sub-module, opcode), an opcode the model does not execute (yet), a command
-    /// for a capability the device does not report (ALLOC_DB without EXTEND_DB), or a RoCEv2
-    /// command (SET_GID, CREATE_AH, DESTROY_AH) on an iWARP function.
+    /// for a capability the device does not report (ALLOC_DB without EXTEND_DB), a RoCEv2
+    /// command (SET_GID, CREATE_AH, DESTROY_AH) on an iWARP function, or a UD QP on an iWARP
+    /// function.
     Unsupported = 1,
     /// 2: a field is out of range (EQN, vector, depth, type, MTU, page shift, alignment, GID
     /// index, AHN, ...), or DESTROY_AH names another PD than the AH's.
@@ -226,7 +227,8 @@ pub enum Status {
     /// 4: the object does not exist (DESTROY_EQ of an unknown EQ, FREE_DB of pages not
     /// allocated, SET_GID delete of an empty entry, DESTROY_AH of an unknown AH).
     NotFound = 4,
-    /// 5: the object already exists (CREATE_EQ of a live EQN, CREATE_AH of a live AHN).
+    /// 5: the object already exists (CREATE_EQ of a live EQN, CREATE_AH of a live AHN, an iWARP
+    /// RTS on a 4-tuple another QP has bound).
     Exists = 5,
     /// 6: a DMA address in the command is not in guest memory (or the SQ ring could not be read).
     DmaError = 6,

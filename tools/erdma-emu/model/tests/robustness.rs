@@ -7,7 +7,10 @@
 //! * ~100k random steps against an initialized device whose rings live in test guest memory:
 //!   random and half-valid commands, doorbells with random producer/consumer indices, arms,
 //!   resets, control commands and test-page accesses, guest scribbles over the rings, delayed
-//!   completions; afterwards the device must still work.
+//!   completions; afterwards the device must still work;
+//! * hostile RoCEv2 and UD data-path traffic, and hostile iWARP traffic (random MODIFY_QPs in
+//!   the iWARP layout, colliding tuples, broken streams, re-created QPs, retransmission timers)
+//!   between two functions; afterwards fresh QPs must still move data.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -824,4 +827,202 @@ fn hostile_ud_traffic_never_panics() {
     assert_eq!(b.peek(bbuf + 40, 11), b"still alive");
     assert_eq!(a.poll(2).map(|c| c.status), Some(0));
     assert_eq!(b.poll(2).map(|c| (c.status, c.byte_len)), Some((0, 51)));
+}
+
+/// iWARP: random WQEs and receives, MODIFY_QPs in the iWARP layout with random states and
+/// random connections (a small pool of tuples, so that bindings collide; random cookies and
+/// sequence numbers, so that streams break), destroys and re-creates, REFLUSHes and
+/// retransmission timers, on two iWARP functions sharing a fabric. Afterwards a freshly
+/// connected QP pair still moves data.
+#[test]
+fn hostile_iwarp_traffic_never_panics() {
+    use erdma_model::testing::dp::{fabric, pump, Wqe, ALL_ACCESS, EQN, PDN};
+    use erdma_model::wire::{self, IwarpConnection, IwarpState, Sge};
+
+    let clock = Arc::new(ManualClock::new());
+    let mut rng = XorShift(0x1ea7_5eed);
+    let f = fabric();
+    let config = DeviceConfig {
+        protocol: Protocol::Iwarp,
+        ..Default::default()
+    };
+    let mut devs: Vec<TestDriver> = (0..2)
+        .map(|_| TestDriver::with(config.clone(), clock.clone(), 512, 128, 4096))
+        .collect();
+    let mut bufs = [0u64; 2];
+    for (d, buf) in devs.iter_mut().zip(bufs.iter_mut()) {
+        d.attach(&f);
+        assert!(d.init());
+        assert_eq!(d.create_ceq(EQN, 1, 8).status, 0);
+        assert_eq!(d.create_cq(1, 6).status, 0);
+        assert_eq!(d.create_qp(10, 1, 6, 4).status, 0);
+        *buf = d.alloc(0x4000, 0x1000);
+        assert_eq!(d.reg_mr(1, 0, PDN, *buf, 0x4000, ALL_ACCESS).status, 0);
+    }
+    let ips = [[10, 0, 0, 1], [10, 0, 0, 2]];
+    let ports = [4791u16, 40000];
+    for step in 0..20_000u32 {
+        let which = rng.below(2) as usize;
+        let d = &mut devs[which];
+        match rng.below(14) {
+            0..=3 => {
+                // Well-formed traffic into the peer's MR (offsets and lengths at random).
+                let peer = bufs[1 - which] + rng.below(0x3000);
+                let local = bufs[which] + rng.below(0x3000);
+                let key = wire::stag(1, 0);
+                let len = rng.below(0x1000) as u32;
+                let w = match rng.below(5) {
+                    0 => Wqe::send_inline(b"hello"),
+                    1 => Wqe::write_inline(key, peer, b"data").imm([1, 2, 3, 4]),
+                    2 => Wqe::write(
+                        key,
+                        peer,
+                        &[Sge {
+                            addr: local,
+                            len,
+                            key,
+                        }],
+                    ),
+                    3 => Wqe::read(key, local, len, key, peer),
+                    _ => Wqe::atomic(key, peer & !7, None, 1, key, local & !7),
+                };
+                d.send_wqe(10, &w);
+            }
+            4 => {
+                let opcode = rng.below(20) as u8;
+                let mut w = Wqe::send(&[]).opcode(opcode);
+                w.bytes = vec![0; 32 + 32 * rng.below(4) as usize];
+                rng.fill(&mut w.bytes);
+                w.inline = rng.below(2) == 0;
+                w.sgl_len = rng.below(120) as u8;
+                if rng.below(2) == 0 {
+                    let s = Sge {
+                        addr: layout::DP_HEAP + rng.below(0x6_0000),
+                        len: rng.below(0x2000) as u32,
+                        key: wire::stag(1, 0),
+                    };
+                    w.bytes[16..32].copy_from_slice(&s.encode());
+                }
+                d.post_wqe(10, &w);
+                if rng.below(4) != 0 {
+                    d.ring_sq(10);
+                }
+            }
+            5 | 6 => {
+                let len = rng.next_u64() as u32 >> rng.below(32);
+                let addr = if rng.below(2) == 0 {
+                    bufs[which] + rng.below(0x3000)
+                } else {
+                    layout::DP_HEAP + rng.below(0x6_0000)
+                };
+                d.post_recv(10, addr, len, wire::stag(1, 0));
+            }
+            7..=9 => {
+                // The proper connection most of the time, with a random twist now and then.
+                let other = 1 - which;
+                let mut c = IwarpConnection {
+                    cookie: 10,
+                    dst_ip: ips[other],
+                    src_ip: ips[which],
+                    src_port: ports[which],
+                    dst_port: ports[other],
+                    snd_nxt: 1000 * (which as u32 + 1),
+                    rcv_nxt: 1000 * (other as u32 + 1),
+                };
+                match rng.below(6) {
+                    0 => c.cookie = rng.next_u64() as u32,
+                    1 => c.snd_nxt = rng.next_u64() as u32,
+                    2 => c.src_port = ports[other],
+                    _ => {}
+                }
+                let state = match rng.below(8) {
+                    0 => rng.next_u64() as u8,
+                    1..=3 => IwarpState::Rts as u8,
+                    n => (n - 3) as u8,
+                };
+                d.modify_iwarp_raw(10, state, |s| {
+                    if state == IwarpState::Rts as u8 {
+                        c.write_fields(s);
+                    } else {
+                        s[12..].iter_mut().for_each(|b| *b = 0xa5);
+                    }
+                });
+            }
+            10 => {
+                // Start over: destroy and re-create the QP, or REFLUSH it.
+                if rng.below(3) != 0 {
+                    d.exec(Command::DestroyQp, |s| wire::U32Arg(10).write_fields(s));
+                    // The same buffers again (the helper would allocate new ones).
+                    let q = d.dp.qps[&10].clone();
+                    let cfg = |addr| wire::QueueMttCfg {
+                        page_shift: 20,
+                        level: 0,
+                        count: 1,
+                        offset: 0,
+                        addr,
+                        more: [0; 3],
+                    };
+                    let req = wire::CreateQp {
+                        qpn: 10,
+                        sq_depth_log2: 6,
+                        rq_depth_log2: 4,
+                        pdn: PDN,
+                        send_cqn: 1,
+                        recv_cqn: 1,
+                        ext_db: false,
+                        sq: cfg(q.sq),
+                        rq: cfg(q.rq),
+                        sq_dbrec: layout::DP_HEAP - 16,
+                        rq_dbrec: layout::DP_HEAP - 24,
+                        db_pages: (0, 0),
+                        qp_type: wire::QP_TYPE_RC,
+                    };
+                    assert_eq!(d.create_qp_raw(&req).status, 0);
+                } else {
+                    d.reflush(10);
+                }
+            }
+            11 => {
+                clock.advance(Duration::from_millis(rng.below(300)));
+                for d in devs.iter_mut() {
+                    d.run_due();
+                }
+            }
+            _ => {
+                d.poll_all(1);
+                while d.poll_aeqe().is_some() {}
+                d.arm_aeq();
+            }
+        }
+        if step % 5 == 0 {
+            let (a, b) = devs.split_at_mut(1);
+            pump(&mut [&mut a[0], &mut b[0]]);
+        }
+    }
+    // A fresh pair of QPs, properly connected, still works.
+    let conn = |me: usize| IwarpConnection {
+        cookie: 20,
+        dst_ip: ips[1 - me],
+        src_ip: ips[me],
+        src_port: 5000 + me as u16,
+        dst_port: 5000 + (1 - me) as u16,
+        snd_nxt: 7,
+        rcv_nxt: 7,
+    };
+    for (i, d) in devs.iter_mut().enumerate() {
+        assert_eq!(d.create_cq(2, 6).status, 0);
+        assert_eq!(d.create_qp(20, 2, 6, 4).status, 0);
+        assert_eq!(d.iwarp_rts(20, &conn(i)).status, 0);
+    }
+    let bbuf = devs[1].alloc(0x100, 0x100);
+    assert_eq!(
+        devs[1].reg_mr(40, 0, PDN, bbuf, 0x100, ALL_ACCESS).status,
+        0
+    );
+    devs[1].post_recv(20, bbuf, 0x100, wire::stag(40, 0));
+    devs[0].send_wqe(20, &Wqe::send_inline(b"still alive"));
+    let (a, b) = devs.split_at_mut(1);
+    pump(&mut [&mut a[0], &mut b[0]]);
+    assert_eq!(devs[1].peek(bbuf, 11), b"still alive");
+    assert_eq!(devs[0].poll(2).map(|c| c.status), Some(0));
 }

@@ -690,40 +690,24 @@ impl Device {
         req: Request,
         io: &mut Io<'_>,
     ) {
-        let needs_rqe = matches!(
-            req,
-            Request::Send { .. } | Request::Write { imm: Some(_), .. }
-        );
-        let no_rqe = self
-            .func
-            .rdma
-            .qps
-            .get(&qpn)
-            .is_some_and(|q| q.rq.pi == q.rq.ci);
-        if needs_rqe && no_rqe {
-            if self.warned.dp_error() {
-                log::warn!(
-                    "QP {qpn}: incoming {} finds no receive WQE posted (iWARP has no RNR): \
-                     connection terminated",
-                    if matches!(req, Request::Send { .. }) {
-                        "Send"
-                    } else {
-                        "Write with Immediate"
-                    }
-                );
-            }
-            self.qp_event(qpn, AE_RQ_ERROR, io);
-            self.enter_error_with(qpn, Some(wc::RECV_FORMAT), io);
-            return;
-        }
+        let what = match &req {
+            Request::Send { .. } => "Send",
+            _ => "Write with Immediate",
+        };
         let pkt = Packet {
             src_port,
             src_qpn,
             dst_qpn: qpn,
             body: Body::Request { seq: id, req },
         };
+        // The RoCEv2 responder hands back a message that needs a receive WQE it has not got.
         if self.execute_request(pkt, io).is_some() {
-            // Cannot happen (the receive WQE was checked above); end the stream all the same.
+            if self.warned.dp_error() {
+                log::warn!(
+                    "QP {qpn}: incoming {what} finds no receive WQE posted (iWARP has no RNR): \
+                     connection terminated"
+                );
+            }
             self.qp_event(qpn, AE_RQ_ERROR, io);
             self.enter_error_with(qpn, Some(wc::RECV_FORMAT), io);
         }
