@@ -641,13 +641,11 @@ impl Device {
             return;
         }
         if cookie != qpn {
-            if self.warned.dp_error() {
-                log::warn!(
-                    "QP {qpn}: iWARP message on {} for peer cookie {cookie} refused: the \
-                     sender's peer cookie must be this QP's number; connection terminated",
-                    conn.mirror()
-                );
-            }
+            log::warn!(
+                "QP {qpn}: iWARP message on {} for peer cookie {cookie} refused: the sender's \
+                 peer cookie must be this QP's number; connection terminated",
+                conn.mirror()
+            );
             self.iw_stream_error(qpn, io);
             return;
         }
