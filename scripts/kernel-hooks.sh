@@ -100,16 +100,16 @@ edit_rust_condvar() {
 # abstractions use, for bindgen.
 edit_bindings_helper() {
 	insert_after "$1" '^#include <net/netlink.h>$' \
-		'#include <linux/netdevice.h>\n#include <rdma/ib_verbs.h>\n#include <rdma/ib_umem.h>\n#include <rdma/iter.h>\n#include <rdma/ib_cache.h>\n#include <rdma/uverbs_ioctl.h>\n#include <rdma/iw_cm.h>'
+		'#include <linux/netdevice.h>\n#include <linux/tcp.h>\n#include <net/sock.h>\n#include <rdma/ib_verbs.h>\n#include <rdma/ib_umem.h>\n#include <rdma/iter.h>\n#include <rdma/ib_cache.h>\n#include <rdma/uverbs_ioctl.h>\n#include <rdma/iw_cm.h>'
 }
 
 # C helpers for inline functions and macros of the RDMA core and of net devices.
 edit_rust_helpers() {
 	insert_after "$1" '^#include "pwm.c"$' '#include "rdma.c"'
-	insert_after "$1" '^#include "net/genetlink.c"$' '#include "net/netdevice.c"'
+	insert_after "$1" '^#include "net/genetlink.c"$' '#include "net/netdevice.c"\n#include "net/sock.c"'
 }
 
-# kernel::rdma, kernel::capability, kernel::net::device.
+# kernel::rdma, kernel::capability, kernel::net::device, kernel::net::tcp.
 edit_rust_lib() {
 	insert_after "$1" '^pub mod rbtree;$' '#[cfg(CONFIG_INFINIBAND = "y")]\npub mod rdma;'
 	insert_after "$1" '^pub mod build_assert;$' 'pub mod capability;'
@@ -117,7 +117,12 @@ edit_rust_lib() {
 }
 
 edit_rust_net() {
-	insert_before "$1" '^pub mod netlink;$' 'pub mod device;'
+	insert_before "$1" '^pub mod netlink;$' 'pub mod device;\n#[cfg(CONFIG_INET)]\npub mod tcp;'
+}
+
+# rust/kernel/workqueue/owned.rs (work queues a driver allocates) in kernel::workqueue.
+edit_rust_workqueue() {
+	insert_before "$1" '^/// A kernel work queue\.$' 'mod owned;\npub use owned::OwnedQueue;\n'
 }
 
 apply_kernel_hooks() {
@@ -131,4 +136,5 @@ apply_kernel_hooks() {
 	hook rust/helpers/helpers.c edit_rust_helpers
 	hook rust/kernel/lib.rs edit_rust_lib
 	hook rust/kernel/net/mod.rs edit_rust_net
+	hook rust/kernel/workqueue.rs edit_rust_workqueue
 }

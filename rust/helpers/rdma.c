@@ -17,6 +17,11 @@ __rust_helper pgprot_t rust_helper_pgprot_device(pgprot_t prot)
 	return pgprot_device(prot);
 }
 
+__rust_helper bool rust_helper_ib_device_try_get(struct ib_device *dev)
+{
+	return ib_device_try_get(dev);
+}
+
 __rust_helper u16 rust_helper_rdma_get_udp_sport(u32 fl, u32 lqpn, u32 rqpn)
 {
 	return rdma_get_udp_sport(fl, lqpn, rqpn);

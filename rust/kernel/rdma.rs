@@ -49,6 +49,7 @@ pub mod attr;
 pub mod cq;
 pub mod device;
 pub mod driver;
+pub mod iwcm;
 pub mod mr;
 mod netdev;
 pub mod object;

@@ -86,6 +86,31 @@ impl NetDevice {
         &addr[..len.min(addr.len())]
     }
 
+    /// Returns the interface's index (`ifindex`).
+    pub fn ifindex(&self) -> i32 {
+        // SAFETY: The device is valid; the index is set at registration and not changed.
+        unsafe { (*self.as_raw()).ifindex }
+    }
+
+    /// Copies the interface's name (`eth0`, at most 15 bytes) into `buf`; returns its length.
+    /// The name may change under RTNL: the copy is of one moment.
+    pub fn name(&self, buf: &mut [u8; 16]) -> usize {
+        // SAFETY: The device is valid; the name is a NUL-terminated array of 16 bytes.
+        let name = unsafe { &(*self.as_raw()).name };
+        let mut n = 0;
+        for (d, s) in buf.iter_mut().zip(name.iter()).take(15) {
+            // SAFETY: `s` points into the array above; read like `READ_ONCE`.
+            let c = unsafe { core::ptr::read_volatile(s) };
+            if c == 0 {
+                break;
+            }
+            // CAST: a byte of a name.
+            *d = c as u8;
+            n += 1;
+        }
+        n
+    }
+
     /// Returns whether the interface is administratively up.
     pub fn is_running(&self) -> bool {
         // SAFETY: The device is valid.

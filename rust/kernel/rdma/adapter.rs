@@ -33,6 +33,10 @@ use super::{
         DeviceOps,
         Driver, //
     },
+    iwcm::{
+        CmId,
+        ConnParam, //
+    },
     mr::{
         AccessFlags,
         Mr,
@@ -290,6 +294,26 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
         }
         if P::HAS_QUERY_AH {
             ops.query_ah = Some(Self::query_ah);
+        }
+        if P::HAS_IW_CONNECT {
+            // The connection manager calls all of them once one is there.
+            assert!(
+                P::HAS_IW_ACCEPT
+                    && P::HAS_IW_REJECT
+                    && P::HAS_IW_CREATE_LISTEN
+                    && P::HAS_IW_DESTROY_LISTEN
+                    && P::HAS_IW_GET_QP
+                    && P::HAS_IW_ADD_REF
+                    && P::HAS_IW_REM_REF
+            );
+            ops.iw_connect = Some(Self::iw_connect);
+            ops.iw_accept = Some(Self::iw_accept);
+            ops.iw_reject = Some(Self::iw_reject);
+            ops.iw_create_listen = Some(Self::iw_create_listen);
+            ops.iw_destroy_listen = Some(Self::iw_destroy_listen);
+            ops.iw_get_qp = Some(Self::iw_get_qp);
+            ops.iw_add_ref = Some(Self::iw_add_ref);
+            ops.iw_rem_ref = Some(Self::iw_rem_ref);
         }
         if P::HAS_GET_HW_STATS && !T::HW_PORT_STATS.is_empty() {
             ops.alloc_hw_port_stats = Some(Self::alloc_hw_port_stats);
@@ -825,5 +849,88 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
         // SAFETY: The core passes a valid attribute of its live device.
         let (dev, attr) = unsafe { (device::<T>((*attr).device), GidAttr::from_raw(attr)) };
         status(dev.with_data(|dev, data| P::del_gid(dev, data, attr)))
+    }
+    unsafe extern "C" fn iw_connect(
+        id: *mut bindings::iw_cm_id,
+        param: *mut bindings::iw_cm_conn_param,
+    ) -> c_int {
+        // SAFETY: The connection manager passes a live identifier of this device and valid
+        // parameters for the call.
+        let (dev, id, param) = unsafe {
+            (
+                device::<T>((*id).device),
+                CmId::from_raw(id),
+                ConnParam::from_raw(param),
+            )
+        };
+        status(dev.with_data(|dev, data| P::iw_connect(dev, data, id, &param)))
+    }
+
+    unsafe extern "C" fn iw_accept(
+        id: *mut bindings::iw_cm_id,
+        param: *mut bindings::iw_cm_conn_param,
+    ) -> c_int {
+        // SAFETY: As in `iw_connect`.
+        let (dev, id, param) = unsafe {
+            (
+                device::<T>((*id).device),
+                CmId::from_raw(id),
+                ConnParam::from_raw(param),
+            )
+        };
+        status(dev.with_data(|dev, data| P::iw_accept(dev, data, id, &param)))
+    }
+
+    unsafe extern "C" fn iw_reject(
+        id: *mut bindings::iw_cm_id,
+        pdata: *const c_void,
+        len: u8,
+    ) -> c_int {
+        let pdata = if pdata.is_null() || len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: The consumer's private data of `len` bytes, valid for the call.
+            unsafe { core::slice::from_raw_parts(pdata.cast::<u8>(), usize::from(len)) }
+        };
+        // SAFETY: As in `iw_connect`.
+        let (dev, id) = unsafe { (device::<T>((*id).device), CmId::from_raw(id)) };
+        status(dev.with_data(|dev, data| P::iw_reject(dev, data, id, pdata)))
+    }
+
+    unsafe extern "C" fn iw_create_listen(id: *mut bindings::iw_cm_id, backlog: c_int) -> c_int {
+        // SAFETY: As in `iw_connect`.
+        let (dev, id) = unsafe { (device::<T>((*id).device), CmId::from_raw(id)) };
+        status(dev.with_data(|dev, data| P::iw_create_listen(dev, data, id, backlog)))
+    }
+
+    unsafe extern "C" fn iw_destroy_listen(id: *mut bindings::iw_cm_id) -> c_int {
+        // SAFETY: As in `iw_connect`.
+        let (dev, id) = unsafe { (device::<T>((*id).device), CmId::from_raw(id)) };
+        status(dev.with_data(|dev, data| P::iw_destroy_listen(dev, data, id)))
+    }
+
+    unsafe extern "C" fn iw_get_qp(
+        ib: *mut bindings::ib_device,
+        qpn: c_int,
+    ) -> *mut bindings::ib_qp {
+        // SAFETY: The connection manager passes a live device.
+        let dev = unsafe { device::<T>(ib) };
+        let Ok(qpn) = u32::try_from(qpn) else {
+            return core::ptr::null_mut();
+        };
+        dev.with_data(|dev, data| P::iw_get_qp(dev, data, qpn))
+            .flatten()
+            .map_or(core::ptr::null_mut(), |events| events.raw_ptr())
+    }
+
+    unsafe extern "C" fn iw_add_ref(qp: *mut bindings::ib_qp) {
+        // SAFETY: The connection manager passes a live QP of this device (it got it from
+        // `iw_get_qp` and holds a reference or the QP's identifier lock).
+        P::iw_add_ref(unsafe { Qp::<T>::from_raw(qp) });
+    }
+
+    unsafe extern "C" fn iw_rem_ref(qp: *mut bindings::ib_qp) {
+        // SAFETY: The connection manager passes a QP it holds a reference on.
+        P::iw_rem_ref(unsafe { Qp::<T>::from_raw(qp) });
     }
 }

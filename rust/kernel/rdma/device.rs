@@ -146,6 +146,25 @@ impl<T: Driver> Device<T> {
         Some(f(self, data))
     }
 
+    /// Runs `f` on the registration's data if the device is registered, holding off its
+    /// unregistration until `f` returns (`ib_device_try_get`); `None` otherwise. For work a
+    /// driver does outside the core's callbacks: `f` must not wait for the device to
+    /// unregister.
+    pub fn with_registered<R>(
+        &self,
+        f: impl for<'a> FnOnce(&Self, &'a T::Data<'a>) -> R,
+    ) -> Option<R> {
+        // SAFETY: The device is valid.
+        if !unsafe { bindings::ib_device_try_get(self.as_raw()) } {
+            return None;
+        }
+        // Registered and held so: the data pointer is set and stays valid until the put below.
+        let ret = self.with_data(f);
+        // SAFETY: The reference `ib_device_try_get` took.
+        unsafe { bindings::ib_device_put(self.as_raw()) };
+        ret
+    }
+
     /// Returns the number of ports.
     pub fn phys_port_cnt(&self) -> u32 {
         // SAFETY: The device is valid; the count is fixed before registration.
@@ -333,6 +352,17 @@ impl<T: Driver> UnregisteredDevice<T> {
         let n = desc.len().min(field.len() - 1);
         field.fill(0);
         field[..n].copy_from_slice(&desc[..n]);
+        self
+    }
+
+    /// Sets the name of the network interface of an iWARP device, which the connection
+    /// manager gives the port mapper (truncated to the core's 16 bytes).
+    pub fn set_iw_ifname(&mut self, name: &[u8]) -> &mut Self {
+        // SAFETY: The device is exclusively owned and not registered.
+        let field = unsafe { &mut (*self.raw()).iw_ifname };
+        let n = name.len().min(field.len() - 1);
+        field.fill(0);
+        field[..n].copy_from_slice(&name[..n]);
         self
     }
 

@@ -102,6 +102,10 @@ use super::{
         PdSetup, //
     },
     device::Device,
+    iwcm::{
+        CmId,
+        ConnParam, //
+    },
     mr::{
         AccessFlags,
         Mr,
@@ -113,6 +117,7 @@ use super::{
         QpAttr,
         QpAttrMask,
         QpAttrOut,
+        QpEvents,
         QpInitAttr,
         QpSetup, //
     },
@@ -574,6 +579,73 @@ pub trait DeviceOps<T: Driver>: 'static {
         _ah: &Ah<T>,
         _out: &mut AhAttrOut<'_>,
     ) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// iWARP: connects queue pair `param.qpn` to the remote address of `id`. What becomes of
+    /// the connection is reported later, through a reference [`CmId::get`] takes, as a
+    /// [`CmEventKind::ConnectReply`](super::iwcm::CmEventKind::ConnectReply).
+    fn iw_connect(
+        _dev: &Device<T>,
+        _data: &T::Data<'_>,
+        _id: &CmId,
+        _param: &ConnParam<'_>,
+    ) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// iWARP: accepts the connection request whose identifier is `id` (its token is the one the
+    /// request was reported with) on queue pair `param.qpn`.
+    fn iw_accept(
+        _dev: &Device<T>,
+        _data: &T::Data<'_>,
+        _id: &CmId,
+        _param: &ConnParam<'_>,
+    ) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// iWARP: rejects the connection request whose identifier is `id`, sending `private_data`.
+    fn iw_reject(
+        _dev: &Device<T>,
+        _data: &T::Data<'_>,
+        _id: &CmId,
+        _private_data: &[u8],
+    ) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// iWARP: listens on the local address of `id`, reporting connection requests to it.
+    fn iw_create_listen(
+        _dev: &Device<T>,
+        _data: &T::Data<'_>,
+        _id: &CmId,
+        _backlog: i32,
+    ) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// iWARP: stops the listener of `id`.
+    fn iw_destroy_listen(_dev: &Device<T>, _data: &T::Data<'_>, _id: &CmId) -> Result {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// iWARP: the event handle of the queue pair numbered `qpn`, through which the connection
+    /// manager finds the queue pair. Called under a spinlock: must not sleep.
+    fn iw_get_qp(_dev: &Device<T>, _data: &T::Data<'_>, _qpn: u32) -> Option<QpEvents> {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// iWARP: the connection manager takes a reference on `qp`; the device does not finish
+    /// destroying it until the reference is dropped with [`DeviceOps::iw_rem_ref`]. Called under
+    /// a spinlock: must not sleep.
+    fn iw_add_ref(_qp: &Qp<T>) {
+        build_error!(VTABLE_DEFAULT_ERROR)
+    }
+
+    /// iWARP: the connection manager drops a reference [`DeviceOps::iw_add_ref`] took. Called
+    /// under a spinlock: must not sleep.
+    fn iw_rem_ref(_qp: &Qp<T>) {
         build_error!(VTABLE_DEFAULT_ERROR)
     }
 

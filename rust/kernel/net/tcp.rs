@@ -1,0 +1,603 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! TCP sockets owned by the kernel, over IPv4.
+//!
+//! C headers: [`include/linux/net.h`](srctree/include/linux/net.h),
+//! [`include/net/sock.h`](srctree/include/net/sock.h),
+//! [`include/linux/tcp.h`](srctree/include/linux/tcp.h).
+//!
+//! A [`TcpSocket`] is a `struct socket` made by `sock_create_kern` in the initial network
+//! namespace, owned by its holder: dropping it stops watching it and releases it (a connected
+//! socket then closes its connection). No operation blocks: [`TcpSocket::connect`] and
+//! [`TcpSocket::accept`] report whether they are done, [`TcpSocket::send`] and
+//! [`TcpSocket::recv`] move what fits and what has arrived.
+//!
+//! # Events
+//!
+//! [`TcpSocket::watch`] hands the socket's events (its TCP state changed; data, or a connection
+//! to accept, arrived) to a [`SocketEvents`] implementation, which the socket holds a reference
+//! on until [`TcpSocket::unwatch`] or drop. Events are reported in softirq context with the
+//! socket's callback lock held: an implementation must not sleep and must not use the socket;
+//! it typically queues work that does. When `unwatch` returns, no event is being reported and
+//! none will be, so the reference it drops is the socket's last use of the target.
+//!
+//! Connections a watched listener accepts do not inherit its target: they start unwatched,
+//! with the kernel's own callbacks.
+
+use crate::{
+    bindings,
+    error::to_result,
+    fmt,
+    prelude::*,
+    sync::{
+        Arc,
+        ArcBorrow, //
+    },
+};
+use core::{
+    ffi::c_void,
+    ptr::NonNull, //
+};
+
+/// An IPv4 address and TCP port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SocketAddrV4 {
+    ip: [u8; 4],
+    port: u16,
+}
+
+impl SocketAddrV4 {
+    /// The address `ip` (in network order: `[192, 168, 0, 1]`) and `port`.
+    pub const fn new(ip: [u8; 4], port: u16) -> Self {
+        Self { ip, port }
+    }
+
+    /// The IPv4 address, in network order.
+    pub const fn ip(&self) -> [u8; 4] {
+        self.ip
+    }
+
+    /// The port.
+    pub const fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The IPv4 address as a number (`0xc0a80001` for 192.168.0.1).
+    pub const fn ip_u32(&self) -> u32 {
+        u32::from_be_bytes(self.ip)
+    }
+
+    /// Whether the address is the wildcard 0.0.0.0.
+    pub const fn is_unspecified(&self) -> bool {
+        self.ip_u32() == 0
+    }
+
+    /// The address a `struct sockaddr_storage` holds; `EAFNOSUPPORT` unless it is an IPv4 one.
+    pub fn from_storage(raw: &bindings::__kernel_sockaddr_storage) -> Result<Self> {
+        // SAFETY: Both members of the union are plain data; the family is valid in either.
+        let family = unsafe { raw.__bindgen_anon_1.__bindgen_anon_1.ss_family };
+        if u32::from(family) != bindings::AF_INET {
+            return Err(EAFNOSUPPORT);
+        }
+        // SAFETY: A `sockaddr_storage` is larger than a `sockaddr_in` and at least as aligned;
+        // its family says it holds one.
+        let sin = unsafe { &*core::ptr::from_ref(raw).cast::<bindings::sockaddr_in>() };
+        Ok(Self {
+            ip: sin.sin_addr.s_addr.to_ne_bytes(),
+            port: u16::from_be(sin.sin_port),
+        })
+    }
+
+    /// The address as a `struct sockaddr_storage`.
+    pub fn to_storage(&self) -> bindings::__kernel_sockaddr_storage {
+        let mut raw = bindings::__kernel_sockaddr_storage::default();
+        // SAFETY: As in `from_storage`: a `sockaddr_in` fits at the start of the storage.
+        let sin = unsafe { &mut *core::ptr::from_mut(&mut raw).cast::<bindings::sockaddr_in>() };
+        self.fill(sin);
+        raw
+    }
+
+    fn fill(&self, sin: &mut bindings::sockaddr_in) {
+        // CAST: AF_INET is 2.
+        sin.sin_family = bindings::AF_INET as bindings::__kernel_sa_family_t;
+        sin.sin_port = self.port.to_be();
+        sin.sin_addr.s_addr = u32::from_ne_bytes(self.ip);
+    }
+
+    fn to_raw(self) -> bindings::sockaddr_in {
+        let mut sin = bindings::sockaddr_in::default();
+        self.fill(&mut sin);
+        sin
+    }
+}
+
+impl fmt::Display for SocketAddrV4 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d] = self.ip;
+        write!(f, "{a}.{b}.{c}.{d}:{}", self.port)
+    }
+}
+
+/// The state of a TCP connection (`TCP_ESTABLISHED` ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpState {
+    /// Connected.
+    Established,
+    /// A connection is being made.
+    SynSent,
+    /// A connection request arrived (a not yet accepted connection).
+    SynRecv,
+    /// This end closed its sending direction.
+    FinWait1,
+    /// This end closed and the peer acknowledged.
+    FinWait2,
+    /// Both ends closed; waiting for old segments.
+    TimeWait,
+    /// Not connected (never connected, refused, reset or closed).
+    Close,
+    /// The peer closed its sending direction.
+    CloseWait,
+    /// The peer closed, then this end.
+    LastAck,
+    /// Listening.
+    Listen,
+    /// Both ends closed at once.
+    Closing,
+    /// Another state of the networking core's.
+    Other(u8),
+}
+
+impl TcpState {
+    fn from_raw(raw: u8) -> Self {
+        match u32::from(raw) {
+            bindings::TCP_ESTABLISHED => Self::Established,
+            bindings::TCP_SYN_SENT => Self::SynSent,
+            bindings::TCP_SYN_RECV => Self::SynRecv,
+            bindings::TCP_FIN_WAIT1 => Self::FinWait1,
+            bindings::TCP_FIN_WAIT2 => Self::FinWait2,
+            bindings::TCP_TIME_WAIT => Self::TimeWait,
+            bindings::TCP_CLOSE => Self::Close,
+            bindings::TCP_CLOSE_WAIT => Self::CloseWait,
+            bindings::TCP_LAST_ACK => Self::LastAck,
+            bindings::TCP_LISTEN => Self::Listen,
+            bindings::TCP_CLOSING => Self::Closing,
+            _ => Self::Other(raw),
+        }
+    }
+}
+
+/// The next sequence numbers of a connection's two directions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpSeq {
+    /// The next sequence number this end sends (`SND.NXT`).
+    pub snd_nxt: u32,
+    /// The next sequence number this end expects (`RCV.NXT`).
+    pub rcv_nxt: u32,
+}
+
+/// Which directions of a connection [`TcpSocket::shutdown`] closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shutdown {
+    /// Receiving.
+    Read,
+    /// Sending (the peer sees the end of the stream).
+    Write,
+    /// Both.
+    Both,
+}
+
+/// An event of a watched socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SocketEvent {
+    /// The TCP state changed: connected, refused, reset, closed by the peer ...
+    StateChange,
+    /// Data arrived, or (on a listener) a connection is ready to be accepted.
+    DataReady,
+}
+
+/// The target of a watched socket's events (see the [module documentation](self)).
+pub trait SocketEvents: Send + Sync + 'static {
+    /// Reports `event` of a watched socket. Called in softirq context with the socket's
+    /// callback lock held: must not sleep and must not use the socket.
+    fn event(this: ArcBorrow<'_, Self>, event: SocketEvent);
+}
+
+type SkCallback = Option<unsafe extern "C" fn(*mut bindings::sock)>;
+
+/// What a watched socket's `sk_user_data` points to: its target, type-erased so that one pair
+/// of callbacks serves every target type, and the callbacks it replaced.
+struct Hook {
+    target: *const c_void,
+    event: unsafe fn(*const c_void, SocketEvent),
+    release: unsafe fn(*const c_void),
+    state_change: SkCallback,
+    data_ready: SkCallback,
+}
+
+/// Reports `event` to the target `ptr` of type `T`.
+///
+/// # Safety
+///
+/// `ptr` must come from `Arc::<T>::into_raw` and its reference must be held during the call.
+unsafe fn event_of<T: SocketEvents>(ptr: *const c_void, event: SocketEvent) {
+    // SAFETY: The caller guarantees the `Arc` is alive for the call.
+    T::event(unsafe { ArcBorrow::from_raw(ptr.cast::<T>()) }, event);
+}
+
+/// Drops the reference `ptr` of type `T`.
+///
+/// # Safety
+///
+/// `ptr` must come from `Arc::<T>::into_raw`, and this must be its last use.
+unsafe fn release_of<T: SocketEvents>(ptr: *const c_void) {
+    // SAFETY: The caller passes the reference `into_raw` made, once.
+    drop(unsafe { Arc::from_raw(ptr.cast::<T>()) });
+}
+
+/// Reports `event` of `sk` to its hook's target, if the socket is watched, then calls the
+/// callback the hook replaced.
+///
+/// # Safety
+///
+/// `sk` must be a live socket whose `sk_user_data`, if set, was set by [`TcpSocket::watch`].
+unsafe fn report(sk: *mut bindings::sock, event: SocketEvent) {
+    // SAFETY: `sk` is live; the callback lock orders this against `watch` and `unwatch`.
+    unsafe { bindings::read_lock_sk_callback(sk) };
+    // SAFETY: The callback lock is held.
+    let hook = unsafe { bindings::locked_read_sk_user_data(sk) }.cast::<Hook>();
+    let mut orig = None;
+    if !hook.is_null() {
+        // SAFETY: A hook stays allocated, and its target referenced, until `unwatch` cleared
+        // `sk_user_data` under the write lock, which this read lock excludes.
+        unsafe {
+            ((*hook).event)((*hook).target, event);
+            orig = match event {
+                SocketEvent::StateChange => (*hook).state_change,
+                SocketEvent::DataReady => (*hook).data_ready,
+            };
+        }
+    }
+    // SAFETY: Taken above.
+    unsafe { bindings::read_unlock_sk_callback(sk) };
+    if let Some(orig) = orig {
+        // SAFETY: The networking core's own callback for this socket.
+        unsafe { orig(sk) };
+    }
+}
+
+unsafe extern "C" fn state_change(sk: *mut bindings::sock) {
+    // SAFETY: The networking core calls this for a live socket; only `watch` installs it.
+    unsafe { report(sk, SocketEvent::StateChange) };
+}
+
+unsafe extern "C" fn data_ready(sk: *mut bindings::sock) {
+    // SAFETY: As in `state_change`.
+    unsafe { report(sk, SocketEvent::DataReady) };
+}
+
+/// A message header with no name, control data or flags: what `kernel_sendmsg` and
+/// `kernel_recvmsg` take for a plain stream transfer (they set up the data iterator).
+fn empty_msghdr() -> bindings::msghdr {
+    // SAFETY: `msghdr` is a C struct of integers, pointers and unions of them, for which all
+    // zeroes is valid (no name, no control buffer, no flags), as C callers `memset` it.
+    unsafe { core::mem::zeroed() }
+}
+
+/// A TCP socket of the kernel's, IPv4 (see the [module documentation](self)).
+///
+/// # Invariants
+///
+/// `sock` is a socket made by `sock_create_kern` or accepted by `kernel_accept`, owned by this
+/// object and released when it drops. Its `sk_user_data`, if set, is a [`Hook`] installed by
+/// [`TcpSocket::watch`].
+pub struct TcpSocket {
+    sock: NonNull<bindings::socket>,
+}
+
+// SAFETY: The socket calls used here take the socket's own locks; it may be used and released
+// from any thread in process context.
+unsafe impl Send for TcpSocket {}
+
+// SAFETY: Every method taking `&self` is safe to call concurrently (the networking core locks the
+// socket).
+unsafe impl Sync for TcpSocket {}
+
+impl TcpSocket {
+    /// Makes a TCP socket in the initial network namespace.
+    pub fn new() -> Result<Self> {
+        let mut sock = core::ptr::null_mut();
+        // SAFETY: `init_net` lives forever; `sock` is a valid place for the result.
+        to_result(unsafe {
+            bindings::sock_create_kern(
+                &raw mut bindings::init_net,
+                // CAST: small constants.
+                bindings::AF_INET as i32,
+                bindings::sock_type_SOCK_STREAM as i32,
+                bindings::IPPROTO_TCP as i32,
+                &mut sock,
+            )
+        })?;
+        // INVARIANT: A socket just made, owned here.
+        Ok(Self {
+            sock: NonNull::new(sock).ok_or(ENOMEM)?,
+        })
+    }
+
+    fn sk(&self) -> *mut bindings::sock {
+        // SAFETY: An owned socket has its `sk` until released.
+        unsafe { (*self.sock.as_ptr()).sk }
+    }
+
+    /// Lets the socket bind an address another socket has used (`SO_REUSEADDR`).
+    pub fn set_reuse_addr(&self) {
+        // SAFETY: `sk` is live.
+        unsafe { bindings::sock_set_reuseaddr(self.sk()) };
+    }
+
+    /// Sends small segments at once (`TCP_NODELAY`).
+    pub fn set_nodelay(&self) {
+        // SAFETY: `sk` is live.
+        unsafe { bindings::tcp_sock_set_nodelay(self.sk()) };
+    }
+
+    /// Sends and receives only through the network device numbered `ifindex`.
+    pub fn bind_to_device(&self, ifindex: i32) -> Result {
+        // SAFETY: `sk` is live; the call takes the socket lock.
+        to_result(unsafe { bindings::sock_bindtoindex(self.sk(), ifindex, true) })
+    }
+
+    /// Binds the socket to a local address (port 0: any free port).
+    pub fn bind(&self, addr: SocketAddrV4) -> Result {
+        let mut sin = addr.to_raw();
+        // SAFETY: The socket is live; `sin` is a valid address of the given length.
+        to_result(unsafe {
+            bindings::kernel_bind(
+                self.sock.as_ptr(),
+                (&raw mut sin).cast(),
+                // CAST: 16 bytes.
+                size_of::<bindings::sockaddr_in>() as i32,
+            )
+        })
+    }
+
+    /// Starts connecting to `addr`. Returns `true` if connected already; otherwise the state
+    /// changes (see [`SocketEvent::StateChange`]) when the connection is made or fails.
+    pub fn connect(&self, addr: SocketAddrV4) -> Result<bool> {
+        let mut sin = addr.to_raw();
+        // SAFETY: As in `bind`.
+        let ret = unsafe {
+            bindings::kernel_connect(
+                self.sock.as_ptr(),
+                (&raw mut sin).cast(),
+                // CAST: 16 bytes.
+                size_of::<bindings::sockaddr_in>() as i32,
+                // CAST: a flag of the open flags.
+                bindings::O_NONBLOCK as i32,
+            )
+        };
+        match to_result(ret) {
+            Ok(()) => Ok(true),
+            Err(e) if e == EINPROGRESS => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Listens for connections, queueing up to `backlog` not yet accepted ones.
+    pub fn listen(&self, backlog: i32) -> Result {
+        // SAFETY: The socket is live.
+        to_result(unsafe { bindings::kernel_listen(self.sock.as_ptr(), backlog) })
+    }
+
+    /// Accepts a connection of a listening socket, if one is waiting.
+    pub fn accept(&self) -> Result<Option<TcpSocket>> {
+        let mut new = core::ptr::null_mut();
+        // SAFETY: The socket is live; `new` is a valid place for the result.
+        let ret = unsafe {
+            bindings::kernel_accept(
+                self.sock.as_ptr(),
+                &mut new,
+                // CAST: a flag of the open flags.
+                bindings::O_NONBLOCK as i32,
+            )
+        };
+        match to_result(ret) {
+            Ok(()) => {}
+            Err(e) if e == EAGAIN => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        // INVARIANT: An accepted socket, owned here. Its `sk_user_data` is not the listener's
+        // (a hook is never copied to accepted connections); its callbacks are restored below.
+        let child = Self {
+            sock: NonNull::new(new).ok_or(ENOMEM)?,
+        };
+        child.restore_inherited(self.sk());
+        Ok(Some(child))
+    }
+
+    /// Gives an accepted socket, which copied its listener's callbacks, the callbacks the
+    /// listener's hook replaced.
+    fn restore_inherited(&self, listener: *mut bindings::sock) {
+        let sk = self.sk();
+        // SAFETY: Both sockets are live; each callback lock is taken alone, listener first.
+        unsafe {
+            bindings::read_lock_sk_callback(listener);
+            let hook = bindings::locked_read_sk_user_data(listener).cast::<Hook>();
+            let saved = if hook.is_null() {
+                None
+            } else {
+                Some(((*hook).state_change, (*hook).data_ready))
+            };
+            bindings::read_unlock_sk_callback(listener);
+            // The connection was cloned from the listener after its hook was installed (a
+            // listener is watched before it listens): it has the hook's callbacks, and the
+            // ones the hook replaced are its own.
+            if let Some((mut sc, mut dr)) = saved {
+                bindings::write_lock_bh_sk_callback(sk);
+                bindings::sk_swap_callbacks(sk, &mut sc, &mut dr);
+                bindings::write_unlock_bh_sk_callback(sk);
+            }
+        }
+    }
+
+    /// Sends what fits of `buf` into the socket's send buffer now; returns how much.
+    pub fn send(&self, buf: &[u8]) -> Result<usize> {
+        let mut vec = bindings::kvec {
+            iov_base: buf.as_ptr().cast_mut().cast(),
+            iov_len: buf.len(),
+        };
+        let mut msg = empty_msghdr();
+        msg.msg_flags = bindings::MSG_DONTWAIT | bindings::MSG_NOSIGNAL;
+        // SAFETY: The socket is live; `vec` describes `buf`, which the call only reads.
+        let ret = unsafe {
+            bindings::kernel_sendmsg(self.sock.as_ptr(), &mut msg, &mut vec, 1, buf.len())
+        };
+        to_result(ret.min(0))?;
+        // CAST: not negative.
+        Ok(ret as usize)
+    }
+
+    /// Receives into `buf` what has arrived, at most `buf.len()` bytes. Returns how many bytes
+    /// it received, 0 at the end of the stream, or `EAGAIN` if none are there yet.
+    pub fn recv(&self, buf: &mut [u8]) -> Result<usize> {
+        let mut vec = bindings::kvec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut msg = empty_msghdr();
+        // SAFETY: The socket is live; `vec` describes `buf`, which the call writes at most.
+        let ret = unsafe {
+            bindings::kernel_recvmsg(
+                self.sock.as_ptr(),
+                &mut msg,
+                &mut vec,
+                1,
+                buf.len(),
+                // CAST: a flag of the message flags.
+                bindings::MSG_DONTWAIT as i32,
+            )
+        };
+        to_result(ret.min(0))?;
+        // CAST: not negative.
+        Ok(ret as usize)
+    }
+
+    /// Closes `how` of the connection's directions.
+    pub fn shutdown(&self, how: Shutdown) -> Result {
+        let how = match how {
+            Shutdown::Read => bindings::sock_shutdown_cmd_SHUT_RD,
+            Shutdown::Write => bindings::sock_shutdown_cmd_SHUT_WR,
+            Shutdown::Both => bindings::sock_shutdown_cmd_SHUT_RDWR,
+        };
+        // SAFETY: The socket is live.
+        to_result(unsafe { bindings::kernel_sock_shutdown(self.sock.as_ptr(), how) })
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> Result<SocketAddrV4> {
+        let mut raw = bindings::__kernel_sockaddr_storage::default();
+        // SAFETY: The socket is live; the storage is large enough for any address.
+        let ret =
+            unsafe { bindings::kernel_getsockname(self.sock.as_ptr(), (&raw mut raw).cast()) };
+        to_result(ret.min(0))?;
+        SocketAddrV4::from_storage(&raw)
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Result<SocketAddrV4> {
+        let mut raw = bindings::__kernel_sockaddr_storage::default();
+        // SAFETY: As in `local_addr`.
+        let ret =
+            unsafe { bindings::kernel_getpeername(self.sock.as_ptr(), (&raw mut raw).cast()) };
+        to_result(ret.min(0))?;
+        SocketAddrV4::from_storage(&raw)
+    }
+
+    /// The connection's state.
+    pub fn state(&self) -> TcpState {
+        // SAFETY: `sk` is live.
+        let raw = unsafe { bindings::sk_state(self.sk()) };
+        // CAST: TCP states are below 256.
+        TcpState::from_raw(raw as u8)
+    }
+
+    /// Takes the socket's pending error (`ECONNREFUSED`, `ETIMEDOUT`, `ECONNRESET` ...), if any.
+    pub fn take_error(&self) -> Option<Error> {
+        // SAFETY: `sk` is live.
+        let err = unsafe { bindings::sock_error(self.sk()) };
+        (err < 0).then(|| Error::from_errno(err))
+    }
+
+    /// The next sequence numbers of both directions, read under the socket's lock: what an
+    /// adapter that takes the connection over continues with.
+    pub fn seq(&self) -> TcpSeq {
+        let sk = self.sk();
+        let (mut snd_nxt, mut rcv_nxt) = (0, 0);
+        // SAFETY: `sk` is a live TCP socket; its lock keeps the numbers still while read.
+        unsafe {
+            bindings::lock_sock(sk);
+            bindings::tcp_next_seq(sk, &mut snd_nxt, &mut rcv_nxt);
+            bindings::release_sock(sk);
+        }
+        TcpSeq { snd_nxt, rcv_nxt }
+    }
+
+    /// Reports the socket's events to `target` from now on (see the
+    /// [module documentation](self)); a target watched before is released first.
+    pub fn watch<T: SocketEvents>(&mut self, target: Arc<T>) -> Result {
+        self.unwatch();
+        let sk = self.sk();
+        let mut hook = KBox::new(
+            Hook {
+                target: core::ptr::null(),
+                event: event_of::<T>,
+                release: release_of::<T>,
+                state_change: None,
+                data_ready: None,
+            },
+            GFP_KERNEL,
+        )?;
+        hook.target = target.into_raw().cast();
+        // SAFETY: `sk` is live; the write lock excludes `report` on other CPUs.
+        unsafe {
+            bindings::write_lock_bh_sk_callback(sk);
+            hook.state_change = Some(state_change);
+            hook.data_ready = Some(data_ready);
+            bindings::sk_swap_callbacks(sk, &mut hook.state_change, &mut hook.data_ready);
+            bindings::assign_sk_user_data_nocopy(sk, KBox::into_raw(hook).cast());
+            bindings::write_unlock_bh_sk_callback(sk);
+        }
+        Ok(())
+    }
+
+    /// Stops reporting the socket's events; when this returns, no report is running.
+    pub fn unwatch(&mut self) {
+        let sk = self.sk();
+        // SAFETY: `sk` is live; under the write lock no report runs, and none starts after the
+        // hook is cleared.
+        let hook = unsafe {
+            bindings::write_lock_bh_sk_callback(sk);
+            let hook = bindings::locked_read_sk_user_data(sk).cast::<Hook>();
+            if !hook.is_null() {
+                bindings::sk_swap_callbacks(sk, &mut (*hook).state_change, &mut (*hook).data_ready);
+                bindings::assign_sk_user_data_nocopy(sk, core::ptr::null_mut());
+            }
+            bindings::write_unlock_bh_sk_callback(sk);
+            hook
+        };
+        if !hook.is_null() {
+            // SAFETY: The hook was made by `KBox::into_raw` in `watch`, and nothing can reach it
+            // any more.
+            let hook = unsafe { KBox::from_raw(hook) };
+            // SAFETY: The hook's reference, released once.
+            unsafe { (hook.release)(hook.target) };
+        }
+    }
+}
+
+impl Drop for TcpSocket {
+    fn drop(&mut self) {
+        self.unwatch();
+        // SAFETY: The socket is owned and no longer used.
+        unsafe { bindings::sock_release(self.sock.as_ptr()) };
+    }
+}
