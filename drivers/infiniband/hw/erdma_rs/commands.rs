@@ -12,6 +12,11 @@ use kernel::{
     prelude::*, //
 };
 
+use zerocopy::byteorder::big_endian::{
+    U16 as Be16,
+    U32 as Be32, //
+};
+
 use crate::formats::MrAccess;
 
 /// The two command sets.
@@ -607,6 +612,45 @@ pub(crate) struct ModifyQpRoce {
     pub(crate) reserved: u32,
 }
 command!(ModifyQpRoce, Rdma, 3);
+
+bitfield! {
+    /// The iWARP MODIFY_QP's first word (erdma-hw 3.5).
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct ModifyQpIwarpCfg(u32) {
+        /// The target state, [`crate::consts::iw_state`].
+        31:24 state;
+        /// The congestion-control algorithm agreed with the peer.
+        23:20 cc;
+        /// The QP number.
+        19:0 qpn;
+    }
+}
+
+/// RDMA 3: modify a queue pair, iWARP layout (erdma-hw 3.5, 7.1). To RTS it hands the adapter
+/// the TCP connection the connection manager made; the "stop" forms (to CLOSING, TERMINATE or
+/// ERROR) carry only `cfg`.
+#[repr(C)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+pub(crate) struct ModifyQpIwarp {
+    /// @8: target state, congestion control, QPN.
+    pub(crate) cfg: ModifyQpIwarpCfg,
+    /// @12: the peer's QP cookie, from its MPA frame.
+    pub(crate) cookie: u32,
+    /// @16: the peer's IPv4 address.
+    pub(crate) daddr: Be32,
+    /// @20: the local IPv4 address.
+    pub(crate) saddr: Be32,
+    /// @24: the local TCP port.
+    pub(crate) sport: Be16,
+    /// @26: the peer's TCP port.
+    pub(crate) dport: Be16,
+    /// @28: the TCP sequence number the adapter sends next.
+    pub(crate) snd_nxt: u32,
+    /// @32: the TCP sequence number the adapter expects next.
+    pub(crate) rcv_nxt: u32,
+    pub(crate) reserved: u32,
+}
+command!(ModifyQpIwarp, Rdma, 3);
 
 /// RDMA 6: flush the work queue entries a queue pair in ERROR was given after it got there,
 /// up to these producer indices (kernel queue pairs, erdma-hw 3.5, 10.13).

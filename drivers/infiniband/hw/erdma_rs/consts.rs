@@ -101,6 +101,23 @@ pub(crate) mod qp_type {
     pub(crate) const UD: u8 = 1;
 }
 
+/// iWARP queue-pair states of MODIFY_QP (erdma-hw 3.5).
+pub(crate) mod iw_state {
+    /// Not connected (what the verbs' RESET and INIT map to).
+    pub(crate) const IDLE: u8 = 0;
+    /// Connected: the adapter owns the TCP stream.
+    pub(crate) const RTS: u8 = 2;
+    /// Closing gracefully (the verbs' SQD).
+    pub(crate) const CLOSING: u8 = 3;
+    /// Terminating (the verbs' SQE).
+    pub(crate) const TERMINATE: u8 = 4;
+    /// Failed (the verbs' ERR).
+    pub(crate) const ERROR: u8 = 5;
+}
+
+/// The congestion-control algorithm both sides fall back to when theirs differ (Cubic).
+pub(crate) const CC_COMPROMISE: u8 = 1;
+
 /// MR types of REG_MR.
 pub(crate) mod mr_type {
     /// A region of user memory.

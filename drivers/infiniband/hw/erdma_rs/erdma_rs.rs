@@ -63,6 +63,7 @@ use kernel::{
 };
 
 mod ah;
+mod cm;
 mod cmdq;
 mod commands;
 mod consts;

@@ -19,7 +19,10 @@ use kernel::{
         AccessFlags, //
     },
 };
-use zerocopy::byteorder::big_endian::U32 as Be32;
+use zerocopy::byteorder::big_endian::{
+    U16 as Be16,
+    U32 as Be32, //
+};
 
 /// `value` as a field of `N` bits, keeping its low bits: for values that fit by construction
 /// and for counters that wrap at the field's width.
@@ -812,3 +815,57 @@ mod tests {
         assert_eq!(s.into_raw(), 0x0012_3456);
     }
 }
+
+/// The key of an MPA request (erdma-hw 7.1).
+pub(crate) const MPA_KEY_REQ: [u8; 16] = *b"MPA ID Req Frame";
+/// The key of an MPA reply.
+pub(crate) const MPA_KEY_REP: [u8; 16] = *b"MPA ID Rep Frame";
+/// The MPA revision of erdma adapters: revision 1 extended with the cookie and the
+/// congestion-control word.
+pub(crate) const MPA_REVISION: u8 = 129;
+/// The most private data an MPA frame carries.
+pub(crate) const MPA_MAX_PRIVATE_DATA: usize = 256;
+
+bitfield! {
+    /// The flags byte of an MPA frame.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct MpaFlags(u8) {
+        /// The sender wants markers (refused: the adapter has none).
+        7:7 markers => bool;
+        /// The sender wants CRCs (refused: the adapter has none).
+        6:6 crc => bool;
+        /// A reply that rejects the connection.
+        5:5 reject => bool;
+    }
+}
+
+bitfield! {
+    /// The extension word of an erdma MPA frame.
+    #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+    pub(crate) struct MpaExt(u32) {
+        /// The sender's congestion-control algorithm.
+        3:0 cc;
+    }
+}
+
+/// The 28-byte header of an MPA request or reply, followed on the wire by `pd_len` bytes of
+/// private data (erdma-hw 7.1). Big-endian words.
+#[repr(C)]
+#[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
+pub(crate) struct MpaHeader {
+    /// [`MPA_KEY_REQ`] or [`MPA_KEY_REP`].
+    pub(crate) key: [u8; 16],
+    pub(crate) flags: MpaFlags,
+    /// [`MPA_REVISION`].
+    pub(crate) revision: u8,
+    /// The length of the private data.
+    pub(crate) pd_len: Be16,
+    /// The sender's QP cookie (from CREATE_QP).
+    pub(crate) cookie: Be32,
+    /// Big-endian [`MpaExt`].
+    pub(crate) ext: Be32,
+}
+
+/// The size of [`MpaHeader`].
+pub(crate) const MPA_HEADER_SIZE: usize = 28;
+const _: () = assert!(size_of::<MpaHeader>() == MPA_HEADER_SIZE);

@@ -58,6 +58,10 @@ use kernel::{
 };
 
 use crate::{
+    cm::{
+        Cm,
+        CmHw, //
+    },
     cmdq::Wait,
     commands::{
         AllocDb,
@@ -66,6 +70,7 @@ use crate::{
         DeviceCaps,
         FreeDb,
         GetStats,
+        ModifyQpIwarp,
         SetGid,
         SetGidCfg,
         StatsHeader,
@@ -146,6 +151,8 @@ pub(crate) struct IbData<'bound> {
     pub(crate) ids: Arc<Mutex<ObjIds>>,
     /// The AHNs of a RoCE adapter.
     pub(crate) ahs: Option<Arc<AhIds>>,
+    /// The connection manager of an iWARP adapter.
+    pub(crate) cm: Option<Pin<KBox<Cm>>>,
     contexts: AtomicU32,
 }
 
@@ -188,6 +195,10 @@ impl<'bound> IbData<'bound> {
                     GFP_KERNEL,
                 )?),
                 Protocol::Iwarp => None,
+            },
+            cm: match protocol {
+                Protocol::RoceV2 => None,
+                Protocol::Iwarp => Some(KBox::pin_init(Cm::new()?, GFP_KERNEL)?),
             },
             contexts: AtomicU32::new(0),
         })
@@ -494,5 +505,36 @@ impl<'bound> IbData<'bound> {
             // The core turns the netdev's state changes into port events itself.
             NetdevEvent::Up | NetdevEvent::Down | NetdevEvent::Change | NetdevEvent::Register => {}
         }
+    }
+}
+
+/// An iWARP device, as its connection manager reaches it.
+pub(crate) struct IwDev<'a, 'bound> {
+    data: &'a IbData<'bound>,
+    cm: &'a Cm,
+}
+
+impl<'bound> IbData<'bound> {
+    /// The device as its connection manager reaches it; `None` on RoCE adapters.
+    pub(crate) fn iw(&self) -> Option<IwDev<'_, 'bound>> {
+        self.cm.as_deref().map(|cm| IwDev { data: self, cm })
+    }
+}
+
+impl CmHw for IwDev<'_, '_> {
+    fn cm(&self) -> &Cm {
+        self.cm
+    }
+
+    fn dev(&self) -> &device::Device {
+        self.data.dev()
+    }
+
+    fn modify_qp(&self, cmd: &ModifyQpIwarp) -> Result {
+        self.data.hw.exec(cmd, Wait::Sleep).map(drop)
+    }
+
+    fn cc(&self) -> u8 {
+        self.data.caps.cc
     }
 }

@@ -48,6 +48,7 @@ use kernel::{
 };
 
 use crate::{
+    cm::IwQp,
     commands::Reflush,
     consts::{
         cqe_queue,
@@ -384,6 +385,8 @@ pub(crate) struct CqEntry {
 pub(crate) struct QpEntry {
     pub(crate) events: QpEvents,
     pub(crate) kernel: Option<Arc<KernelQp>>,
+    /// The connection state of an iWARP queue pair, for the connection manager.
+    pub(crate) iw: Option<Arc<IwQp>>,
 }
 
 /// A kernel queue pair.

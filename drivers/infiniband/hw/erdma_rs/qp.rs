@@ -37,6 +37,7 @@ use zerocopy::FromZeros;
 
 use crate::{
     ah::address_vector,
+    cm::IwQp,
     cmdq::Wait,
     commands::{
         CreateQp,
@@ -136,6 +137,8 @@ pub(crate) struct QpHw {
     cqs: [Option<Arc<KernelCq>>; 2],
     /// Shared so that a failed DESTROY_QP can keep it ([`crate::hw::Hw::strand`]).
     user: Option<Arc<UserQp>>,
+    /// The connection state of a queue pair of an iWARP adapter.
+    iw: Option<Arc<IwQp>>,
 }
 
 /// A queue pair.
@@ -305,13 +308,6 @@ impl Qp {
             (Some(k), None)
         };
 
-        let entry = Arc::new(
-            QpEntry {
-                events: setup.events(),
-                kernel: kernel.clone(),
-            },
-            GFP_KERNEL,
-        )?;
         // The GSI QP has its fixed number; the others take one, given back on error.
         if datagram {
             cmd.cfg2 = cmd.cfg2.with_qp_type(low32(qp_type::UD.into()));
@@ -322,6 +318,20 @@ impl Qp {
             Some(ObjIds::take(&data.ids, IdKind::Qp)?)
         };
         let qpn = taken.as_ref().map_or(GSI_QPN, |t| t.get());
+        // An iWARP queue pair is connected by the connection manager (erdma-hw 7.1).
+        let iw = if data.roce() {
+            None
+        } else {
+            Some(Arc::pin_init(IwQp::new(qpn), GFP_KERNEL)?)
+        };
+        let entry = Arc::new(
+            QpEntry {
+                events: setup.events(),
+                kernel: kernel.clone(),
+                iw: iw.clone(),
+            },
+            GFP_KERNEL,
+        )?;
         if let Some(k) = &kernel {
             k.set_qpn(qpn);
         }
@@ -344,7 +354,11 @@ impl Qp {
         cmd.cfg0 = CreateQpCfg0::zeroed()
             .with_sq_depth_log2(low32(sq_depth.trailing_zeros()))
             .with_qpn(low32(qpn));
-        data.hw.exec(&cmd, Wait::Sleep)?;
+        let resp = data.hw.exec(&cmd, Wait::Sleep)?;
+        if let Some(iw) = &iw {
+            // CAST: the cookie is resp0 31:0 (erdma-hw 3.5).
+            iw.set_cookie(resp.0[0] as u32);
+        }
         // From here on, `destroy` undoes the creation.
         taken.map(TakenId::keep);
         data.hw.qps.lock().insert(node);
@@ -362,6 +376,7 @@ impl Qp {
             kernel,
             cqs,
             user,
+            iw,
         };
         setup.set_qp_num(qpn);
         if let Some(u) = &qp.user {
@@ -415,10 +430,13 @@ impl QpHw {
 
     /// Destroys the queue pair in the adapter, stopping it first unless it is in `state`
     /// RESET or ERROR. Its memory goes with `self`, or, if the adapter refuses, is kept with
-    /// its QPN until unbind.
+    /// its QPN until unbind. An iWARP queue pair's connection stops first, and the connection
+    /// manager lets go of it.
     fn destroy(&self, data: &IbData<'_>, state: QpState) {
         let qpn = self.qpn;
-        if state != QpState::Err && state != QpState::Reset {
+        if let (Some(iw), Some(dev)) = (&self.iw, data.iw()) {
+            iw.destroy(&dev);
+        } else if state != QpState::Err && state != QpState::Reset {
             // Stop the queue pair before it goes (erdma-hw 10.11). Should the adapter refuse,
             // DESTROY_QP below still stops it, so the failure is only reported.
             let cmd = ModifyQpRoce {
@@ -459,15 +477,24 @@ impl QpHw {
 }
 
 impl Qp {
+    /// The connection state of an iWARP queue pair.
+    pub(crate) fn iw(&self) -> Option<&Arc<IwQp>> {
+        self.hw.iw.as_ref()
+    }
+
     /// Destroys the queue pair in the adapter; its memory goes with `self`.
     pub(crate) fn destroy(&self, data: &IbData<'_>) {
         let state = self.shadow.lock().state;
         self.hw.destroy(data, state);
     }
 
-    /// Modifies a RoCEv2 queue pair (erdma-hw 7.2): checks the transition against the verbs
-    /// state machine, then sends the state, Q_Key, address vector, PSNs and destination QPN.
+    /// Modifies a queue pair: by [`Qp::modify_iwarp`] on iWARP adapters; on RoCEv2 adapters
+    /// (erdma-hw 7.2) checks the transition against the verbs state machine, then sends the
+    /// state, Q_Key, address vector, PSNs and destination QPN.
     pub(crate) fn modify(&self, data: &IbData<'_>, attr: &QpAttr<'_>, mask: QpAttrMask) -> Result {
+        if let Some(iw) = &self.hw.iw {
+            return self.modify_iwarp(data, iw, attr, mask);
+        }
         let mut shadow = self.shadow.lock();
         let cur = if mask.contains(QpAttrBit::CurState) {
             attr.cur_state().ok_or(EINVAL)?
@@ -538,17 +565,45 @@ impl Qp {
         Ok(())
     }
 
-    /// Asks the adapter for the PSNs and state.
+    /// Modifies an iWARP queue pair (erdma-hw 7.1): only its state counts.
+    fn modify_iwarp(
+        &self,
+        data: &IbData<'_>,
+        iw: &IwQp,
+        attr: &QpAttr<'_>,
+        mask: QpAttrMask,
+    ) -> Result {
+        if !mask.contains(QpAttrBit::State) {
+            return Ok(());
+        }
+        let next = attr.state().ok_or(EINVAL)?;
+        let dev = data.iw().ok_or(EINVAL)?;
+        let mut shadow = self.shadow.lock();
+        iw.modify(&dev, next)?;
+        if let Some(k) = &self.hw.kernel {
+            k.set_state(next);
+            self.hw.kernel_state_changed(data, k, next);
+        }
+        shadow.state = next;
+        Ok(())
+    }
+
+    /// Reports the state and attributes: a RoCEv2 queue pair's PSNs and state from the adapter,
+    /// an iWARP queue pair's state as the connection left it.
     pub(crate) fn query(&self, data: &IbData<'_>, out: &mut QpAttrOut<'_>) -> Result {
         let qpn = self.hw.qpn;
-        let resp = QueryQpResp::from_raw(data.hw.exec(&QueryQp { qpn }, Wait::Sleep)?.0[0]);
-        // CAST: an 8-bit field.
-        let state = QpState::from_raw(resp.state().get() as u32).ok_or(EIO)?;
         let shadow = self.shadow.lock();
-        // CAST: fields of 24 bits.
-        out.set_state(state, resp.sq_draining())
-            .set_psns(resp.sq_psn().get() as u32, resp.rq_psn().get() as u32)
-            .set_dest_qp_num(shadow.dest_qpn)
+        if let Some(iw) = &self.hw.iw {
+            out.set_state(iw.state(), false);
+        } else {
+            let resp = QueryQpResp::from_raw(data.hw.exec(&QueryQp { qpn }, Wait::Sleep)?.0[0]);
+            // CAST: an 8-bit field.
+            let state = QpState::from_raw(resp.state().get() as u32).ok_or(EIO)?;
+            // CAST: fields of 24 bits.
+            out.set_state(state, resp.sq_draining())
+                .set_psns(resp.sq_psn().get() as u32, resp.rq_psn().get() as u32);
+        }
+        out.set_dest_qp_num(shadow.dest_qpn)
             .set_qkey(shadow.qkey)
             .set_timeout(shadow.timeout)
             .set_port(1)

@@ -16,6 +16,10 @@ use kernel::{
     prelude::*,
     rdma::{
         self,
+        iwcm::{
+            CmId,
+            ConnParam, //
+        },
         AccessFlags,
         AhAttr,
         AhAttrOut,
@@ -34,6 +38,7 @@ use kernel::{
         QpAttr,
         QpAttrMask,
         QpAttrOut,
+        QpEvents,
         QpInitAttr,
         QpSetup,
         RecvWrs,
@@ -44,13 +49,24 @@ use kernel::{
         UserMrReq,
         Wc, //
     },
+    sync::{
+        aref::ARef,
+        Arc, //
+    },
 };
 
 use crate::{
     ah::Ah,
+    cm::{
+        self,
+        CmDevice,
+        CmHw,
+        IwQp, //
+    },
     cq::Cq,
     ibdev::{
         IbData,
+        IwDev,
         UCtx,
         HW_STATS,
         PORT, //
@@ -70,10 +86,10 @@ pub(crate) struct Erdma;
 /// The operations only RoCEv2 devices have: a GID table the core manages, a P_Key, a
 /// link-layer query and address handles.
 pub(crate) struct Roce;
-/// The operations only iWARP devices have (none yet: the connection manager is to come).
+/// The operations only iWARP devices have: those of the iWARP connection manager, which
+/// connects their queue pairs ([`crate::cm`]).
 pub(crate) struct Iwarp;
-/// Queue pairs, fast-registration and DMA regions, and the kernel verbs: RoCEv2 devices only
-/// until iWARP has its connection manager.
+/// Queue pairs, fast-registration and DMA regions, and the kernel verbs.
 pub(crate) struct DataPath;
 
 #[vtable]
@@ -358,8 +374,112 @@ impl rdma::DeviceOps<Erdma> for DataPath {
     }
 }
 
+/// A device as the connection manager's work reaches it: through a reference on the device,
+/// while it is registered.
+struct DevHandle(ARef<rdma::Device<Erdma>>);
+
+impl CmDevice for DevHandle {
+    fn with(&self, f: &mut dyn FnMut(&dyn CmHw)) -> bool {
+        self.0
+            .with_registered(|_, data| match data.iw() {
+                Some(iw) => {
+                    f(&iw);
+                    true
+                }
+                None => false,
+            })
+            .unwrap_or(false)
+    }
+}
+
+/// What the connection manager's operations on `dev` need: the device as it reaches it, and a
+/// handle for its work.
+fn cm_device<'a, 'b>(
+    dev: &rdma::Device<Erdma>,
+    data: &'a IbData<'b>,
+) -> Result<(IwDev<'a, 'b>, Arc<dyn CmDevice>)> {
+    let iw = data.iw().ok_or(EOPNOTSUPP)?;
+    let handle: Arc<dyn CmDevice> = Arc::new(DevHandle(ARef::from(dev)), GFP_KERNEL)?;
+    Ok((iw, handle))
+}
+
+/// The connection state of the iWARP queue pair numbered `qpn`.
+fn iw_qp(data: &IbData<'_>, qpn: u32) -> Result<Arc<IwQp>> {
+    data.hw
+        .qps
+        .lock()
+        .get(&qpn)
+        .and_then(|e| e.iw.clone())
+        .ok_or(EINVAL)
+}
+
 #[vtable]
-impl rdma::DeviceOps<Erdma> for Iwarp {}
+impl rdma::DeviceOps<Erdma> for Iwarp {
+    fn iw_connect(
+        dev: &rdma::Device<Erdma>,
+        data: &IbData<'_>,
+        id: &CmId,
+        param: &ConnParam<'_>,
+    ) -> Result {
+        let (iw, handle) = cm_device(dev, data)?;
+        cm::connect(&iw, handle, id, param, iw_qp(data, param.qpn)?)
+    }
+
+    fn iw_accept(
+        _dev: &rdma::Device<Erdma>,
+        data: &IbData<'_>,
+        id: &CmId,
+        param: &ConnParam<'_>,
+    ) -> Result {
+        let iw = data.iw().ok_or(EOPNOTSUPP)?;
+        cm::accept(&iw, id, param, iw_qp(data, param.qpn)?)
+    }
+
+    fn iw_reject(
+        _dev: &rdma::Device<Erdma>,
+        data: &IbData<'_>,
+        id: &CmId,
+        private_data: &[u8],
+    ) -> Result {
+        cm::reject(&data.iw().ok_or(EOPNOTSUPP)?, id, private_data)
+    }
+
+    fn iw_create_listen(
+        dev: &rdma::Device<Erdma>,
+        data: &IbData<'_>,
+        id: &CmId,
+        backlog: i32,
+    ) -> Result {
+        let (iw, handle) = cm_device(dev, data)?;
+        let ifindex = dev.netdev(PORT).map_or(0, |n| n.ifindex());
+        cm::create_listen(&iw, handle, id, backlog, ifindex)
+    }
+
+    fn iw_destroy_listen(_dev: &rdma::Device<Erdma>, data: &IbData<'_>, id: &CmId) -> Result {
+        cm::destroy_listen(&data.iw().ok_or(EOPNOTSUPP)?, id)
+    }
+
+    fn iw_get_qp(_dev: &rdma::Device<Erdma>, data: &IbData<'_>, qpn: u32) -> Option<QpEvents> {
+        data.hw
+            .qps
+            .lock()
+            .get(&qpn)
+            .filter(|e| e.iw.is_some())
+            .map(|e| e.events.clone())
+    }
+
+    fn iw_add_ref(qp: &rdma::Qp<Erdma>) {
+        if let Some(iw) = qp.data().iw() {
+            iw.add_ref();
+        }
+    }
+
+    fn iw_rem_ref(qp: &rdma::Qp<Erdma>) {
+        if let Some(iw) = qp.data().iw() {
+            iw.rem_ref();
+        }
+    }
+}
 
 /// The registered device.
 pub(crate) struct IbDevice<'bound>(rdma::Registration<'bound, Erdma>);
@@ -374,7 +494,16 @@ impl<'bound> IbDevice<'bound> {
                 .add_ops::<Roce>()
                 .add_ops::<DataPath>()
                 .set_node_type(rdma::NodeType::IbCa),
-            Protocol::Iwarp => dev.add_ops::<Iwarp>().set_node_type(rdma::NodeType::Rnic),
+            Protocol::Iwarp => {
+                // The port mapper learns the interface from the device (an unset name made
+                // rdma_cm fail with Alibaba's own driver).
+                let mut name = [0u8; 16];
+                let len = ndev.name(&mut name);
+                dev.add_ops::<Iwarp>()
+                    .add_ops::<DataPath>()
+                    .set_node_type(rdma::NodeType::Rnic)
+                    .set_iw_ifname(&name[..len])
+            }
         };
         dev.set_node_guid(Guid::from_mac(data.mac.0))
             .set_node_desc(NODE_DESC)

@@ -1,0 +1,1547 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The iWARP connection manager (erdma-hw 7.1): MPA revision 129 over kernel TCP sockets.
+//!
+//! On an iWARP adapter a queue pair reaches RTS only here. The RDMA core's iWARP connection
+//! manager (iw_cm) calls the device's `iw_*` operations; this module makes the TCP connection,
+//! exchanges the MPA request and reply (the QP cookies, the congestion-control algorithm and
+//! up to [`MPA_MAX_PRIVATE_DATA`] bytes of private data), hands the connection to the adapter
+//! with MODIFY_QP to RTS (the 4-tuple and both sequence numbers; the passive side reserves the
+//! sequence space of the reply it sends afterwards through its socket) and reports to iw_cm.
+//!
+//! # Endpoints
+//!
+//! An [`Endpoint`] is one side of one connection: the active side from [`connect`] on, the
+//! passive side from the moment a [`Listener`] accepts its TCP connection. Its socket's events
+//! and its timer set bits in `pending` and queue its work on the connection manager's ordered
+//! work queue ([`Cm`]); the work does everything else, under the endpoint's lock. The state
+//! machine:
+//!
+//! ```text
+//! active:  Connecting --TCP up--> AwaitReply --reply--> Connected --> Closed
+//! passive: AwaitRequest --request--> AwaitAccept --iw_accept--> Connected --> Closed
+//! ```
+//!
+//! Every failure, and every close, ends in [`Endpoint::close`]: the socket is released, the timer
+//! stopped, the queue pair unlinked, the iw_cm identifier's reference dropped, and the endpoint
+//! leaves the connection manager's table. What the peer sends is hostile: a wrong key, another
+//! revision, markers or CRCs, more private data than allowed or than arrives, silence, or a reset
+//! at any step ends the endpoint (with a reject reply where MPA has one) and nothing else.
+//!
+//! The device is reached through [`CmDevice`] and [`CmHw`], which the driver's device module
+//! implements: work runs only while the device is registered, and one that finds it gone only
+//! releases what the endpoint holds.
+
+use core::sync::atomic::{
+    AtomicU32,
+    Ordering, //
+};
+use kernel::{
+    device, impl_has_hr_timer, impl_has_work,
+    net::tcp::{
+        SocketAddrV4,
+        SocketEvent,
+        SocketEvents,
+        TcpSocket,
+        TcpState, //
+    },
+    new_condvar, new_mutex, new_spinlock_irq, new_work,
+    prelude::*,
+    rbtree::{
+        RBTree,
+        RBTreeNodeReservation, //
+    },
+    rdma::{
+        iwcm::{
+            CmEvent,
+            CmEventKind,
+            CmId,
+            CmIdRef,
+            ConnParam, //
+        },
+        QpState,
+    },
+    sync::{
+        Arc,
+        ArcBorrow,
+        CondVar,
+        CondVarTimeoutResult,
+        Mutex,
+        SpinLockIrq, //
+    },
+    time::{
+        hrtimer::{
+            ArcHrTimerHandle,
+            HrTimer,
+            HrTimerCallback,
+            HrTimerCallbackContext,
+            HrTimerPointer,
+            HrTimerRestart,
+            RelativeMode, //
+        },
+        msecs_to_jiffies,
+        Delta,
+        Monotonic, //
+    },
+    workqueue::{
+        OwnedQueue,
+        Work,
+        WorkItem, //
+    },
+};
+use zerocopy::{
+    FromBytes,
+    FromZeros,
+    IntoBytes, //
+};
+
+use crate::{
+    commands::{
+        ModifyQpIwarp,
+        ModifyQpIwarpCfg, //
+    },
+    consts::{
+        iw_state,
+        CC_COMPROMISE,
+        MAX_RD_ATOM, //
+    },
+    formats::{
+        low32,
+        MpaExt,
+        MpaFlags,
+        MpaHeader,
+        MPA_HEADER_SIZE,
+        MPA_KEY_REP,
+        MPA_KEY_REQ,
+        MPA_MAX_PRIVATE_DATA,
+        MPA_REVISION, //
+    },
+};
+
+/// How long the active side waits for TCP, then for the MPA reply (erdma-hw 7.1).
+const CONNECT_TIMEOUT: Delta = Delta::from_secs(10);
+/// How long an accepted TCP connection has to deliver its MPA request, in seconds.
+const REQUEST_TIMEOUT_SECS: i64 = 20;
+const REQUEST_TIMEOUT: Delta = Delta::from_secs(REQUEST_TIMEOUT_SECS);
+/// The most private data iw_cm can report (its event has an 8-bit length).
+const MAX_REPORTED_PRIVATE_DATA: usize = 255;
+/// Connections a listener's peers may have open before sending their requests, at least.
+const MIN_BACKLOG: i32 = 16;
+
+/// The device, as the connection manager's work reaches it.
+pub(crate) trait CmDevice: Send + Sync {
+    /// Runs `f` on the device if it is still registered, holding off its unregistration;
+    /// returns whether it ran.
+    fn with(&self, f: &mut dyn FnMut(&dyn CmHw)) -> bool;
+}
+
+/// What the connection manager needs of the device.
+pub(crate) trait CmHw {
+    /// The device's connection manager.
+    fn cm(&self) -> &Cm;
+    /// The device, for messages.
+    fn dev(&self) -> &device::Device;
+    /// Sends an iWARP MODIFY_QP.
+    fn modify_qp(&self, cmd: &ModifyQpIwarp) -> Result;
+    /// The adapter's congestion-control algorithm.
+    fn cc(&self) -> u8;
+}
+
+// ---- MPA frames ------------------------------------------------------------------------------
+
+/// A checked MPA frame.
+struct Mpa {
+    flags: MpaFlags,
+    cookie: u32,
+    cc: u8,
+    pd_len: usize,
+}
+
+/// Why a frame is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bad {
+    /// Not MPA: the key is wrong.
+    Key,
+    /// Another revision.
+    Revision(u8),
+    /// Markers or CRCs asked for.
+    MarkersOrCrc,
+    /// More private data than MPA allows.
+    TooLong(usize),
+}
+
+impl Bad {
+    fn errno(self) -> Error {
+        match self {
+            Bad::MarkersOrCrc => ECONNREFUSED,
+            _ => EPROTO,
+        }
+    }
+}
+
+/// Decodes the header of a frame of key `key` at the start of `buf` (at least
+/// [`MPA_HEADER_SIZE`] bytes).
+fn parse_header(buf: &[u8], key: &[u8; 16]) -> Result<Mpa, Bad> {
+    let Ok((hdr, _)) = MpaHeader::read_from_prefix(buf) else {
+        return Err(Bad::Key);
+    };
+    if hdr.key != *key {
+        return Err(Bad::Key);
+    }
+    if hdr.revision != MPA_REVISION {
+        return Err(Bad::Revision(hdr.revision));
+    }
+    if hdr.flags.markers() || hdr.flags.crc() {
+        return Err(Bad::MarkersOrCrc);
+    }
+    let pd_len = usize::from(hdr.pd_len.get());
+    if pd_len > MPA_MAX_PRIVATE_DATA {
+        return Err(Bad::TooLong(pd_len));
+    }
+    Ok(Mpa {
+        flags: hdr.flags,
+        cookie: hdr.cookie.get(),
+        // CAST: a 4-bit field.
+        cc: MpaExt::from(hdr.ext.get()).cc().get() as u8,
+        pd_len,
+    })
+}
+
+/// Builds a frame: header of key `key`, then `pd`.
+fn build_frame(key: &[u8; 16], reject: bool, cookie: u32, cc: u8, pd: &[u8]) -> Result<KVec<u8>> {
+    let hdr = MpaHeader {
+        key: *key,
+        flags: MpaFlags::zeroed().with_reject(reject),
+        revision: MPA_REVISION,
+        // CAST: at most 256, checked by the callers.
+        pd_len: (pd.len() as u16).into(),
+        cookie: cookie.into(),
+        ext: u32::from(MpaExt::zeroed().with_cc(low32(u32::from(cc)))).into(),
+    };
+    let mut frame = KVec::with_capacity(MPA_HEADER_SIZE + pd.len(), GFP_KERNEL)?;
+    frame.extend_from_slice(hdr.as_bytes(), GFP_KERNEL)?;
+    frame.extend_from_slice(pd, GFP_KERNEL)?;
+    Ok(frame)
+}
+
+/// Sends all of `frame`: a fresh connection's send buffer takes a frame of at most 284 bytes
+/// at once, so anything less is an error.
+fn send_all(sock: &TcpSocket, frame: &[u8]) -> Result {
+    match sock.send(frame)? {
+        n if n == frame.len() => Ok(()),
+        _ => Err(ENOBUFS),
+    }
+}
+
+// ---- Queue pairs -------------------------------------------------------------------------------
+
+/// The connection state of an iWARP queue pair.
+struct Conn {
+    /// The adapter's state of the queue pair, [`iw_state`] (RTR is the driver's only).
+    state: u8,
+    /// Whether the verbs asked for RTR (reported as such until connected).
+    rtr: bool,
+    /// The connection's endpoint, while one is attached.
+    ep: Option<Arc<Endpoint>>,
+    /// Cleared when the queue pair is destroyed: no command may name its QPN afterwards.
+    alive: bool,
+}
+
+/// What an iWARP queue pair shares with its connection: its number and cookie, its state, its
+/// endpoint, and iw_cm's references on it.
+#[pin_data]
+pub(crate) struct IwQp {
+    qpn: u32,
+    /// The cookie CREATE_QP returned, set once it did.
+    cookie: AtomicU32,
+    #[pin]
+    conn: Mutex<Conn>,
+    #[pin]
+    refs: SpinLockIrq<u32>,
+    #[pin]
+    refs_gone: CondVar,
+}
+
+/// The RTR state, the driver's only (erdma-hw 7.1).
+const IW_RTR: u8 = 1;
+
+impl IwQp {
+    /// The state of a new queue pair numbered `qpn`.
+    pub(crate) fn new(qpn: u32) -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            qpn,
+            cookie: AtomicU32::new(0),
+            conn <- new_mutex!(Conn {
+                state: iw_state::IDLE,
+                rtr: false,
+                ep: None,
+                alive: true,
+            }),
+            refs <- new_spinlock_irq!(0),
+            refs_gone <- new_condvar!(),
+        }? Error)
+    }
+
+    /// Notes the cookie the adapter gave the queue pair.
+    pub(crate) fn set_cookie(&self, cookie: u32) {
+        self.cookie.store(cookie, Ordering::Relaxed);
+    }
+
+    fn cookie(&self) -> u32 {
+        self.cookie.load(Ordering::Relaxed)
+    }
+
+    /// The verbs state the queue pair is in (IDLE reads as INIT, erdma-hw 7.1).
+    pub(crate) fn state(&self) -> QpState {
+        let conn = self.conn.lock();
+        match conn.state {
+            iw_state::IDLE if conn.rtr => QpState::Rtr,
+            iw_state::IDLE | IW_RTR => QpState::Init,
+            iw_state::RTS => QpState::Rts,
+            iw_state::CLOSING => QpState::Sqd,
+            iw_state::TERMINATE => QpState::Sqe,
+            _ => QpState::Err,
+        }
+    }
+
+    /// Sends the "stop" MODIFY_QP to `state` (CLOSING, TERMINATE or ERROR).
+    fn stop(&self, hw: &dyn CmHw, conn: &mut Conn, state: u8) -> Result {
+        if !conn.alive {
+            return Err(ENODEV);
+        }
+        let cmd = ModifyQpIwarp {
+            cfg: ModifyQpIwarpCfg::zeroed()
+                .with_state(low32(state.into()))
+                .with_qpn(low32(self.qpn)),
+            ..ModifyQpIwarp::new_zeroed()
+        };
+        hw.modify_qp(&cmd)?;
+        conn.state = state;
+        Ok(())
+    }
+
+    /// The verbs' modify: only the state counts (erdma-hw 7.1). RESET and INIT are IDLE, RTR a
+    /// note, RTS only the connection manager's; SQD closes, SQE terminates, ERR fails the queue
+    /// pair, each stopping its connection.
+    pub(crate) fn modify(&self, hw: &dyn CmHw, next: QpState) -> Result {
+        let mut conn = self.conn.lock();
+        let target = match next {
+            QpState::Reset | QpState::Init => {
+                return match conn.state {
+                    iw_state::IDLE | IW_RTR => {
+                        conn.rtr = false;
+                        Ok(())
+                    }
+                    _ => Err(EINVAL),
+                };
+            }
+            QpState::Rtr => {
+                return match conn.state {
+                    iw_state::IDLE | IW_RTR => {
+                        conn.rtr = true;
+                        Ok(())
+                    }
+                    _ => Err(EINVAL),
+                };
+            }
+            // Only a connection takes a queue pair to RTS: there is no TCP stream without one.
+            QpState::Rts => {
+                return if conn.state == iw_state::RTS {
+                    Ok(())
+                } else {
+                    Err(EINVAL)
+                };
+            }
+            QpState::Sqd => iw_state::CLOSING,
+            QpState::Sqe => iw_state::TERMINATE,
+            QpState::Err => iw_state::ERROR,
+        };
+        let ok = match (conn.state, target) {
+            (iw_state::RTS, _) => true,
+            (iw_state::IDLE | IW_RTR, iw_state::ERROR) => true,
+            (iw_state::CLOSING | iw_state::TERMINATE, iw_state::ERROR) => true,
+            (a, b) => a == b,
+        };
+        if !ok {
+            return Err(EINVAL);
+        }
+        if conn.state != target {
+            self.stop(hw, &mut conn, target)?;
+        }
+        if let Some(ep) = conn.ep.take() {
+            ep.kick(EV_LOCAL_CLOSE);
+        }
+        Ok(())
+    }
+
+    /// iw_cm takes a reference.
+    pub(crate) fn add_ref(&self) {
+        *self.refs.lock() += 1;
+    }
+
+    /// iw_cm drops a reference.
+    pub(crate) fn rem_ref(&self) {
+        let mut refs = self.refs.lock();
+        *refs = refs.saturating_sub(1);
+        if *refs == 0 {
+            self.refs_gone.notify_all();
+        }
+    }
+
+    /// Before the queue pair is destroyed: stops its connection (ERROR unless stopped already),
+    /// lets no command name it afterwards, and waits until iw_cm dropped its references (it
+    /// does once it heard the connection closed).
+    pub(crate) fn destroy(&self, hw: &dyn CmHw) {
+        {
+            let mut conn = self.conn.lock();
+            if conn.state != iw_state::ERROR {
+                if let Err(e) = self.stop(hw, &mut conn, iw_state::ERROR) {
+                    dev_warn!(
+                        hw.dev(),
+                        "QP {}: MODIFY_QP to ERROR before its destruction failed ({})\n",
+                        self.qpn,
+                        e.to_errno()
+                    );
+                }
+            }
+            conn.alive = false;
+            if let Some(ep) = conn.ep.take() {
+                ep.kick(EV_LOCAL_CLOSE);
+            }
+        }
+        let mut refs = self.refs.lock();
+        let mut waited = 0u32;
+        while *refs > 0 {
+            let res = self
+                .refs_gone
+                .wait_timeout(&mut refs, msecs_to_jiffies(10_000));
+            if matches!(res, CondVarTimeoutResult::Timeout) {
+                waited += 10;
+                dev_warn!(
+                    hw.dev(),
+                    "QP {}: the connection manager still holds {} reference(s) after {} s\n",
+                    self.qpn,
+                    *refs,
+                    waited
+                );
+            }
+        }
+    }
+
+    /// Attaches `ep` as the queue pair's connection; `EBUSY` if it has one or is not IDLE.
+    fn attach(&self, ep: &Arc<Endpoint>) -> Result {
+        let mut conn = self.conn.lock();
+        if !conn.alive || conn.ep.is_some() || !matches!(conn.state, iw_state::IDLE | IW_RTR) {
+            return Err(EBUSY);
+        }
+        conn.ep = Some(ep.clone());
+        Ok(())
+    }
+
+    /// Detaches `ep`, if it is the queue pair's connection.
+    fn detach(&self, ep: &Endpoint) {
+        let mut conn = self.conn.lock();
+        if conn.ep.as_ref().is_some_and(|e| core::ptr::eq(&**e, ep)) {
+            conn.ep = None;
+        }
+    }
+
+    /// Hands the connection to the adapter (MODIFY_QP to RTS).
+    fn to_rts(&self, hw: &dyn CmHw, link: &Link) -> Result {
+        let mut conn = self.conn.lock();
+        if !conn.alive || !matches!(conn.state, iw_state::IDLE | IW_RTR) {
+            return Err(ECONNABORTED);
+        }
+        let cmd = ModifyQpIwarp {
+            cfg: ModifyQpIwarpCfg::zeroed()
+                .with_state(low32(iw_state::RTS.into()))
+                .with_cc(low32(link.cc.into()))
+                .with_qpn(low32(self.qpn)),
+            cookie: link.peer_cookie,
+            daddr: link.remote.ip_u32().into(),
+            saddr: link.local.ip_u32().into(),
+            sport: link.local.port().into(),
+            dport: link.remote.port().into(),
+            snd_nxt: link.snd_nxt,
+            rcv_nxt: link.rcv_nxt,
+            reserved: 0,
+        };
+        hw.modify_qp(&cmd)?;
+        conn.state = iw_state::RTS;
+        Ok(())
+    }
+}
+
+/// What MODIFY_QP to RTS hands the adapter.
+struct Link {
+    local: SocketAddrV4,
+    remote: SocketAddrV4,
+    peer_cookie: u32,
+    cc: u8,
+    snd_nxt: u32,
+    rcv_nxt: u32,
+}
+
+// ---- Endpoints ---------------------------------------------------------------------------------
+
+/// A socket event arrived.
+const EV_SOCKET: u32 = 1 << 0;
+/// The timer ran out.
+const EV_TIMEOUT: u32 = 1 << 1;
+/// The queue pair stopped or went away.
+const EV_LOCAL_CLOSE: u32 = 1 << 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EpState {
+    /// Active: waiting for TCP.
+    Connecting,
+    /// Active: the request is sent; waiting for the reply.
+    AwaitReply,
+    /// Passive: waiting for the request.
+    AwaitRequest,
+    /// Passive: reported to iw_cm; waiting for accept or reject.
+    AwaitAccept,
+    /// The adapter has the connection.
+    Connected,
+    /// Gone.
+    Closed,
+}
+
+/// An endpoint's state, under its lock.
+struct Inner {
+    state: EpState,
+    sock: Option<TcpSocket>,
+    /// The identifier events go to: the active side's, the accepted one's.
+    id: Option<CmIdRef>,
+    /// Passive, until reported: the listener whose identifier hears the request.
+    listener: Option<Arc<Listener>>,
+    qp: Option<Arc<IwQp>>,
+    timer: Option<ArcHrTimerHandle<Endpoint>>,
+    /// The MPA frame received so far.
+    rx: KVec<u8>,
+    /// Active: the private data of the request.
+    pd: KVec<u8>,
+    /// The peer's frame, once complete.
+    peer: Option<Mpa>,
+    local: SocketAddrV4,
+    remote: SocketAddrV4,
+    /// Passive: the token iw_cm knows the request by.
+    token: usize,
+}
+
+/// One side of one connection (see the [module documentation](self)).
+#[pin_data]
+pub(crate) struct Endpoint {
+    dev: Arc<dyn CmDevice>,
+    pending: AtomicU32,
+    #[pin]
+    work: Work<Endpoint>,
+    #[pin]
+    timer: HrTimer<Endpoint>,
+    #[pin]
+    inner: Mutex<Inner>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Endpoint { self.work }
+}
+
+impl_has_hr_timer! {
+    impl HasHrTimer<Self> for Endpoint {
+        mode: RelativeMode<Monotonic>, field: self.timer
+    }
+}
+
+impl WorkItem for Endpoint {
+    type Pointer = Arc<Endpoint>;
+
+    fn run(this: Arc<Endpoint>) {
+        let events = this.pending.swap(0, Ordering::AcqRel);
+        let ep = this.clone();
+        if !this.dev.with(&mut |hw| ep.process(hw, events)) {
+            // The device is unregistering: nothing to tell iw_cm, nothing to send.
+            this.abandon();
+        }
+    }
+}
+
+impl HrTimerCallback for Endpoint {
+    type Pointer<'a> = Arc<Endpoint>;
+
+    fn run(
+        this: ArcBorrow<'_, Endpoint>,
+        _ctx: HrTimerCallbackContext<'_, Self>,
+    ) -> HrTimerRestart {
+        Arc::from(this).kick(EV_TIMEOUT);
+        HrTimerRestart::NoRestart
+    }
+}
+
+impl SocketEvents for Endpoint {
+    fn event(this: ArcBorrow<'_, Self>, _event: SocketEvent) {
+        Arc::from(this).kick(EV_SOCKET);
+    }
+}
+
+impl Endpoint {
+    fn new(dev: Arc<dyn CmDevice>, state: EpState) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            try_pin_init!(Self {
+                dev,
+                pending: AtomicU32::new(0),
+                work <- new_work!("erdma_rs::cm::Endpoint::work"),
+                timer <- HrTimer::new(),
+                inner <- new_mutex!(Inner {
+                    state,
+                    sock: None,
+                    id: None,
+                    listener: None,
+                    qp: None,
+                    timer: None,
+                    rx: KVec::new(),
+                    pd: KVec::new(),
+                    peer: None,
+                    local: SocketAddrV4::default(),
+                    remote: SocketAddrV4::default(),
+                    token: 0,
+                }),
+            }? Error),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Notes `events` and queues the endpoint's work; any context. The caller holds a
+    /// reference besides this one, so that the work's is never the last dropped here.
+    fn kick(self: &Arc<Self>, events: u32) {
+        self.pending.fetch_or(events, Ordering::AcqRel);
+        self.dev.with(&mut |hw| {
+            // Already queued: that run sees the new events.
+            let _ = hw.cm().queue.enqueue(self.clone());
+        });
+    }
+
+    /// Starts (or restarts) the timer.
+    fn arm(self: &Arc<Self>, inner: &mut Inner, after: Delta) {
+        inner.timer = None;
+        inner.timer = Some(self.clone().start(after));
+    }
+
+    /// Does what `events` ask for.
+    fn process(self: &Arc<Self>, hw: &dyn CmHw, events: u32) {
+        let mut inner = self.inner.lock();
+        if inner.state == EpState::Closed {
+            return;
+        }
+        if events & EV_LOCAL_CLOSE != 0 {
+            self.local_close(hw, &mut inner);
+            return;
+        }
+        let state = inner.state;
+        if events & EV_TIMEOUT != 0 && inner.timer.is_some() {
+            inner.timer = None;
+            match state {
+                EpState::Connecting | EpState::AwaitReply => {
+                    self.fail_connect(hw, &mut inner, ETIMEDOUT, &[]);
+                }
+                EpState::AwaitRequest => {
+                    dev_info!(
+                        hw.dev(),
+                        "iWARP CM: no MPA request from {} within {} s\n",
+                        inner.remote,
+                        REQUEST_TIMEOUT_SECS
+                    );
+                    self.close(hw, &mut inner);
+                }
+                _ => {}
+            }
+            return;
+        }
+        if events & EV_SOCKET == 0 {
+            return;
+        }
+        match state {
+            EpState::Connecting => self.on_tcp(hw, &mut inner),
+            EpState::AwaitReply => self.on_reply(hw, &mut inner),
+            EpState::AwaitRequest => self.on_request(hw, &mut inner),
+            EpState::AwaitAccept => {
+                // The peer gave up before iw_cm answered: accept or reject will find it closed.
+                if Self::peer_gone(&inner) {
+                    self.close(hw, &mut inner);
+                }
+            }
+            EpState::Connected => {
+                if Self::peer_gone(&inner) {
+                    self.peer_close(hw, &mut inner);
+                }
+            }
+            EpState::Closed => {}
+        }
+    }
+
+    /// Whether the peer closed or reset the TCP connection.
+    fn peer_gone(inner: &Inner) -> bool {
+        inner.sock.as_ref().is_none_or(|s| {
+            matches!(
+                s.state(),
+                TcpState::Close | TcpState::CloseWait | TcpState::LastAck | TcpState::TimeWait
+            )
+        })
+    }
+
+    /// Active: the TCP connection is made (or failed): send the MPA request.
+    fn on_tcp(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
+        let Some(sock) = inner.sock.as_ref() else {
+            return;
+        };
+        match sock.state() {
+            TcpState::Established => {}
+            TcpState::SynSent => return,
+            _ => {
+                let err = sock.take_error().unwrap_or(ECONNREFUSED);
+                self.fail_connect(hw, inner, err, &[]);
+                return;
+            }
+        }
+        let (Ok(local), Ok(remote)) = (sock.local_addr(), sock.peer_addr()) else {
+            self.fail_connect(hw, inner, ECONNRESET, &[]);
+            return;
+        };
+        inner.local = local;
+        inner.remote = remote;
+        let Some(cookie) = inner.qp.as_ref().map(|q| q.cookie()) else {
+            return;
+        };
+        let sent = build_frame(&MPA_KEY_REQ, false, cookie, hw.cc(), &inner.pd)
+            .and_then(|frame| send_all(sock, &frame));
+        if let Err(e) = sent {
+            self.fail_connect(hw, inner, e, &[]);
+            return;
+        }
+        inner.state = EpState::AwaitReply;
+        self.arm(inner, CONNECT_TIMEOUT);
+        // The reply may be there already.
+        self.on_reply(hw, inner);
+    }
+
+    /// Reads what has arrived of the peer's frame of key `key`. `Ok(true)` once the frame is
+    /// complete (in `inner.peer`, its private data at `inner.rx[MPA_HEADER_SIZE..]`); `Err` if
+    /// the frame is bad or the connection broke.
+    fn receive(inner: &mut Inner, key: &[u8; 16]) -> Result<bool, Option<Bad>> {
+        let Some(sock) = inner.sock.as_ref() else {
+            return Err(None);
+        };
+        loop {
+            if inner.peer.is_none() && inner.rx.len() >= MPA_HEADER_SIZE {
+                inner.peer = Some(parse_header(&inner.rx, key).map_err(Some)?);
+            }
+            let total = MPA_HEADER_SIZE + inner.peer.as_ref().map_or(0, |m| m.pd_len);
+            if inner.rx.len() >= total {
+                return Ok(true);
+            }
+            let want = total - inner.rx.len();
+            let mut buf = [0u8; 64];
+            let n = want.min(buf.len());
+            match sock.recv(&mut buf[..n]) {
+                Ok(0) => return Err(None),
+                Ok(got) => {
+                    inner
+                        .rx
+                        .extend_from_slice(&buf[..got], GFP_KERNEL)
+                        .map_err(|_| None)?;
+                }
+                Err(e) if e == EAGAIN => {
+                    // Nothing more yet; a closed connection says so by its state.
+                    return if Self::peer_gone(inner) {
+                        Err(None)
+                    } else {
+                        Ok(false)
+                    };
+                }
+                Err(_) => return Err(None),
+            }
+        }
+    }
+
+    /// Active: the MPA reply (or part of it) arrived.
+    fn on_reply(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
+        match Self::receive(inner, &MPA_KEY_REP) {
+            Ok(false) => {}
+            Err(bad) => {
+                if let Some(bad) = bad {
+                    dev_info!(
+                        hw.dev(),
+                        "iWARP CM: bad MPA reply from {} ({:?})\n",
+                        inner.remote,
+                        bad
+                    );
+                }
+                let err = bad.map_or(ECONNRESET, Bad::errno);
+                self.fail_connect(hw, inner, err, &[]);
+            }
+            Ok(true) => self.on_reply_complete(hw, inner),
+        }
+    }
+
+    fn on_reply_complete(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
+        let Some(peer) = inner.peer.as_ref() else {
+            return;
+        };
+        let (reject, peer_cookie, peer_cc) = (peer.flags.reject(), peer.cookie, peer.cc);
+        let mut pd = KVec::new();
+        if pd
+            .extend_from_slice(&inner.rx[MPA_HEADER_SIZE..], GFP_KERNEL)
+            .is_err()
+        {
+            self.fail_connect(hw, inner, ENOMEM, &[]);
+            return;
+        }
+        if pd.len() > MAX_REPORTED_PRIVATE_DATA {
+            dev_info!(
+                hw.dev(),
+                "iWARP CM: {} sent {} bytes of private data; iw_cm takes at most {}\n",
+                inner.remote,
+                pd.len(),
+                MAX_REPORTED_PRIVATE_DATA
+            );
+            self.fail_connect(hw, inner, EPROTO, &[]);
+            return;
+        }
+        if reject {
+            self.fail_connect(hw, inner, ECONNRESET, &pd);
+            return;
+        }
+        let (Some(sock), Some(qp)) = (inner.sock.as_ref(), inner.qp.clone()) else {
+            return;
+        };
+        let seq = sock.seq();
+        let own = hw.cc();
+        let link = Link {
+            local: inner.local,
+            remote: inner.remote,
+            peer_cookie,
+            cc: if own == peer_cc { own } else { CC_COMPROMISE },
+            snd_nxt: seq.snd_nxt,
+            rcv_nxt: seq.rcv_nxt,
+        };
+        if let Err(e) = qp.to_rts(hw, &link) {
+            self.fail_connect(hw, inner, e, &[]);
+            return;
+        }
+        inner.timer = None;
+        inner.state = EpState::Connected;
+        let mut ev = CmEvent::new(CmEventKind::ConnectReply, inner.local, inner.remote);
+        ev.private_data = &pd;
+        // CAST: 128.
+        (ev.ird, ev.ord) = (MAX_RD_ATOM as u8, MAX_RD_ATOM as u8);
+        if let Some(id) = inner.id.as_ref() {
+            let _ = id.report(&ev);
+        }
+        // The peer may have closed already.
+        if Self::peer_gone(inner) {
+            self.peer_close(hw, inner);
+        }
+    }
+
+    /// Active: the connection failed with `err`: tell iw_cm (with the peer's private data of a
+    /// reject) and close.
+    fn fail_connect(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner, err: Error, pd: &[u8]) {
+        let mut ev = CmEvent::new(CmEventKind::ConnectReply, inner.local, inner.remote);
+        ev.status = Some(err);
+        ev.private_data = pd;
+        if let Some(id) = inner.id.as_ref() {
+            let _ = id.report(&ev);
+        }
+        self.close(hw, inner);
+    }
+
+    /// Passive: the MPA request (or part of it) arrived.
+    fn on_request(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
+        match Self::receive(inner, &MPA_KEY_REQ) {
+            Ok(false) => {}
+            Err(bad) => {
+                if let Some(bad) = bad {
+                    dev_info!(
+                        hw.dev(),
+                        "iWARP CM: bad MPA request from {} ({:?}), refused\n",
+                        inner.remote,
+                        bad
+                    );
+                    // A peer that speaks MPA hears why; anything else is just closed.
+                    if bad != Bad::Key {
+                        self.send_reject(hw, inner, &[]);
+                    }
+                }
+                self.close(hw, inner);
+            }
+            Ok(true) => self.on_request_complete(hw, inner),
+        }
+    }
+
+    fn on_request_complete(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
+        let pd_len = inner.rx.len() - MPA_HEADER_SIZE;
+        if pd_len > MAX_REPORTED_PRIVATE_DATA {
+            dev_info!(
+                hw.dev(),
+                "iWARP CM: {} sent {} bytes of private data; iw_cm takes at most {}\n",
+                inner.remote,
+                pd_len,
+                MAX_REPORTED_PRIVATE_DATA
+            );
+            self.send_reject(hw, inner, &[]);
+            self.close(hw, inner);
+            return;
+        }
+        inner.timer = None;
+        let Some(listener) = inner.listener.take() else {
+            self.close(hw, inner);
+            return;
+        };
+        let mut ev = CmEvent::new(CmEventKind::ConnectRequest, inner.local, inner.remote);
+        ev.private_data = &inner.rx[MPA_HEADER_SIZE..];
+        ev.token = inner.token;
+        // CAST: 128.
+        (ev.ird, ev.ord) = (MAX_RD_ATOM as u8, MAX_RD_ATOM as u8);
+        inner.state = EpState::AwaitAccept;
+        hw.cm().reported(inner.token);
+        let reported = listener.report(&ev);
+        if reported.is_err() {
+            self.close(hw, inner);
+        }
+    }
+
+    /// Passive: sends a reply that rejects the connection, with `pd`.
+    fn send_reject(&self, hw: &dyn CmHw, inner: &Inner, pd: &[u8]) {
+        if let Some(sock) = inner.sock.as_ref() {
+            let sent = build_frame(&MPA_KEY_REP, true, 0, hw.cc(), pd)
+                .and_then(|frame| send_all(sock, &frame));
+            if sent.is_err() {
+                dev_info!(
+                    hw.dev(),
+                    "iWARP CM: could not send a reject to {}\n",
+                    inner.remote
+                );
+            }
+        }
+    }
+
+    /// Connected: the peer closed or reset the connection: DISCONNECT, then CLOSE, and the
+    /// queue pair closes.
+    fn peer_close(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
+        if let Some(qp) = inner.qp.as_ref() {
+            let mut conn = qp.conn.lock();
+            if conn.state == iw_state::RTS {
+                let _ = qp.stop(hw, &mut conn, iw_state::CLOSING);
+            }
+        }
+        if let Some(id) = inner.id.as_ref() {
+            let _ = id.report(&CmEvent::new(
+                CmEventKind::Disconnect,
+                inner.local,
+                inner.remote,
+            ));
+            let _ = id.report(&CmEvent::new(CmEventKind::Close, inner.local, inner.remote));
+        }
+        self.close(hw, inner);
+    }
+
+    /// The queue pair stopped or went away.
+    fn local_close(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
+        match inner.state {
+            EpState::Connecting | EpState::AwaitReply => {
+                self.fail_connect(hw, inner, ECONNABORTED, &[]);
+            }
+            EpState::Connected => {
+                if let Some(id) = inner.id.as_ref() {
+                    let _ = id.report(&CmEvent::new(CmEventKind::Close, inner.local, inner.remote));
+                }
+                self.close(hw, inner);
+            }
+            _ => {}
+        }
+    }
+
+    /// Ends the endpoint: everything it holds goes.
+    fn close(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
+        hw.cm().remove(self);
+        Self::release(self, inner);
+    }
+
+    /// Releases what the endpoint holds.
+    fn release(this: &Endpoint, inner: &mut Inner) {
+        inner.state = EpState::Closed;
+        inner.timer = None;
+        // Dropping the socket stops its events and closes the connection.
+        inner.sock = None;
+        if let Some(qp) = inner.qp.take() {
+            qp.detach(this);
+        }
+        inner.listener = None;
+        inner.id = None;
+    }
+
+    /// The device went away under queued work: release without telling anybody.
+    fn abandon(&self) {
+        let mut inner = self.inner.lock();
+        Self::release(self, &mut inner);
+    }
+}
+
+// ---- Listeners ---------------------------------------------------------------------------------
+
+/// A listening socket of an iw_cm identifier.
+#[pin_data]
+pub(crate) struct Listener {
+    dev: Arc<dyn CmDevice>,
+    id: CmIdRef,
+    token: usize,
+    backlog: i32,
+    #[pin]
+    work: Work<Listener>,
+    #[pin]
+    sock: Mutex<Option<TcpSocket>>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Listener { self.work }
+}
+
+impl WorkItem for Listener {
+    type Pointer = Arc<Listener>;
+
+    fn run(this: Arc<Listener>) {
+        let l = this.clone();
+        this.dev.with(&mut |hw| l.accept_all(hw));
+    }
+}
+
+impl SocketEvents for Listener {
+    fn event(this: ArcBorrow<'_, Self>, _event: SocketEvent) {
+        let l: Arc<Listener> = this.into();
+        this.dev.with(&mut |hw| {
+            let _ = hw.cm().queue.enqueue(l.clone());
+        });
+    }
+}
+
+impl Listener {
+    /// Reports a connection request to the listener's identifier.
+    fn report(&self, ev: &CmEvent<'_>) -> Result {
+        self.id.report(ev)
+    }
+
+    /// Accepts the TCP connections waiting; each becomes an endpoint awaiting its request.
+    fn accept_all(self: &Arc<Self>, hw: &dyn CmHw) {
+        let sock = self.sock.lock();
+        let Some(sock) = sock.as_ref() else {
+            return;
+        };
+        loop {
+            let child = match sock.accept() {
+                Ok(Some(child)) => child,
+                Ok(None) => return,
+                Err(e) => {
+                    dev_info!(hw.dev(), "iWARP CM: accept failed ({})\n", e.to_errno());
+                    return;
+                }
+            };
+            if hw.cm().pending_of(self.token) >= self.backlog.max(MIN_BACKLOG) as usize {
+                dev_info!(
+                    hw.dev(),
+                    "iWARP CM: listener backlog full, connection dropped\n"
+                );
+                continue;
+            }
+            if let Err(e) = self.adopt(hw, child) {
+                dev_info!(
+                    hw.dev(),
+                    "iWARP CM: no endpoint for a new connection ({})\n",
+                    e.to_errno()
+                );
+            }
+        }
+    }
+
+    fn adopt(self: &Arc<Self>, hw: &dyn CmHw, mut child: TcpSocket) -> Result {
+        let ep = Endpoint::new(self.dev.clone(), EpState::AwaitRequest)?;
+        let token = hw.cm().insert(&ep, Some(self.token))?;
+        let mut inner = ep.inner.lock();
+        inner.token = token;
+        inner.listener = Some(self.clone());
+        inner.local = child.local_addr().unwrap_or_default();
+        inner.remote = child.peer_addr().unwrap_or_default();
+        if let Err(e) = child.watch(ep.clone()) {
+            drop(child);
+            ep.close(hw, &mut inner);
+            return Err(e);
+        }
+        inner.sock = Some(child);
+        ep.arm(&mut inner, REQUEST_TIMEOUT);
+        drop(inner);
+        // The request may have arrived with the connection.
+        ep.kick(EV_SOCKET);
+        Ok(())
+    }
+
+    /// Stops listening.
+    fn stop(&self) {
+        drop(self.sock.lock().take());
+    }
+}
+
+// ---- The connection manager of a device ----------------------------------------------------------
+
+/// An endpoint in the table, and the listener it came from.
+struct Entry {
+    ep: Arc<Endpoint>,
+    listener: Option<usize>,
+}
+
+/// The tables of a [`Cm`].
+struct Tables {
+    next_token: usize,
+    /// Every live endpoint, by token.
+    endpoints: RBTree<usize, Entry>,
+    /// Every listener, by token.
+    listeners: RBTree<usize, Arc<Listener>>,
+}
+
+/// The connection manager of one iWARP device: its work queue and its endpoints and
+/// listeners. Dropping it closes what is left, then runs what is queued.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Cm {
+    #[pin]
+    tables: SpinLockIrq<Tables>,
+    queue: OwnedQueue,
+}
+
+impl Cm {
+    /// A connection manager with its ordered work queue.
+    pub(crate) fn new() -> Result<impl PinInit<Self, Error>> {
+        let queue = OwnedQueue::new_ordered(c"erdma_rs_cm")?;
+        Ok(try_pin_init!(Self {
+            tables <- new_spinlock_irq!(Tables {
+                next_token: 1,
+                endpoints: RBTree::new(),
+                listeners: RBTree::new(),
+            }),
+            queue,
+        }? Error))
+    }
+
+    /// A fresh token.
+    fn token(t: &mut Tables) -> usize {
+        let token = t.next_token;
+        t.next_token = t.next_token.wrapping_add(1).max(1);
+        token
+    }
+
+    /// Enters `ep` (from `listener`, if passive) into the table; returns its token.
+    fn insert(&self, ep: &Arc<Endpoint>, listener: Option<usize>) -> Result<usize> {
+        let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        let mut t = self.tables.lock();
+        let token = Self::token(&mut t);
+        t.endpoints.insert(node.into_node(
+            token,
+            Entry {
+                ep: ep.clone(),
+                listener,
+            },
+        ));
+        Ok(token)
+    }
+
+    /// Takes `ep` out of the table.
+    fn remove(&self, ep: &Endpoint) {
+        let removed = {
+            let mut t = self.tables.lock();
+            let key = t
+                .endpoints
+                .iter()
+                .find(|(_, e)| core::ptr::eq(&*e.ep, ep))
+                .map(|(k, _)| *k);
+            key.and_then(|k| t.endpoints.remove(&k))
+        };
+        drop(removed);
+    }
+
+    /// The endpoint of `token` was reported to iw_cm: it no longer counts against its
+    /// listener's backlog, and outlives the listener.
+    fn reported(&self, token: usize) {
+        if let Some(e) = self.tables.lock().endpoints.get_mut(&token) {
+            e.listener = None;
+        }
+    }
+
+    /// How many endpoints of listener `token` have not been reported yet.
+    fn pending_of(&self, token: usize) -> usize {
+        self.tables
+            .lock()
+            .endpoints
+            .values()
+            .filter(|e| e.listener == Some(token))
+            .count()
+    }
+
+    /// The endpoint iw_cm knows by `token`.
+    fn endpoint(&self, token: usize) -> Option<Arc<Endpoint>> {
+        self.tables
+            .lock()
+            .endpoints
+            .get(&token)
+            .map(|e| e.ep.clone())
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Cm {
+    fn drop(self: Pin<&mut Self>) {
+        // Registration is over: no callback and no work reaches the device any more. Close
+        // what is left; the queue, dropped next, runs what is queued (which finds it closed).
+        let (endpoints, listeners) = {
+            let mut t = self.tables.lock();
+            (
+                core::mem::replace(&mut t.endpoints, RBTree::new()),
+                core::mem::replace(&mut t.listeners, RBTree::new()),
+            )
+        };
+        for (_, l) in listeners.iter() {
+            l.stop();
+        }
+        for (_, e) in endpoints.iter() {
+            e.ep.abandon();
+        }
+    }
+}
+
+// ---- The iw_cm operations -----------------------------------------------------------------------
+
+/// The IPv4 addresses of `id`.
+fn addresses(id: &CmId) -> Result<(SocketAddrV4, SocketAddrV4)> {
+    Ok((id.local_addr()?, id.remote_addr()?))
+}
+
+/// iw_connect: starts the active side of a connection of `qp` to the remote address of `id`.
+pub(crate) fn connect(
+    hw: &dyn CmHw,
+    dev: Arc<dyn CmDevice>,
+    id: &CmId,
+    param: &ConnParam<'_>,
+    qp: Arc<IwQp>,
+) -> Result {
+    let (local, remote) = addresses(id)?;
+    if param.private_data.len() > MAX_REPORTED_PRIVATE_DATA
+        || param.ord > MAX_RD_ATOM
+        || param.ird > MAX_RD_ATOM
+    {
+        return Err(EINVAL);
+    }
+    let ep = Endpoint::new(dev, EpState::Connecting)?;
+    qp.attach(&ep)?;
+    let token = match hw.cm().insert(&ep, None) {
+        Ok(t) => t,
+        Err(e) => {
+            qp.detach(&ep);
+            return Err(e);
+        }
+    };
+    let mut inner = ep.inner.lock();
+    inner.token = token;
+    inner.qp = Some(qp);
+    inner.local = local;
+    inner.remote = remote;
+    let started = (|| -> Result {
+        inner.pd.extend_from_slice(param.private_data, GFP_KERNEL)?;
+        let mut sock = TcpSocket::new()?;
+        sock.set_reuse_addr();
+        sock.set_nodelay();
+        sock.bind(local)?;
+        sock.watch(ep.clone())?;
+        sock.connect(remote)?;
+        inner.sock = Some(sock);
+        inner.id = Some(id.get());
+        ep.arm(&mut inner, CONNECT_TIMEOUT);
+        // The connection may be made already (a local peer answers within the call), its state
+        // change reported before the socket was the endpoint's: look at it once now.
+        ep.kick(EV_SOCKET);
+        Ok(())
+    })();
+    if let Err(e) = started {
+        // iw_cm hears the error from the return value, not from an event.
+        inner.id = None;
+        ep.close(hw, &mut inner);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// iw_accept: hands the connection of the request `id` to `qp`, then sends the reply.
+pub(crate) fn accept(hw: &dyn CmHw, id: &CmId, param: &ConnParam<'_>, qp: Arc<IwQp>) -> Result {
+    let ep = hw.cm().endpoint(id.token()).ok_or(EINVAL)?;
+    let mut inner = ep.inner.lock();
+    if inner.state != EpState::AwaitAccept || Endpoint::peer_gone(&inner) {
+        ep.close(hw, &mut inner);
+        return Err(ECONNRESET);
+    }
+    if param.private_data.len() > MAX_REPORTED_PRIVATE_DATA
+        || param.ord > MAX_RD_ATOM
+        || param.ird > MAX_RD_ATOM
+    {
+        return Err(EINVAL);
+    }
+    let result = (|| -> Result {
+        qp.attach(&ep)?;
+        inner.qp = Some(qp.clone());
+        let (peer_cookie, peer_cc) = inner
+            .peer
+            .as_ref()
+            .map(|p| (p.cookie, p.cc))
+            .ok_or(EINVAL)?;
+        let frame = build_frame(
+            &MPA_KEY_REP,
+            false,
+            qp.cookie(),
+            hw.cc(),
+            param.private_data,
+        )?;
+        let sock = inner.sock.as_ref().ok_or(ECONNRESET)?;
+        let seq = sock.seq();
+        let own = hw.cc();
+        // The reply goes out through the socket after the adapter took the connection over:
+        // the adapter starts after it (erdma-hw 7.1, 10.14).
+        // CAST: at most 28 + 255 bytes.
+        let link = Link {
+            local: inner.local,
+            remote: inner.remote,
+            peer_cookie,
+            cc: if own == peer_cc { own } else { CC_COMPROMISE },
+            snd_nxt: seq.snd_nxt.wrapping_add(frame.len() as u32),
+            rcv_nxt: seq.rcv_nxt,
+        };
+        qp.to_rts(hw, &link)?;
+        send_all(sock, &frame)?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        ep.close(hw, &mut inner);
+        return Err(e);
+    }
+    inner.state = EpState::Connected;
+    let cm_id = id.get();
+    let mut ev = CmEvent::new(CmEventKind::Established, inner.local, inner.remote);
+    // CAST: 128.
+    (ev.ird, ev.ord) = (MAX_RD_ATOM as u8, MAX_RD_ATOM as u8);
+    let _ = cm_id.report(&ev);
+    inner.id = Some(cm_id);
+    if Endpoint::peer_gone(&inner) {
+        ep.peer_close(hw, &mut inner);
+    }
+    Ok(())
+}
+
+/// iw_reject: answers the request `id` with a reject carrying `pd`, and closes.
+pub(crate) fn reject(hw: &dyn CmHw, id: &CmId, pd: &[u8]) -> Result {
+    let ep = hw.cm().endpoint(id.token()).ok_or(EINVAL)?;
+    let mut inner = ep.inner.lock();
+    if inner.state == EpState::AwaitAccept && pd.len() <= MAX_REPORTED_PRIVATE_DATA {
+        ep.send_reject(hw, &inner, pd);
+    }
+    ep.close(hw, &mut inner);
+    Ok(())
+}
+
+/// iw_create_listen: listens on the local address of `id` (the wildcard address only on the
+/// device's network interface `ifindex`).
+pub(crate) fn create_listen(
+    hw: &dyn CmHw,
+    dev: Arc<dyn CmDevice>,
+    id: &CmId,
+    backlog: i32,
+    ifindex: i32,
+) -> Result {
+    let local = id.local_addr()?;
+    let mut sock = TcpSocket::new()?;
+    sock.set_reuse_addr();
+    if local.is_unspecified() {
+        sock.bind_to_device(ifindex)?;
+    }
+    sock.bind(local)?;
+    let token = {
+        let mut t = hw.cm().tables.lock();
+        Cm::token(&mut t)
+    };
+    let l = Arc::pin_init(
+        try_pin_init!(Listener {
+            dev,
+            id: id.get(),
+            token,
+            backlog,
+            work <- new_work!("erdma_rs::cm::Listener::work"),
+            sock <- new_mutex!(None),
+        }? Error),
+        GFP_KERNEL,
+    )?;
+    let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+    hw.cm()
+        .tables
+        .lock()
+        .listeners
+        .insert(node.into_node(token, l.clone()));
+    let started = (|| -> Result {
+        sock.watch(l.clone())?;
+        sock.listen(backlog.max(MIN_BACKLOG))?;
+        *l.sock.lock() = Some(sock);
+        Ok(())
+    })();
+    if let Err(e) = started {
+        drop(hw.cm().tables.lock().listeners.remove(&token));
+        return Err(e);
+    }
+    id.set_token(token);
+    Ok(())
+}
+
+/// iw_destroy_listen: stops the listener of `id`. Connections it accepted that were not
+/// reported yet go with it; reported ones wait for iw_cm's accept or reject.
+pub(crate) fn destroy_listen(hw: &dyn CmHw, id: &CmId) -> Result {
+    let token = id.token();
+    let l = hw
+        .cm()
+        .tables
+        .lock()
+        .listeners
+        .remove(&token)
+        .ok_or(EINVAL)?;
+    l.stop();
+    // The endpoints of this listener still waiting for their request.
+    loop {
+        let ep = {
+            let t = hw.cm().tables.lock();
+            let ep = t
+                .endpoints
+                .values()
+                .find(|e| e.listener == Some(token))
+                .map(|e| e.ep.clone());
+            ep
+        };
+        let Some(ep) = ep else {
+            break;
+        };
+        let mut inner = ep.inner.lock();
+        if inner.state == EpState::AwaitRequest {
+            ep.close(hw, &mut inner);
+        } else {
+            // Reported: no longer the listener's.
+            drop(inner);
+            let mut t = hw.cm().tables.lock();
+            if let Some(e) = t.endpoints.values_mut().find(|e| Arc::ptr_eq(&e.ep, &ep)) {
+                e.listener = None;
+            };
+        }
+    }
+    Ok(())
+}
+
+#[kunit_tests(erdma_rs_cm)]
+mod tests {
+    use super::*;
+
+    /// A frame as erdma-hw 7.1 lays it out, written by hand.
+    fn frame(key: &[u8; 16], flags: u8, rev: u8, pd_len: u16, cookie: u32, ext: u32) -> KVec<u8> {
+        let mut f = KVec::new();
+        f.extend_from_slice(key, GFP_KERNEL).unwrap();
+        f.extend_from_slice(&[flags, rev], GFP_KERNEL).unwrap();
+        f.extend_from_slice(&pd_len.to_be_bytes(), GFP_KERNEL)
+            .unwrap();
+        f.extend_from_slice(&cookie.to_be_bytes(), GFP_KERNEL)
+            .unwrap();
+        f.extend_from_slice(&ext.to_be_bytes(), GFP_KERNEL).unwrap();
+        f
+    }
+
+    #[test]
+    fn request_image() {
+        let built = build_frame(&MPA_KEY_REQ, false, 0x0102_0304, 1, b"hello").unwrap();
+        let mut want = frame(b"MPA ID Req Frame", 0, 129, 5, 0x0102_0304, 1);
+        want.extend_from_slice(b"hello", GFP_KERNEL).unwrap();
+        assert_eq!(&built[..], &want[..]);
+    }
+
+    #[test]
+    fn reject_image() {
+        let built = build_frame(&MPA_KEY_REP, true, 7, 3, &[]).unwrap();
+        assert_eq!(
+            &built[..],
+            &frame(b"MPA ID Rep Frame", 0x20, 129, 0, 7, 3)[..]
+        );
+    }
+
+    #[test]
+    fn good_reply_decodes() {
+        let f = frame(
+            b"MPA ID Rep Frame",
+            0x20,
+            129,
+            256,
+            0xdead_beef,
+            0xffff_fff2,
+        );
+        let m = parse_header(&f, &MPA_KEY_REP).unwrap();
+        assert!(m.flags.reject());
+        assert_eq!((m.cookie, m.cc, m.pd_len), (0xdead_beef, 2, 256));
+    }
+
+    #[test]
+    fn hostile_headers_are_refused() {
+        let req = &MPA_KEY_REQ;
+        let cases: [(KVec<u8>, Bad); 6] = [
+            (frame(b"MPA ID Rep Frame", 0, 129, 0, 1, 0), Bad::Key),
+            (frame(b"GET / HTTP/1.1\r\n", 0, 129, 0, 1, 0), Bad::Key),
+            (frame(b"MPA ID Req Frame", 0, 1, 0, 1, 0), Bad::Revision(1)),
+            (
+                frame(b"MPA ID Req Frame", 0x80, 129, 0, 1, 0),
+                Bad::MarkersOrCrc,
+            ),
+            (
+                frame(b"MPA ID Req Frame", 0x40, 129, 0, 1, 0),
+                Bad::MarkersOrCrc,
+            ),
+            (
+                frame(b"MPA ID Req Frame", 0, 129, 257, 1, 0),
+                Bad::TooLong(257),
+            ),
+        ];
+        for (f, bad) in cases.iter() {
+            assert_eq!(parse_header(f, req).err(), Some(*bad));
+        }
+        // Too short to be a header at all.
+        assert_eq!(parse_header(&[0u8; 27], req).err(), Some(Bad::Key));
+        assert_eq!(Bad::MarkersOrCrc.errno(), ECONNREFUSED);
+        assert_eq!(Bad::Revision(1).errno(), EPROTO);
+    }
+
+    #[test]
+    fn modify_qp_rts_image() {
+        // erdma-hw 3.5: @8 state 31:24, CC 23:20, QPN 19:0; @12 cookie; @16 BE daddr;
+        // @20 BE saddr; @24 BE sport; @26 BE dport; @28 SND.NXT; @32 RCV.NXT.
+        let cmd = ModifyQpIwarp {
+            cfg: ModifyQpIwarpCfg::zeroed()
+                .with_state(low32(iw_state::RTS.into()))
+                .with_cc(low32(1))
+                .with_qpn(low32(0x12345)),
+            cookie: 0xaabb_ccdd,
+            daddr: 0xa9fe_3801u32.into(),
+            saddr: 0xa9fe_3802u32.into(),
+            sport: 0x1234u16.into(),
+            dport: 0x4567u16.into(),
+            snd_nxt: 0x0102_0304,
+            rcv_nxt: 0x0506_0708,
+            reserved: 0,
+        };
+        let b = cmd.as_bytes();
+        assert_eq!(&b[0..4], &0x0211_2345u32.to_le_bytes());
+        assert_eq!(&b[4..8], &0xaabb_ccddu32.to_le_bytes());
+        assert_eq!(&b[8..16], &[169, 254, 56, 1, 169, 254, 56, 2]);
+        assert_eq!(&b[16..20], &[0x12, 0x34, 0x45, 0x67]);
+        assert_eq!(&b[20..28], &[4, 3, 2, 1, 8, 7, 6, 5]);
+    }
+}
