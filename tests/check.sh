@@ -166,10 +166,12 @@ if [ "${ERDMA_CHECK_AB:-full}" = full ]; then
 	C_CTL_TESTS="ctrlq.sh ibdev.sh verbs.sh abdiff.sh"
 	C_DP_TESTS="rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh"
 	C_XGUEST="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $XGUEST_TESTS || r=1"
+	C_IWARP="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh cm.sh || r=1"
 elif [ "$ERDMA_CHECK_AB" = part ]; then
 	C_CTL_TESTS="ibdev.sh abdiff.sh"
 	C_DP_TESTS="rc.sh kverbs.sh"
 	C_XGUEST=""
+	C_IWARP=""
 else
 	die "ERDMA_CHECK_AB is '$ERDMA_CHECK_AB': full (the default) or part"
 fi
@@ -188,6 +190,12 @@ lane_ours() {
 	guest two-guests-data-path --smp 1 --timeout 2400 --memory 2G \
 		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
 		--run "r=0; NVMEOF_MODE=xguest; export NVMEOF_MODE; erdma_rs/run_tests.sh $XGUEST_TESTS || r=1 $C_XGUEST; exit \$r"
+	# rdma_cm on iWARP (issue 11): librdmacm's tools between two iWARP adapters
+	# of one guest, connected by the driver's own connection manager (MPA over
+	# the guest's TCP), ours then the C driver.
+	guest iwarp-cm --smp 1 --timeout 1800 --memory 2G \
+		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on \
+		--run "r=0; export CM_PROTO=iwarp; erdma_rs/run_tests.sh cm.sh || r=1 $C_IWARP; exit \$r"
 }
 lane_rest() {
 	# Every guest boots the debug kernel (KASAN, lockdep, kmemleak, ...): a kernel
@@ -245,7 +253,7 @@ ours_pid=$!
 lane_rest
 wait $ours_pid || true
 for name in three-adapters control-plane smp32 upstream-c-driver data-path data-path-c-driver \
-	two-guests-data-path two-guests-one-model; do
+	two-guests-data-path iwarp-cm two-guests-one-model; do
 	count "$name"
 done
 

@@ -1,10 +1,13 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 #
-# rdma_cm between two RoCEv2 adapters of this guest, through the driver under
-# test and the stock erdma provider: librdmacm's example tools (rdmacm-utils).
-# Connections are set up by the RDMA core's connection manager, whose MADs
-# travel on the adapters' GSI QPs (UD) through the model; the client binds
+# rdma_cm between two adapters of this guest, through the driver under test
+# and the stock erdma provider: librdmacm's example tools (rdmacm-utils).
+# On RoCEv2 adapters (CM_PROTO=roce, the default) connections are set up by
+# the RDMA core's connection manager, whose MADs travel on the adapters' GSI
+# QPs (UD) through the model; on iWARP adapters (CM_PROTO=iwarp) by the
+# driver's own connection manager, MPA over the guest's TCP, after which the
+# adapters continue the TCP streams through the model. The client binds
 # its source address to adapter B's netdev, so its rdma_cm ID is on B and
 # connects to A (rdma_client and riostream cannot bind a source: theirs run
 # on adapter A alone, looped back by the model). rping validates the data
@@ -17,7 +20,9 @@
 . "$(dirname "$0")/lib.sh"
 
 DRV=$ERDMA_DRIVER
+PROTO=${CM_PROTO:-roce}
 NET=55
+[ "$PROTO" = iwarp ] && NET=56
 functions=$(erdma_functions)
 [ -n "$functions" ] || ksft_skip_all "no eRDMA function (1ded:107f) present"
 command -v rping >/dev/null || ksft_skip_all "rping (rdmacm-utils) is missing"
@@ -132,14 +137,16 @@ fails_with() {
 }
 
 # rejected: a listener that takes one connection (ucmatose -c 1) is asked
-# for two: it rejects the second (IB_CM_REJ_CONSUMER_DEFINED, 28), and the
-# client fails with RDMA_CM_EVENT_REJECTED; neither end hangs. The listener
-# then ends, tearing the first connection down: a client that sees that first
-# stops there with RDMA_CM_EVENT_CONNECT_ERROR (seen once in a dozen runs),
-# an error too.
+# for two: it rejects the second (RoCEv2: IB_CM_REJ_CONSUMER_DEFINED, 28;
+# iWARP: an MPA reject, -ECONNRESET), and the client fails with
+# RDMA_CM_EVENT_REJECTED; neither end hangs. The first connection carries 5
+# messages, so that it is still up when the second request comes (with none,
+# the listener ended it at once, and a client that saw that first stopped
+# with RDMA_CM_EVENT_CONNECT_ERROR before asking for the second: once in a
+# dozen runs on RoCEv2, every time with the C driver on iWARP).
 rejected() {
 	next_port
-	timeout 90 ucmatose -b "$IP_A" -p "$PORT" -c 1 -C 0 >"$tmp/reject.srv" 2>&1 &
+	timeout 90 ucmatose -b "$IP_A" -p "$PORT" -c 1 -C 5 >"$tmp/reject.srv" 2>&1 &
 	spid=$!
 	wait_for 20 cm_listening "$PORT" || {
 		tap_diag "ucmatose did not listen: $(tr '\n' ';' <"$tmp/reject.srv")"
@@ -147,8 +154,8 @@ rejected() {
 		wait $spid
 		return 1
 	}
-	fails_with reject.cli 90 'RDMA_CM_EVENT_REJECTED, error: 28\|RDMA_CM_EVENT_CONNECT_ERROR' \
-		ucmatose -s "$IP_A" -b "$IP_B" -p "$PORT" -c 2 -C 0
+	fails_with reject.cli 90 "$REJECT_CONSUMER" \
+		ucmatose -s "$IP_A" -b "$IP_B" -p "$PORT" -c 2 -C 5
 	crc=$?
 	wait $spid
 	src=$?
@@ -167,7 +174,26 @@ leftovers() {
 tap_header
 nics_up $NET
 tap_check "modprobe $DRV" modprobe "$DRV"
-roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
+if [ "$PROTO" = iwarp ]; then
+	iwarp_pair || ksft_skip_all "fewer than two iWARP adapters bound"
+	# What rdma_cm reports on iWARP: an MPA reject is -ECONNRESET, a TCP reset
+	# (nobody listens) -ECONNREFUSED, both as REJECTED.
+	REJECT_CONSUMER='RDMA_CM_EVENT_REJECTED, error: -104\|RDMA_CM_EVENT_CONNECT_ERROR'
+	REJECT_NOBODY='RDMA_CM_EVENT_REJECTED, error -111'
+	WHY_CONSUMER='-104, ECONNRESET'
+	WHY_NOBODY='-111, ECONNREFUSED'
+	if [ "$DRV" = erdma ]; then
+		# The C driver reports a refused TCP connection as -ECONNRESET.
+		REJECT_NOBODY='RDMA_CM_EVENT_REJECTED, error -104'
+		WHY_NOBODY='-104, ECONNRESET'
+	fi
+else
+	roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
+	REJECT_CONSUMER='RDMA_CM_EVENT_REJECTED, error: 28\|RDMA_CM_EVENT_CONNECT_ERROR'
+	REJECT_NOBODY='RDMA_CM_EVENT_REJECTED, error 8'
+	WHY_CONSUMER=28
+	WHY_NOBODY='8, invalid service ID'
+fi
 [ -c /dev/infiniband/rdma_cm ] || ksft_skip_all "no /dev/infiniband/rdma_cm (rdma_ucm)"
 # What the model holds before the tests (QP1 and its CQs of the MAD layer).
 objects=$(model_objects)
@@ -181,11 +207,17 @@ tap_check "rping $IB_A -> $IB_A (one adapter): 100 round trips, validated" rping
 tap_check "ucmatose $IB_B -> $IB_A: 4 connections, 20 messages each way" ucmatose_pair 4
 tap_check "rdma_server/rdma_client on $IB_A: one message each way" rdma_pair
 tap_check "riostream on $IB_A: 100 x 4 KiB each way, verified" riostream_pair
-tap_check "cmtime $IB_B -> $IB_A: 10 connections with QPs and 10 without" cmtime_pair 10
-tap_check "ucmatose: a listener taking 1 connection rejects the second (REJECTED, 28)" rejected
+if [ "$PROTO" = iwarp ]; then
+	# cmtime's out-of-band TCP socket listens on the rdma_cm port, which an
+	# iWARP listener holds as a TCP port itself (no port mapper): EADDRINUSE.
+	tap_skip "cmtime $IB_B -> $IB_A" "its out-of-band socket takes the iWARP listener's TCP port"
+else
+	tap_check "cmtime $IB_B -> $IB_A: 10 connections with QPs and 10 without" cmtime_pair 10
+fi
+tap_check "ucmatose: a listener taking 1 connection rejects the second (REJECTED, $WHY_CONSUMER)" rejected
 next_port
-tap_check "rping to a port nobody listens on fails: REJECTED (8, invalid service ID)" \
-	fails_with nolistener 90 'RDMA_CM_EVENT_REJECTED, error 8' \
+tap_check "rping to a port nobody listens on fails: REJECTED ($WHY_NOBODY)" \
+	fails_with nolistener 90 "$REJECT_NOBODY" \
 	rping -c -a "$IP_A" -I "$IP_B" -p "$PORT" -C 1
 tap_check "rping to an address nobody has fails: ADDR_ERROR" \
 	fails_with noaddress 60 'RDMA_CM_EVENT_ADDR_ERROR' \

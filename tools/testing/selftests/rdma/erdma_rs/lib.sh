@@ -289,6 +289,30 @@ roce_pair() {
 	IP_A=$1 IP_B=$2
 }
 
+# iwarp_pair: finds two iWARP RDMA devices (RNICs) bound to the driver under
+# test, each on a netdev with an IPv4 address, and sets IB_A/IB_B and
+# IP_A/IP_B. Fails if there are fewer than two.
+iwarp_pair() {
+	_ibs="" _ips=""
+	for _bdf in $(erdma_functions); do
+		wait_for 10 is_bound "$_bdf" || continue
+		_nd=$(netdev_of "$(mac_of "$_bdf")") || continue
+		wait_for 10 sh -c "rdma link show | grep -q ' netdev $_nd '"
+		_ib=$(ibdev_of "$_nd")
+		[ -n "$_ib" ] || continue
+		read -r _type <"/sys/class/infiniband/$_ib/node_type" && [ "$_type" = "4: RNIC" ] || continue
+		_ip=$(ipv4_of "$_nd")
+		[ -n "$_ip" ] || { tap_diag "$_ib: $_nd has no IPv4 address"; continue; }
+		_ibs="$_ibs $_ib" _ips="$_ips $_ip"
+		tap_diag "$_bdf: $_ib (iWARP) on $_nd, $_ip"
+	done
+	set -- $_ibs
+	[ $# -ge 2 ] || return 1
+	IB_A=$1 IB_B=$2
+	set -- $_ips
+	IP_A=$1 IP_B=$2
+}
+
 # xguest_adapter NET: in a test between two guests (each with one RoCEv2
 # adapter, both running the test), finds this guest's bound adapter and sets
 # IB, IP, GID (its RoCEv2 GID index) and MAC; ROLE is server in the guest whose
