@@ -117,7 +117,8 @@ edit_rust_lib() {
 }
 
 edit_rust_net() {
-	insert_before "$1" '^pub mod netlink;$' 'pub mod device;\n#[cfg(CONFIG_INET)]\npub mod tcp;'
+	insert_before "$1" '^pub mod netlink;$' 'pub mod device;'
+	insert_after "$1" '^pub mod netlink;$' '#[cfg(CONFIG_INET)]\npub mod tcp;'
 }
 
 # rust/kernel/workqueue/owned.rs (work queues a driver allocates) in kernel::workqueue.

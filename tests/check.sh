@@ -162,11 +162,12 @@ count() {
 # Between two guests: RC traffic (xguest.sh), rdma_cm's tools and perftest
 # -R (xguest_cm.sh) and NVMe over RDMA (nvmeof.sh with NVMEOF_MODE=xguest).
 XGUEST_TESTS="xguest.sh xguest_cm.sh nvmeof.sh"
+IWARP_TESTS="cm.sh iwarp_mpa.sh"
 if [ "${ERDMA_CHECK_AB:-full}" = full ]; then
 	C_CTL_TESTS="ctrlq.sh ibdev.sh verbs.sh abdiff.sh"
 	C_DP_TESTS="rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh"
 	C_XGUEST="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $XGUEST_TESTS || r=1"
-	C_IWARP="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh cm.sh || r=1"
+	C_IWARP="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $IWARP_TESTS || r=1"
 elif [ "$ERDMA_CHECK_AB" = part ]; then
 	C_CTL_TESTS="ibdev.sh abdiff.sh"
 	C_DP_TESTS="rc.sh kverbs.sh"
@@ -192,10 +193,11 @@ lane_ours() {
 		--run "r=0; NVMEOF_MODE=xguest; export NVMEOF_MODE; erdma_rs/run_tests.sh $XGUEST_TESTS || r=1 $C_XGUEST; exit \$r"
 	# rdma_cm on iWARP (issue 11): librdmacm's tools between two iWARP adapters
 	# of one guest, connected by the driver's own connection manager (MPA over
-	# the guest's TCP), ours then the C driver.
+	# the guest's TCP), a hostile MPA peer on both sides of a connection and
+	# rmmod with connections in use (iwarp_mpa.sh), ours then the C driver.
 	guest iwarp-cm --smp 1 --timeout 1800 --memory 2G \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on \
-		--run "r=0; export CM_PROTO=iwarp; erdma_rs/run_tests.sh cm.sh || r=1 $C_IWARP; exit \$r"
+		--run "r=0; export CM_PROTO=iwarp; erdma_rs/run_tests.sh $IWARP_TESTS || r=1 $C_IWARP; exit \$r"
 }
 lane_rest() {
 	# Every guest boots the debug kernel (KASAN, lockdep, kmemleak, ...): a kernel

@@ -850,12 +850,19 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
         let (dev, attr) = unsafe { (device::<T>((*attr).device), GidAttr::from_raw(attr)) };
         status(dev.with_data(|dev, data| P::del_gid(dev, data, attr)))
     }
-    unsafe extern "C" fn iw_connect(
+    /// Runs `op`, [`DeviceOps::iw_connect`] or [`DeviceOps::iw_accept`], for the connection
+    /// manager's call.
+    ///
+    /// # Safety
+    ///
+    /// `id` must be a live identifier of a device of `T` and `param` valid parameters, both for
+    /// the call.
+    unsafe fn conn_op(
         id: *mut bindings::iw_cm_id,
         param: *mut bindings::iw_cm_conn_param,
+        op: impl for<'a> FnOnce(&Device<T>, &'a T::Data<'a>, &CmId, &ConnParam<'_>) -> Result,
     ) -> c_int {
-        // SAFETY: The connection manager passes a live identifier of this device and valid
-        // parameters for the call.
+        // SAFETY: Guaranteed by the caller.
         let (dev, id, param) = unsafe {
             (
                 device::<T>((*id).device),
@@ -863,7 +870,16 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
                 ConnParam::from_raw(param),
             )
         };
-        status(dev.with_data(|dev, data| P::iw_connect(dev, data, id, &param)))
+        status(dev.with_data(|dev, data| op(dev, data, id, &param)))
+    }
+
+    unsafe extern "C" fn iw_connect(
+        id: *mut bindings::iw_cm_id,
+        param: *mut bindings::iw_cm_conn_param,
+    ) -> c_int {
+        // SAFETY: The connection manager passes a live identifier of this device and valid
+        // parameters for the call.
+        unsafe { Self::conn_op(id, param, |d, data, id, p| P::iw_connect(d, data, id, p)) }
     }
 
     unsafe extern "C" fn iw_accept(
@@ -871,14 +887,7 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
         param: *mut bindings::iw_cm_conn_param,
     ) -> c_int {
         // SAFETY: As in `iw_connect`.
-        let (dev, id, param) = unsafe {
-            (
-                device::<T>((*id).device),
-                CmId::from_raw(id),
-                ConnParam::from_raw(param),
-            )
-        };
-        status(dev.with_data(|dev, data| P::iw_accept(dev, data, id, &param)))
+        unsafe { Self::conn_op(id, param, |d, data, id, p| P::iw_accept(d, data, id, p)) }
     }
 
     unsafe extern "C" fn iw_reject(

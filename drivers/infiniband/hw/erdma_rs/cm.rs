@@ -326,19 +326,10 @@ impl IwQp {
     pub(crate) fn modify(&self, hw: &dyn CmHw, next: QpState) -> Result {
         let mut conn = self.conn.lock();
         let target = match next {
-            QpState::Reset | QpState::Init => {
+            QpState::Reset | QpState::Init | QpState::Rtr => {
                 return match conn.state {
                     iw_state::IDLE | IW_RTR => {
-                        conn.rtr = false;
-                        Ok(())
-                    }
-                    _ => Err(EINVAL),
-                };
-            }
-            QpState::Rtr => {
-                return match conn.state {
-                    iw_state::IDLE | IW_RTR => {
-                        conn.rtr = true;
+                        conn.rtr = next == QpState::Rtr;
                         Ok(())
                     }
                     _ => Err(EINVAL),

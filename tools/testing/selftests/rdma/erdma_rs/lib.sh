@@ -263,10 +263,12 @@ find_gid() {
 # ipv4_of NETDEV: its first IPv4 address.
 ipv4_of() { ip -4 -o addr show dev "$1" | awk '{ split($4, a, "/"); print a[1]; exit }'; }
 
-# roce_pair: finds two RoCEv2 RDMA devices bound to the driver under test,
-# each with the RoCEv2 GID of its netdev's IPv4 address, and sets IB_A/IB_B,
-# GID_A/GID_B (GID indices) and IP_A/IP_B. Fails if there are fewer than two.
-roce_pair() {
+# adapter_pair KIND: finds two RDMA devices of KIND (roce: RoCEv2, each with
+# the RoCEv2 GID of its netdev's IPv4 address; iwarp: RNICs whose netdev has
+# an IPv4 address) bound to the driver under test, and sets IB_A/IB_B,
+# IP_A/IP_B and (RoCEv2) GID_A/GID_B, the GID indices. Fails if there are
+# fewer than two.
+adapter_pair() {
 	_ibs="" _gids="" _ips=""
 	for _bdf in $(erdma_functions); do
 		wait_for 10 is_bound "$_bdf" || continue
@@ -274,11 +276,19 @@ roce_pair() {
 		wait_for 10 sh -c "rdma link show | grep -q ' netdev $_nd '"
 		_ib=$(ibdev_of "$_nd")
 		[ -n "$_ib" ] || continue
-		read -r _type <"/sys/class/infiniband/$_ib/node_type" && [ "$_type" = "4: RNIC" ] && continue
+		read -r _type <"/sys/class/infiniband/$_ib/node_type"
+		[ "$_type" = "4: RNIC" ] && _k=iwarp || _k=roce
+		[ "$_k" = "$1" ] || continue
 		_ip=$(ipv4_of "$_nd")
-		wait_for 10 find_gid "$_ib" "$_ip" || { tap_diag "$_ib: no RoCEv2 GID for $_ip"; continue; }
+		if [ "$1" = roce ]; then
+			wait_for 10 find_gid "$_ib" "$_ip" || { tap_diag "$_ib: no RoCEv2 GID for $_ip"; continue; }
+			tap_diag "$_bdf: $_ib on $_nd, $_ip, GID index $GID"
+		else
+			[ -n "$_ip" ] || { tap_diag "$_ib: $_nd has no IPv4 address"; continue; }
+			GID=-
+			tap_diag "$_bdf: $_ib (iWARP) on $_nd, $_ip"
+		fi
 		_ibs="$_ibs $_ib" _gids="$_gids $GID" _ips="$_ips $_ip"
-		tap_diag "$_bdf: $_ib on $_nd, $_ip, GID index $GID"
 	done
 	set -- $_ibs
 	[ $# -ge 2 ] || return 1
@@ -289,29 +299,9 @@ roce_pair() {
 	IP_A=$1 IP_B=$2
 }
 
-# iwarp_pair: finds two iWARP RDMA devices (RNICs) bound to the driver under
-# test, each on a netdev with an IPv4 address, and sets IB_A/IB_B and
-# IP_A/IP_B. Fails if there are fewer than two.
-iwarp_pair() {
-	_ibs="" _ips=""
-	for _bdf in $(erdma_functions); do
-		wait_for 10 is_bound "$_bdf" || continue
-		_nd=$(netdev_of "$(mac_of "$_bdf")") || continue
-		wait_for 10 sh -c "rdma link show | grep -q ' netdev $_nd '"
-		_ib=$(ibdev_of "$_nd")
-		[ -n "$_ib" ] || continue
-		read -r _type <"/sys/class/infiniband/$_ib/node_type" && [ "$_type" = "4: RNIC" ] || continue
-		_ip=$(ipv4_of "$_nd")
-		[ -n "$_ip" ] || { tap_diag "$_ib: $_nd has no IPv4 address"; continue; }
-		_ibs="$_ibs $_ib" _ips="$_ips $_ip"
-		tap_diag "$_bdf: $_ib (iWARP) on $_nd, $_ip"
-	done
-	set -- $_ibs
-	[ $# -ge 2 ] || return 1
-	IB_A=$1 IB_B=$2
-	set -- $_ips
-	IP_A=$1 IP_B=$2
-}
+# roce_pair, iwarp_pair: adapter_pair of RoCEv2 or iWARP adapters.
+roce_pair() { adapter_pair roce; }
+iwarp_pair() { adapter_pair iwarp; }
 
 # xguest_adapter NET: in a test between two guests (each with one RoCEv2
 # adapter, both running the test), finds this guest's bound adapter and sets
