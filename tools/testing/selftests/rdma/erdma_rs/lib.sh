@@ -319,7 +319,13 @@ xguest_adapter() {
 		wait_for 10 sh -c "rdma link show | grep -q ' netdev $_nd '"
 		IB=$(ibdev_of "$_nd")
 		IP=$(ipv4_of "$_nd")
-		wait_for 10 find_gid "$IB" "$IP" || continue
+		read -r _type <"/sys/class/infiniband/$IB/node_type"
+		if [ "$_type" = "4: RNIC" ]; then
+			[ -n "$IP" ] || continue
+			GID=-
+		else
+			wait_for 10 find_gid "$IB" "$IP" || continue
+		fi
 		[ $((0x${MAC##*:})) = "$_sb" ] && ROLE=server || ROLE=client
 		SERVER_IP=169.254.$1.$_sb
 		MY_IP=169.254.$1.$((0x${MAC##*:}))
