@@ -454,6 +454,18 @@ def record_report(results, test, report):
     return tap
 
 
+def print_console_tail(logpath, n=15):
+    """Prints the last N lines of a guest's console, for a failure with no kernel report: what
+    the guest was doing when it stopped answering or died."""
+    try:
+        lines = Path(logpath).read_text(errors="replace").splitlines()[-n:]
+    except OSError:
+        return
+    print(f"vmrun:   (the last {len(lines)} lines of {logpath})", file=sys.stderr)
+    for line in lines:
+        print(f"vmrun:   {line[:200]}", file=sys.stderr)
+
+
 def parse_tap(path):
     passed = failed = skipped = 0
     failures = []
@@ -590,6 +602,7 @@ def main():
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
                     ended[gi] = ("timeout", time.monotonic())
+                    print_console_tail(logpath)
                     ok = False
             time.sleep(0.2)
         for gi, p, t, con, payload, logpath in vms:
@@ -613,6 +626,8 @@ def main():
             if status != "0" and not con.report:
                 print(f"vmrun: FAIL guest{gi}: command exit status {status or 'unknown (guest died?)'}; "
                       f"read {logpath}", file=sys.stderr)
+                if ended[gi][0] != "timeout":
+                    print_console_tail(logpath)
                 ok = False
             elif status != "0":
                 ok = False

@@ -130,8 +130,11 @@ count() {
 	# test points themselves (the first three, with their TAP file).
 	[ "$2" -eq 0 ] || fail "guest-$name: $2 TAP failures: $(grep -H '^not ok' "$out"/guest*/results/*.tap 2>/dev/null |
 		sed "s|^$out/||" | head -n 3 | cut -c1-200 | paste -sd';' -)" "$2"
+	# CI shows only the end of the output: the line names vmrun's own reasons
+	# (a timeout, a guest that died, a command's exit status).
 	if [ "$rc" -ne 0 ] && [ "$2" -eq 0 ]; then
-		fail "guest-$name: the VM run failed (exit $rc)"
+		fail "guest-$name: the VM run failed (exit $rc): $(grep -h '^vmrun: FAIL guest' "$LOGS/guest-$name.log" 2>/dev/null |
+			head -n 2 | cut -c1-240 | paste -sd';' -)"
 	fi
 	if [ "$rc" -ne 0 ]; then
 		grep -E '^vmrun: FAIL|^vmrun:   |not ok' "$LOGS/guest-$name.log" "$out"/guest*/results/*.tap 2>/dev/null |

@@ -4,14 +4,19 @@
 #include <linux/tcp.h>
 #include <net/sock.h>
 
-__rust_helper void rust_helper_read_lock_sk_callback(struct sock *sk)
+/*
+ * Bottom halves off, also where softirq already has them off: a state change or data-ready
+ * callback runs in softirq under the socket's spinlock, and in process context (the backlog
+ * a socket-lock owner processes in release_sock) with them on.
+ */
+__rust_helper void rust_helper_read_lock_bh_sk_callback(struct sock *sk)
 {
-	read_lock(&sk->sk_callback_lock);
+	read_lock_bh(&sk->sk_callback_lock);
 }
 
-__rust_helper void rust_helper_read_unlock_sk_callback(struct sock *sk)
+__rust_helper void rust_helper_read_unlock_bh_sk_callback(struct sock *sk)
 {
-	read_unlock(&sk->sk_callback_lock);
+	read_unlock_bh(&sk->sk_callback_lock);
 }
 
 __rust_helper void rust_helper_write_lock_bh_sk_callback(struct sock *sk)

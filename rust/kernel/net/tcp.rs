@@ -241,8 +241,11 @@ unsafe fn release_of<T: SocketEvents>(ptr: *const c_void) {
 ///
 /// `sk` must be a live socket whose `sk_user_data`, if set, was set by [`TcpSocket::watch`].
 unsafe fn report(sk: *mut bindings::sock, event: SocketEvent) {
-    // SAFETY: `sk` is live; the callback lock orders this against `watch` and `unwatch`.
-    unsafe { bindings::read_lock_sk_callback(sk) };
+    // SAFETY: `sk` is live; the callback lock orders this against `watch` and `unwatch`. It is
+    // taken with bottom halves off: this runs in softirq under the socket's spinlock, and in
+    // process context too (the backlog `release_sock` processes), where lockdep would otherwise
+    // see the softirq-safe spinlock ordered before a lock taken with softirqs on.
+    unsafe { bindings::read_lock_bh_sk_callback(sk) };
     // SAFETY: The callback lock is held.
     let hook = unsafe { bindings::locked_read_sk_user_data(sk) }.cast::<Hook>();
     let mut orig = None;
@@ -258,7 +261,7 @@ unsafe fn report(sk: *mut bindings::sock, event: SocketEvent) {
         }
     }
     // SAFETY: Taken above.
-    unsafe { bindings::read_unlock_sk_callback(sk) };
+    unsafe { bindings::read_unlock_bh_sk_callback(sk) };
     if let Some(orig) = orig {
         // SAFETY: The networking core's own callback for this socket.
         unsafe { orig(sk) };
@@ -420,14 +423,14 @@ impl TcpSocket {
         let sk = self.sk();
         // SAFETY: Both sockets are live; each callback lock is taken alone, listener first.
         unsafe {
-            bindings::read_lock_sk_callback(listener);
+            bindings::read_lock_bh_sk_callback(listener);
             let hook = bindings::locked_read_sk_user_data(listener).cast::<Hook>();
             let saved = if hook.is_null() {
                 None
             } else {
                 Some(((*hook).state_change, (*hook).data_ready))
             };
-            bindings::read_unlock_sk_callback(listener);
+            bindings::read_unlock_bh_sk_callback(listener);
             // The connection was cloned from the listener after its hook was installed (a
             // listener is watched before it listens): it has the hook's callbacks, and the
             // ones the hook replaced are its own.

@@ -237,7 +237,7 @@ fn send_all(sock: &TcpSocket, frame: &[u8]) -> Result {
 
 /// The connection state of an iWARP queue pair.
 struct Conn {
-    /// The adapter's state of the queue pair, [`iw_state`] (RTR is the driver's only).
+    /// The adapter's state of the queue pair, [`iw_state`] (RTR is the driver's only: `rtr`).
     state: u8,
     /// Whether the verbs asked for RTR (reported as such until connected).
     rtr: bool,
@@ -261,9 +261,6 @@ pub(crate) struct IwQp {
     #[pin]
     refs_gone: CondVar,
 }
-
-/// The RTR state, the driver's only (erdma-hw 7.1).
-const IW_RTR: u8 = 1;
 
 impl IwQp {
     /// The state of a new queue pair numbered `qpn`.
@@ -296,7 +293,7 @@ impl IwQp {
         let conn = self.conn.lock();
         match conn.state {
             iw_state::IDLE if conn.rtr => QpState::Rtr,
-            iw_state::IDLE | IW_RTR => QpState::Init,
+            iw_state::IDLE => QpState::Init,
             iw_state::RTS => QpState::Rts,
             iw_state::CLOSING => QpState::Sqd,
             iw_state::TERMINATE => QpState::Sqe,
@@ -328,7 +325,7 @@ impl IwQp {
         let target = match next {
             QpState::Reset | QpState::Init | QpState::Rtr => {
                 return match conn.state {
-                    iw_state::IDLE | IW_RTR => {
+                    iw_state::IDLE => {
                         conn.rtr = next == QpState::Rtr;
                         Ok(())
                     }
@@ -349,7 +346,7 @@ impl IwQp {
         };
         let ok = match (conn.state, target) {
             (iw_state::RTS, _) => true,
-            (iw_state::IDLE | IW_RTR, iw_state::ERROR) => true,
+            (iw_state::IDLE, iw_state::ERROR) => true,
             (iw_state::CLOSING | iw_state::TERMINATE, iw_state::ERROR) => true,
             (a, b) => a == b,
         };
@@ -422,7 +419,7 @@ impl IwQp {
     /// Attaches `ep` as the queue pair's connection; `EBUSY` if it has one or is not IDLE.
     fn attach(&self, ep: &Arc<Endpoint>) -> Result {
         let mut conn = self.conn.lock();
-        if !conn.alive || conn.ep.is_some() || !matches!(conn.state, iw_state::IDLE | IW_RTR) {
+        if !conn.alive || conn.ep.is_some() || !conn.state == iw_state::IDLE {
             return Err(EBUSY);
         }
         conn.ep = Some(ep.clone());
@@ -440,7 +437,7 @@ impl IwQp {
     /// Hands the connection to the adapter (MODIFY_QP to RTS).
     fn to_rts(&self, hw: &dyn CmHw, link: &Link) -> Result {
         let mut conn = self.conn.lock();
-        if !conn.alive || !matches!(conn.state, iw_state::IDLE | IW_RTR) {
+        if !conn.alive || !conn.state == iw_state::IDLE {
             return Err(ECONNABORTED);
         }
         let cmd = ModifyQpIwarp {
@@ -566,6 +563,33 @@ impl HrTimerCallback for Endpoint {
         Arc::from(this).kick(EV_TIMEOUT);
         HrTimerRestart::NoRestart
     }
+}
+
+/// Says why the peer's MPA `frame` ("request", "reply") was refused.
+fn note_bad(hw: &dyn CmHw, frame: &str, peer: SocketAddrV4, bad: Bad) {
+    dev_info!(
+        hw.dev(),
+        "iWARP CM: bad MPA {} from {} ({:?}), refused\n",
+        frame,
+        peer,
+        bad
+    );
+}
+
+/// Whether `len` bytes of the peer's private data fit an iw_cm event; says so when not (MPA
+/// allows more than iw_cm can carry).
+fn reportable(hw: &dyn CmHw, peer: SocketAddrV4, len: usize) -> bool {
+    if len <= MAX_REPORTED_PRIVATE_DATA {
+        return true;
+    }
+    dev_info!(
+        hw.dev(),
+        "iWARP CM: {} sent {} bytes of private data; iw_cm takes at most {}\n",
+        peer,
+        len,
+        MAX_REPORTED_PRIVATE_DATA
+    );
+    false
 }
 
 impl SocketEvents for Endpoint {
@@ -759,12 +783,7 @@ impl Endpoint {
             Ok(false) => {}
             Err(bad) => {
                 if let Some(bad) = bad {
-                    dev_info!(
-                        hw.dev(),
-                        "iWARP CM: bad MPA reply from {} ({:?})\n",
-                        inner.remote,
-                        bad
-                    );
+                    note_bad(hw, "reply", inner.remote, bad);
                 }
                 let err = bad.map_or(ECONNRESET, Bad::errno);
                 self.fail_connect(hw, inner, err, &[]);
@@ -786,14 +805,7 @@ impl Endpoint {
             self.fail_connect(hw, inner, ENOMEM, &[]);
             return;
         }
-        if pd.len() > MAX_REPORTED_PRIVATE_DATA {
-            dev_info!(
-                hw.dev(),
-                "iWARP CM: {} sent {} bytes of private data; iw_cm takes at most {}\n",
-                inner.remote,
-                pd.len(),
-                MAX_REPORTED_PRIVATE_DATA
-            );
+        if !reportable(hw, inner.remote, pd.len()) {
             self.fail_connect(hw, inner, EPROTO, &[]);
             return;
         }
@@ -851,12 +863,7 @@ impl Endpoint {
             Ok(false) => {}
             Err(bad) => {
                 if let Some(bad) = bad {
-                    dev_info!(
-                        hw.dev(),
-                        "iWARP CM: bad MPA request from {} ({:?}), refused\n",
-                        inner.remote,
-                        bad
-                    );
+                    note_bad(hw, "request", inner.remote, bad);
                     // A peer that speaks MPA hears why; anything else is just closed.
                     if bad != Bad::Key {
                         self.send_reject(hw, inner, &[]);
@@ -870,14 +877,7 @@ impl Endpoint {
 
     fn on_request_complete(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
         let pd_len = inner.rx.len() - MPA_HEADER_SIZE;
-        if pd_len > MAX_REPORTED_PRIVATE_DATA {
-            dev_info!(
-                hw.dev(),
-                "iWARP CM: {} sent {} bytes of private data; iw_cm takes at most {}\n",
-                inner.remote,
-                pd_len,
-                MAX_REPORTED_PRIVATE_DATA
-            );
+        if !reportable(hw, inner.remote, pd_len) {
             self.send_reject(hw, inner, &[]);
             self.close(hw, inner);
             return;

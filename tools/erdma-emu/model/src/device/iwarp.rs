@@ -186,6 +186,22 @@ fn engine_state(s: IwarpState) -> QpState {
     }
 }
 
+/// Message `msg` of QP `qpn` at `seq` of the stream of connection `tuple`, for the peer whose
+/// QP has `cookie`.
+fn stream_packet(qpn: u32, tuple: Conn, cookie: u32, seq: u32, msg: StreamMsg) -> Packet {
+    Packet {
+        src_port: 0,
+        src_qpn: qpn,
+        dst_qpn: cookie,
+        body: Body::Stream {
+            conn: tuple,
+            seq,
+            cookie,
+            msg,
+        },
+    }
+}
+
 impl Device {
     /// Whether QP `qpn` is an iWARP QP.
     pub(super) fn is_iwarp_qp(&self, qpn: u32) -> bool {
@@ -400,18 +416,7 @@ impl Device {
         let Some(port) = self.port.clone() else {
             return;
         };
-        let pkt = Packet {
-            src_port: 0,
-            src_qpn: qpn,
-            dst_qpn: cookie,
-            body: Body::Stream {
-                conn: tuple,
-                seq,
-                cookie,
-                msg,
-            },
-        };
-        match port.send_stream(tuple, pkt) {
+        match port.send_stream(tuple, stream_packet(qpn, tuple, cookie, seq, msg)) {
             Ok(()) => {
                 self.harness.stats.tx_packet(0);
                 log::info!("QP {qpn}: connection {tuple} terminated");
@@ -518,18 +523,7 @@ impl Device {
             return Err(msg);
         };
         let bytes = msg.payload_len() as u64;
-        let pkt = Packet {
-            src_port: 0,
-            src_qpn: qpn,
-            dst_qpn: cookie,
-            body: Body::Stream {
-                conn: tuple,
-                seq,
-                cookie,
-                msg,
-            },
-        };
-        match port.send_stream(tuple, pkt) {
+        match port.send_stream(tuple, stream_packet(qpn, tuple, cookie, seq, msg)) {
             Ok(()) => {
                 self.harness.stats.tx_packet(bytes);
                 Ok(())
