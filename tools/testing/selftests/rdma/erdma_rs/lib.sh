@@ -303,6 +303,24 @@ adapter_pair() {
 roce_pair() { adapter_pair roce; }
 iwarp_pair() { adapter_pair iwarp; }
 
+# xguest_driver: in a test between two guests with XGUEST_DRIVERS="SERVER
+# CLIENT" set (a mixed pair, issue 11: the guest that serves runs SERVER, the
+# other CLIENT), sets ERDMA_DRIVER to this guest's driver, chosen as
+# xguest_adapter chooses the role: the server's adapter's MAC ends in
+# XGUEST_SERVER_BYTE, and so does the MAC of the NIC it belongs to (read here,
+# before any driver is loaded). Without XGUEST_DRIVERS, nothing.
+xguest_driver() {
+	[ -n "${XGUEST_DRIVERS:-}" ] || return 0
+	set -- $XGUEST_DRIVERS
+	ERDMA_DRIVER=$2
+	for _nic in /sys/class/net/*; do
+		[ "${_nic##*/}" = lo ] && continue
+		read -r _mac <"$_nic/address"
+		[ $((0x${_mac##*:})) = "${XGUEST_SERVER_BYTE:-1}" ] && ERDMA_DRIVER=$1
+	done
+	return 0
+}
+
 # xguest_adapter NET: in a test between two guests (each with one RoCEv2
 # adapter, both running the test), finds this guest's bound adapter and sets
 # IB, IP, GID (its RoCEv2 GID index) and MAC; ROLE is server in the guest whose

@@ -12,10 +12,19 @@
 # rejected, and one that makes several connections, some before and some
 # after, fails the server's run too); both run this script. The client also
 # checks that a connection to a port nobody listens on fails.
-# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
+# On iWARP adapters (CM_PROTO=iwarp) every perftest tool runs with -R (the
+# atomics where the adapter has them), and both guests record the MPA request
+# and reply of the first rping's connection from the wire (mpa_sniff.py):
+# once the frames of the other driver's run are there too (the C driver's
+# after ours, or in a mixed pair each driver's after the other's), the
+# frames each driver sent are compared byte for byte, but for the QP cookie.
+# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma), or a mixed
+# pair: XGUEST_DRIVERS="SERVER CLIENT" (see xguest_driver in lib.sh), where
+# the perftest runs are ib_send_bw and ib_read_lat.
 
 . "$(dirname "$0")/lib.sh"
 
+xguest_driver
 DRV=$ERDMA_DRIVER
 PROTO=${CM_PROTO:-roce}
 NET=57
@@ -90,9 +99,37 @@ xrun() {
 	tap_diag "$name: exit 0; $(grep -- "$done" "$tmp/$name" | head -n 1 | tr -s ' ')"
 }
 
+# The drivers of the server and the client; other_driver NAME: the other one.
+set -- ${XGUEST_DRIVERS:-$DRV $DRV}
+srv_drv=$1 cli_drv=$2
+other_driver() { [ "$1" = erdma ] && echo erdma_rs || echo erdma; }
+frames=/tmp/mpa-frames
+sniff_pid=""
+if [ "$PROTO" = iwarp ]; then
+	mkdir -p "$frames"
+	rm -f "$frames/$srv_drv-$cli_drv"
+	python3 ./mpa_sniff.py 18801 "$frames/$srv_drv-$cli_drv" 300 >"$tmp/sniff" 2>&1 &
+	sniff_pid=$!
+	wait_for 20 grep -q ready "$tmp/sniff" || tap_diag "mpa_sniff.py: $(cat "$tmp/sniff")"
+fi
 tap_check "$role: rping across guests, 1000 round trips of 64 bytes, validated" \
 	xrun rping 18801 '' rping -s -a "$server_ip" -p 18801 -S 64 -C 1000 -- \
 	rping -c -a "$server_ip" -I "$my_ip" -p 18801 -S 64 -C 1000 -V
+if [ -n "$sniff_pid" ]; then
+	# The sniffer ends once it saw both frames, at the start of the connection.
+	kill "$sniff_pid" 2>/dev/null
+	wait "$sniff_pid"
+	f=$frames/$srv_drv-$cli_drv
+	tap_diag "MPA frames seen ($srv_drv serving, $cli_drv connecting): $(cut -d' ' -f1-3 "$f" 2>/dev/null | tr '\n' ';')"
+	tap_check "$role: the rping connection's MPA request and reply crossed the NIC" \
+		sh -c "grep -q '^req ' '$f' && grep -q '^rep ' '$f'"
+	g=$frames/$(other_driver "$srv_drv")-$(other_driver "$cli_drv")
+	if [ -e "$g" ]; then
+		tap_check "$role: the MPA request and reply of erdma_rs and of erdma are alike, byte for byte but for the QP cookie" \
+			sh -c "python3 ./mpa_sniff.py compare '$f' '$g' >'$tmp/compare' 2>&1"
+		tap_diag "$(tr '\n' ';' <"$tmp/compare")"
+	fi
+fi
 port=18810
 for size in 4096 65535; do
 	port=$((port + 1))
@@ -115,15 +152,33 @@ else
 	tap_check "$role: cmtime across guests, 5 connections" \
 		xrun cmtime 18805 '^establish' cmtime -b "$server_ip" -p 18805 -c 5 -- cmtime -s "$server_ip" -b "$my_ip" -p 18805 -c 5
 fi
-tap_check "$role: ib_send_bw -R across guests" \
-	xrun send_bw 18806 '#bytes' ib_send_bw -d "$ib" -R --bind_source_ip "$server_ip" -p 18806 -F -s 65536 -n 50 -- \
-	ib_send_bw -d "$ib" -R --bind_source_ip "$my_ip" -p 18806 -F -s 65536 -n 50 "$server_ip"
-# (The server of a latency test prints no results, only its banner.)
-lat_done='#bytes'
-[ $role = client ] || lat_done='RDMA_Read Latency Test'
-tap_check "$role: ib_read_lat -R across guests" \
-	xrun read_lat 18807 "$lat_done" ib_read_lat -d "$ib" -R --bind_source_ip "$server_ip" -p 18807 -F -s 8 -n 100 -- \
-	ib_read_lat -d "$ib" -R --bind_source_ip "$my_ip" -p 18807 -F -s 8 -n 100 "$server_ip"
+# xperf TOOL PORT ARGS...: perftest's TOOL with rdma_cm (-R) across the
+# guests. The client prints the result table; the server, of some tools, only
+# the banner naming the test.
+xperf() {
+	tool=$1 port=$2
+	shift 2
+	_done='#bytes'
+	[ $role = client ] || _done=' Test'
+	tap_check "$role: $tool -R across guests" \
+		xrun "$tool" "$port" "$_done" "$tool" -d "$ib" -R --bind_source_ip "$server_ip" -p "$port" -F "$@" -- \
+		"$tool" -d "$ib" -R --bind_source_ip "$my_ip" -p "$port" -F "$@" "$server_ip"
+}
+xperf ib_send_bw 18806 -s 65536 -n 50
+xperf ib_read_lat 18807 -s 8 -n 100
+if [ "$PROTO" = iwarp ] && [ -z "${XGUEST_DRIVERS:-}" ]; then
+	xperf ib_write_bw 18820 -s 65536 -n 50
+	xperf ib_write_lat 18821 -s 8 -n 100
+	xperf ib_read_bw 18822 -s 65536 -n 50
+	xperf ib_send_lat 18823 -s 8 -n 100
+	if ibv_devinfo -v -d "$ib" | grep -q 'atomic_cap:[[:space:]]*ATOMIC_NONE'; then
+		tap_skip "$role: ib_atomic_bw -R across guests" "$ib reports no atomic support"
+		tap_skip "$role: ib_atomic_lat -R across guests" "$ib reports no atomic support"
+	else
+		xperf ib_atomic_bw 18824 -n 50
+		xperf ib_atomic_lat 18825 -A CMP_AND_SWAP -n 50
+	fi
+fi
 if [ $role = client ]; then
 	timeout 90 rping -c -a "$server_ip" -I "$my_ip" -p 18899 -C 1 >"$tmp/nolistener" 2>&1
 	rc=$?
