@@ -247,6 +247,13 @@ struct Conn {
     alive: bool,
 }
 
+/// Who posts a kernel consumer's work to an iWARP queue pair, and must know each state the
+/// connection moves it to (posting needs RTS; ERROR changes how posts complete).
+pub(crate) trait IwStateSink: Send + Sync {
+    /// The queue pair is now in `state`, as the verbs name it.
+    fn iw_state_changed(&self, state: QpState);
+}
+
 /// What an iWARP queue pair shares with its connection: its number and cookie, its state, its
 /// endpoint, and iw_cm's references on it.
 #[pin_data]
@@ -254,6 +261,8 @@ pub(crate) struct IwQp {
     qpn: u32,
     /// The cookie CREATE_QP returned, set once it did.
     cookie: AtomicU32,
+    /// A kernel queue pair's poster, told of every state change.
+    sink: Option<Arc<dyn IwStateSink>>,
     #[pin]
     conn: Mutex<Conn>,
     #[pin]
@@ -263,11 +272,12 @@ pub(crate) struct IwQp {
 }
 
 impl IwQp {
-    /// The state of a new queue pair numbered `qpn`.
-    pub(crate) fn new(qpn: u32) -> impl PinInit<Self, Error> {
+    /// The state of a new queue pair numbered `qpn`; `sink` hears of its state changes.
+    pub(crate) fn new(qpn: u32, sink: Option<Arc<dyn IwStateSink>>) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             qpn,
             cookie: AtomicU32::new(0),
+            sink,
             conn <- new_mutex!(Conn {
                 state: iw_state::IDLE,
                 rtr: false,
@@ -290,7 +300,10 @@ impl IwQp {
 
     /// The verbs state the queue pair is in (IDLE reads as INIT, erdma-hw 7.1).
     pub(crate) fn state(&self) -> QpState {
-        let conn = self.conn.lock();
+        Self::verbs_state(&self.conn.lock())
+    }
+
+    fn verbs_state(conn: &Conn) -> QpState {
         match conn.state {
             iw_state::IDLE if conn.rtr => QpState::Rtr,
             iw_state::IDLE => QpState::Init,
@@ -298,6 +311,14 @@ impl IwQp {
             iw_state::CLOSING => QpState::Sqd,
             iw_state::TERMINATE => QpState::Sqe,
             _ => QpState::Err,
+        }
+    }
+
+    /// Records the adapter's new `state` and tells the sink.
+    fn set_state(&self, conn: &mut Conn, state: u8) {
+        conn.state = state;
+        if let Some(sink) = &self.sink {
+            sink.iw_state_changed(Self::verbs_state(conn));
         }
     }
 
@@ -313,7 +334,7 @@ impl IwQp {
             ..ModifyQpIwarp::new_zeroed()
         };
         hw.modify_qp(&cmd)?;
-        conn.state = state;
+        self.set_state(conn, state);
         Ok(())
     }
 
@@ -419,7 +440,7 @@ impl IwQp {
     /// Attaches `ep` as the queue pair's connection; `EBUSY` if it has one or is not IDLE.
     fn attach(&self, ep: &Arc<Endpoint>) -> Result {
         let mut conn = self.conn.lock();
-        if !conn.alive || conn.ep.is_some() || !conn.state == iw_state::IDLE {
+        if !conn.alive || conn.ep.is_some() || conn.state != iw_state::IDLE {
             return Err(EBUSY);
         }
         conn.ep = Some(ep.clone());
@@ -437,7 +458,7 @@ impl IwQp {
     /// Hands the connection to the adapter (MODIFY_QP to RTS).
     fn to_rts(&self, hw: &dyn CmHw, link: &Link) -> Result {
         let mut conn = self.conn.lock();
-        if !conn.alive || !conn.state == iw_state::IDLE {
+        if !conn.alive || conn.state != iw_state::IDLE {
             return Err(ECONNABORTED);
         }
         let cmd = ModifyQpIwarp {
@@ -455,7 +476,7 @@ impl IwQp {
             reserved: 0,
         };
         hw.modify_qp(&cmd)?;
-        conn.state = iw_state::RTS;
+        self.set_state(&mut conn, iw_state::RTS);
         Ok(())
     }
 }

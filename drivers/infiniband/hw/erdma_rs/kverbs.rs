@@ -48,7 +48,10 @@ use kernel::{
 };
 
 use crate::{
-    cm::IwQp,
+    cm::{
+        IwQp,
+        IwStateSink, //
+    },
     commands::Reflush,
     consts::{
         cqe_queue,
@@ -432,6 +435,14 @@ impl WorkQueue {
             ci: 0,
             wr_ids,
         })
+    }
+}
+
+/// On an iWARP adapter the connection manager, not modify, takes a queue pair to RTS and
+/// stops it: posting follows.
+impl IwStateSink for KernelQp {
+    fn iw_state_changed(&self, state: QpState) {
+        self.set_state(state);
     }
 }
 

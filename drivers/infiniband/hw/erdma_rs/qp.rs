@@ -37,7 +37,10 @@ use zerocopy::FromZeros;
 
 use crate::{
     ah::address_vector,
-    cm::IwQp,
+    cm::{
+        IwQp,
+        IwStateSink, //
+    },
     cmdq::Wait,
     commands::{
         CreateQp,
@@ -322,7 +325,8 @@ impl Qp {
         let iw = if data.roce() {
             None
         } else {
-            Some(Arc::pin_init(IwQp::new(qpn), GFP_KERNEL)?)
+            let sink = kernel.clone().map(|k| -> Arc<dyn IwStateSink> { k });
+            Some(Arc::pin_init(IwQp::new(qpn, sink), GFP_KERNEL)?)
         };
         let entry = Arc::new(
             QpEntry {

@@ -892,7 +892,7 @@ impl Device {
             op::REG_MR => self.fast_register(pdn, wqe).map(|()| None),
             op::LOCAL_INV => LocalInvSqe::decode(wqe)
                 .ok_or(wc::SEND_FORMAT)
-                .and_then(|l| self.invalidate(l.stag, pdn))
+                .and_then(|l| self.invalidate(l.stag, pdn, true))
                 .map(|()| None),
             other => {
                 if self.warned.dp_error() {
@@ -1222,15 +1222,18 @@ impl Device {
         Ok(())
     }
 
-    /// Invalidates MR `stag` (LOCAL_INV, READ_WITH_INV, SEND_WITH_INV at the responder).
-    fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), u8> {
+    /// Invalidates MR `stag` (LOCAL_INV, READ_WITH_INV, SEND_WITH_INV at the responder). Only
+    /// if `key_checked` must the STag's key be the region's: a READ_WITH_INV names its sink by
+    /// the index alone, as the kernel's rdma_rw posts it (on iWARP, with the key the region
+    /// had before the REG_MR that precedes the READ gave it the next one).
+    fn invalidate(&mut self, stag: u32, pdn: u32, key_checked: bool) -> Result<(), u8> {
         let mr = self
             .func
             .rdma
             .mrs
             .get_mut(&wire::stag_index(stag))
             .ok_or(wc::SEND_STAG)?;
-        if mr.key != wire::stag_key(stag) || mr.mr_type == MrType::Dma {
+        if (key_checked && mr.key != wire::stag_key(stag)) || mr.mr_type == MrType::Dma {
             return Err(wc::SEND_STAG);
         }
         if mr.pdn != pdn {
@@ -1540,7 +1543,7 @@ impl Device {
                     (None, None) => (op::RECEIVE, CqeExtra::None),
                 };
                 let inv_ok = match inv {
-                    Some(k) => self.invalidate(*k, pdn).map_err(|_| wc::RECV_STAG),
+                    Some(k) => self.invalidate(*k, pdn, true).map_err(|_| wc::RECV_STAG),
                     None => Ok(()),
                 };
                 match inv_ok {
@@ -1830,7 +1833,8 @@ impl Device {
                 let status = self.deliver_sink(pdn, &p, &data, need, io);
                 if status == wc::SEND_ACCESS && self.warned.dp_error() {
                     log::warn!(
-                        "QP {qpn}: RDMA Read sink {:#x} does not grant remote write, which an                          iWARP Read Response (a tagged write) needs: status {status}",
+                        "QP {qpn}: RDMA Read sink {:#x} does not grant remote write, which an \
+                         iWARP Read Response (a tagged write) needs: status {status}",
                         p.sink.map_or(0, |s| s.2)
                     );
                 }
@@ -1852,7 +1856,7 @@ impl Device {
             Err(Nak::Remote(code)) => code,
         };
         let status = match (status, p.inv_after) {
-            (wc::SUCCESS, Some(stag)) => match self.invalidate(stag, pdn) {
+            (wc::SUCCESS, Some(stag)) => match self.invalidate(stag, pdn, false) {
                 Ok(()) => wc::SUCCESS,
                 Err(s) => s,
             },
