@@ -33,6 +33,7 @@
 //! releases what the endpoint holds.
 
 use core::sync::atomic::{
+    AtomicBool,
     AtomicU32,
     Ordering, //
 };
@@ -263,6 +264,11 @@ pub(crate) struct IwQp {
     cookie: AtomicU32,
     /// A kernel queue pair's poster, told of every state change.
     sink: Option<Arc<dyn IwStateSink>>,
+    /// Set once the adapter reported the queue pair failed ([`IwQp::fatal`]).
+    failed: AtomicBool,
+    /// `conn.ep` as the interrupt handler reaches it (`conn` is a mutex).
+    #[pin]
+    irq_ep: SpinLockIrq<Option<Arc<Endpoint>>>,
     #[pin]
     conn: Mutex<Conn>,
     #[pin]
@@ -278,6 +284,8 @@ impl IwQp {
             qpn,
             cookie: AtomicU32::new(0),
             sink,
+            failed: AtomicBool::new(false),
+            irq_ep <- new_spinlock_irq!(None),
             conn <- new_mutex!(Conn {
                 state: iw_state::IDLE,
                 rtr: false,
@@ -300,10 +308,13 @@ impl IwQp {
 
     /// The verbs state the queue pair is in (IDLE reads as INIT, erdma-hw 7.1).
     pub(crate) fn state(&self) -> QpState {
-        Self::verbs_state(&self.conn.lock())
+        self.verbs_state(&self.conn.lock())
     }
 
-    fn verbs_state(conn: &Conn) -> QpState {
+    fn verbs_state(&self, conn: &Conn) -> QpState {
+        if self.failed.load(Ordering::Acquire) {
+            return QpState::Err;
+        }
         match conn.state {
             iw_state::IDLE if conn.rtr => QpState::Rtr,
             iw_state::IDLE => QpState::Init,
@@ -318,7 +329,7 @@ impl IwQp {
     fn set_state(&self, conn: &mut Conn, state: u8) {
         conn.state = state;
         if let Some(sink) = &self.sink {
-            sink.iw_state_changed(Self::verbs_state(conn));
+            sink.iw_state_changed(self.verbs_state(conn));
         }
     }
 
@@ -377,10 +388,43 @@ impl IwQp {
         if conn.state != target {
             self.stop(hw, &mut conn, target)?;
         }
-        if let Some(ep) = conn.ep.take() {
+        if let Some(ep) = self.take_ep(&mut conn) {
             ep.kick(EV_LOCAL_CLOSE);
         }
         Ok(())
+    }
+
+    /// The adapter reported the queue pair failed (an asynchronous event, erdma-hw 4.2: on
+    /// iWARP a Terminate from the peer, or a local error): posting sees ERROR at once, and the
+    /// connection ends, with CLOSE to iw_cm (as a connection the peer lost would otherwise
+    /// never end: rping waits for it). Any context.
+    pub(crate) fn fatal(&self) {
+        self.failed.store(true, Ordering::Release);
+        if let Some(sink) = &self.sink {
+            sink.iw_state_changed(QpState::Err);
+        }
+        if let Some(ep) = self.irq_ep.lock().as_ref() {
+            ep.kick(EV_LOCAL_CLOSE);
+        }
+    }
+
+    /// After [`IwQp::fatal`], in process context: the adapter has the queue pair in ERROR.
+    fn note_failed(&self) {
+        if !self.failed.load(Ordering::Acquire) {
+            return;
+        }
+        let mut conn = self.conn.lock();
+        if conn.state != iw_state::IDLE && conn.state != iw_state::ERROR {
+            self.set_state(&mut conn, iw_state::ERROR);
+        }
+    }
+
+    /// Detaches the endpoint, from `conn` and from the interrupt handler's view.
+    fn take_ep(&self, conn: &mut Conn) -> Option<Arc<Endpoint>> {
+        // Out of the spinlock before anything drops.
+        let seen = self.irq_ep.lock().take();
+        drop(seen);
+        conn.ep.take()
     }
 
     /// iw_cm takes a reference.
@@ -414,7 +458,7 @@ impl IwQp {
                 }
             }
             conn.alive = false;
-            if let Some(ep) = conn.ep.take() {
+            if let Some(ep) = self.take_ep(&mut conn) {
                 ep.kick(EV_LOCAL_CLOSE);
             }
         }
@@ -444,6 +488,7 @@ impl IwQp {
             return Err(EBUSY);
         }
         conn.ep = Some(ep.clone());
+        *self.irq_ep.lock() = Some(ep.clone());
         Ok(())
     }
 
@@ -451,7 +496,7 @@ impl IwQp {
     fn detach(&self, ep: &Endpoint) {
         let mut conn = self.conn.lock();
         if conn.ep.as_ref().is_some_and(|e| core::ptr::eq(&**e, ep)) {
-            conn.ep = None;
+            drop(self.take_ep(&mut conn));
         }
     }
 
@@ -497,7 +542,7 @@ struct Link {
 const EV_SOCKET: u32 = 1 << 0;
 /// The timer ran out.
 const EV_TIMEOUT: u32 = 1 << 1;
-/// The queue pair stopped or went away.
+/// The queue pair stopped, failed or went away.
 const EV_LOCAL_CLOSE: u32 = 1 << 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -956,8 +1001,11 @@ impl Endpoint {
         self.close(hw, inner);
     }
 
-    /// The queue pair stopped or went away.
+    /// The queue pair stopped, failed or went away.
     fn local_close(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
+        if let Some(qp) = inner.qp.as_ref() {
+            qp.note_failed();
+        }
         match inner.state {
             EpState::Connecting | EpState::AwaitReply => {
                 self.fail_connect(hw, inner, ECONNABORTED, &[]);

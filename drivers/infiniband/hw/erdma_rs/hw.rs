@@ -223,7 +223,13 @@ impl<'bound> Hw<'bound> {
                     self.qps
                         .lock()
                         .get(&object)
-                        .map(|q| q.events.event(QpEvent::Fatal))
+                        .map(|q| {
+                            q.events.event(QpEvent::Fatal);
+                            // An iWARP queue pair's connection ends with it.
+                            if let Some(iw) = &q.iw {
+                                iw.fatal();
+                            }
+                        })
                         .is_some(),
                 ),
                 // Rare: every CEQ's table is searched.
