@@ -454,6 +454,11 @@ def record_report(results, test, report):
     return tap
 
 
+# A guest's test writes this file (results/stop-request, a line saying why) to have
+# its guest killed, as a host stops a VM, after writing its exit status itself.
+STOP_REQUEST = "stop-request"
+
+
 def print_console_tail(logpath, n=15):
     """Prints the last N lines of a guest's console, for a failure with no kernel report: what
     the guest was doing when it stopped answering or died."""
@@ -587,11 +592,19 @@ def main():
         deadline = time.monotonic() + args.timeout
         ended = {}
         while len(ended) < len(vms):
-            for gi, p, _t, con, _payload, logpath in vms:
+            for gi, p, _t, con, payload, logpath in vms:
                 if gi in ended:
                     continue
                 if p.poll() is not None:
                     ended[gi] = ("off", time.monotonic())
+                elif (payload / "results" / STOP_REQUEST).exists():
+                    # A test stops its own guest as a host would: the VM is gone at once,
+                    # with no shutdown (no FIN, no RST, its adapter's client gone).
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+                    ended[gi] = ("stopped", time.monotonic())
+                    print(f"vmrun: guest{gi} stopped at its own request "
+                          f"({(payload / 'results' / STOP_REQUEST).read_text().strip()})", file=sys.stderr)
                 elif con.should_end():
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()

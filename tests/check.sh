@@ -165,20 +165,27 @@ count() {
 # Between two guests: RC traffic (xguest.sh), rdma_cm's tools and perftest
 # -R (xguest_cm.sh) and NVMe over RDMA (nvmeof.sh with NVMEOF_MODE=xguest).
 XGUEST_TESTS="xguest.sh xguest_cm.sh nvmeof.sh"
-IWARP_TESTS="cm.sh iwarp_mpa.sh"
+IWARP_TESTS="cm.sh perftest.sh nvmeof.sh iwarp_mpa.sh"
+IWARP_XGUEST_TESTS="xguest_cm.sh nvmeof.sh"
 if [ "${ERDMA_CHECK_AB:-full}" = full ]; then
 	C_CTL_TESTS="ctrlq.sh ibdev.sh verbs.sh abdiff.sh"
 	C_DP_TESTS="rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh"
 	C_XGUEST="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $XGUEST_TESTS || r=1"
 	C_IWARP="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $IWARP_TESTS || r=1"
+	C_IWARP_XGUEST="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1"
 elif [ "$ERDMA_CHECK_AB" = part ]; then
 	C_CTL_TESTS="ibdev.sh abdiff.sh"
 	C_DP_TESTS="rc.sh kverbs.sh"
 	C_XGUEST=""
 	C_IWARP=""
+	C_IWARP_XGUEST=""
 else
 	die "ERDMA_CHECK_AB is '$ERDMA_CHECK_AB': full (the default) or part"
 fi
+# The mixed pair on iWARP: each guest runs its own driver (XGUEST_DRIVERS, see
+# xguest_driver in lib.sh).
+MIXED="; XGUEST_DRIVERS='erdma_rs erdma' ERDMA_TAP_PREFIX=mix1- erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1"
+MIXED="$MIXED; XGUEST_DRIVERS='erdma erdma_rs' ERDMA_TAP_PREFIX=mix2- erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1"
 lane_ours() {
 	# The RC data path (RoCEv2) between two adapters of one guest, through the
 	# stock provider: ibv_rc_pingpong (rc.sh), perftest with and without
@@ -194,10 +201,11 @@ lane_ours() {
 	guest two-guests-data-path --smp 1 --timeout 2400 --memory 2G \
 		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
 		--run "r=0; NVMEOF_MODE=xguest; export NVMEOF_MODE; erdma_rs/run_tests.sh $XGUEST_TESTS || r=1 $C_XGUEST; exit \$r"
-	# rdma_cm on iWARP (issue 11): librdmacm's tools between two iWARP adapters
-	# of one guest, connected by the driver's own connection manager (MPA over
-	# the guest's TCP), a hostile MPA peer on both sides of a connection and
-	# rmmod with connections in use (iwarp_mpa.sh), ours then the C driver.
+	# rdma_cm on iWARP (issue 11): librdmacm's tools, perftest -R and NVMe over
+	# RDMA between two iWARP adapters of one guest, connected by the driver's
+	# own connection manager (MPA over the guest's TCP), a hostile MPA peer on
+	# both sides of a connection and rmmod with connections in use
+	# (iwarp_mpa.sh), ours then the C driver.
 	guest iwarp-cm --smp 1 --timeout 1800 --memory 2G \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on \
 		--run "r=0; export CM_PROTO=iwarp; erdma_rs/run_tests.sh $IWARP_TESTS || r=1 $C_IWARP; exit \$r"
@@ -248,11 +256,15 @@ lane_rest() {
 		--run "ERDMA_DRIVER=erdma PYVERBS_MODULES='test_device test_pd test_cq test_mr test_qp test_cq_events test_atomic test_fork test_relaxed_ordering test_rdmacm' erdma_rs/run_tests.sh $C_DP_TESTS"
 	# rdma_cm on iWARP between two guests (issue 11): the connection manager's
 	# MPA over the guests' TCP, then the adapters' streams through one model
-	# process; ours only for now: the C driver's ib_send_bw -R and ib_read_lat
-	# -R across guests failed in a make check (not understood yet).
-	guest two-guests-iwarp --smp 1 --timeout 1800 --memory 2G \
-		--dev proto=iwarp --dev proto=iwarp --guest 0 --guest 1 \
-		--run "CM_PROTO=iwarp erdma_rs/run_tests.sh xguest_cm.sh"
+	# process: rdma_cm's tools, every perftest tool with -R and NVMe over RDMA,
+	# ours, then the C driver, then the mixed pair both ways (ours serving and
+	# the C driver connecting, then the other way round), whose MPA frames
+	# are compared byte for byte on the wire; last, the serving guest stops in
+	# the middle of a connection (xguest_stop.sh: vmrun kills it) and ours, in
+	# the other, must see the connection end and clean up.
+	guest two-guests-iwarp --smp 1 --timeout 2400 --memory 2G \
+		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on --guest 0 --guest 1 \
+		--run "r=0; export CM_PROTO=iwarp NVMEOF_MODE=xguest; erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1 $C_IWARP_XGUEST$MIXED; ERDMA_STATUS_SO_FAR=\$r erdma_rs/run_tests.sh xguest_stop.sh || r=1; exit \$r"
 	# Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
 	# of the issue run in three-adapters. (Repetition counts here and in
 	# rmmod_race.sh are cut for the debug kernel's time: 3 and 4 cycles.)

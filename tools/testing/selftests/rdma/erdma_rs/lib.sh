@@ -303,6 +303,42 @@ adapter_pair() {
 roce_pair() { adapter_pair roce; }
 iwarp_pair() { adapter_pair iwarp; }
 
+# stop_this_guest WHY: finishes the test's TAP as tap_finish does, records
+# the scenario's exit status (1 if a test failed here, else
+# ERDMA_STATUS_SO_FAR, the status of what the scenario ran before, 0 by
+# default), then ends this guest as a host stops a VM: vmrun kills it at once
+# (no shutdown, no TCP FIN or RST, its adapters' client gone). Only as the
+# last test of a scenario.
+stop_this_guest() {
+	echo "1..$_tap_n"
+	_st=${ERDMA_STATUS_SO_FAR:-0}
+	[ "$_tap_failed" -eq 0 ] || { tap_diag "$_tap_failed of $_tap_n tests failed"; _st=1; }
+	sleep 1
+	echo $_st >"$ERDMA_RESULTS/exit-status"
+	sync
+	echo "$1" >"$ERDMA_RESULTS/stop-request"
+	sleep 120
+	echo "# stop_this_guest: vmrun did not stop this guest in 120 s" >&2
+	exit 1
+}
+
+# xguest_begin NET DIR TOOL: the start of a test between two guests: DIR made
+# empty, TOOL present (else the whole test skips), the TAP header, the NICs up
+# on 169.254.NET/16, the driver loaded and this guest's adapter found
+# (xguest_adapter; the whole test skips without one).
+xguest_begin() {
+	rm -rf "$2"
+	mkdir -p "$2"
+	command -v "$3" >/dev/null || ksft_skip_all "$3 is missing"
+	tap_header
+	nics_up "$1"
+	tap_check "modprobe $ERDMA_DRIVER" modprobe "$ERDMA_DRIVER"
+	xguest_adapter "$1" || ksft_skip_all "no adapter bound"
+}
+
+# uptime: seconds since boot (the guest's clock; no process forked).
+uptime() { read -r _up _idle </proc/uptime; echo "${_up%.*}"; }
+
 # xguest_driver: in a test between two guests with XGUEST_DRIVERS="SERVER
 # CLIENT" set (a mixed pair, issue 11: the guest that serves runs SERVER, the
 # other CLIENT), sets ERDMA_DRIVER to this guest's driver, chosen as

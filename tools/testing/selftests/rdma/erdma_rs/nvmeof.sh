@@ -3,7 +3,7 @@
 #
 # NVMe over Fabrics (RDMA), the kernel's storage consumer of rdma_cm: an
 # nvmet-rdma target exports a null_blk namespace and a RAM disk (brd) on one
-# RoCEv2 adapter, the nvme-rdma host reaches them through the other: nvme
+# adapter, the nvme-rdma host reaches them through the other: nvme
 # discover and connect (one default, one write and one poll queue), fio
 # random writes verified afterwards (4 KiB and 128 KiB blocks, several jobs,
 # libaio and polled I/O) on the RAM disk, a controller reset and the loss of
@@ -18,12 +18,18 @@
 # target); the host tells the target it is done with one rping. The controller
 # reset in the middle of fio runs in both modes; the port loss, which needs the
 # target to act while the host's fio runs, only in local mode.
+# On iWARP adapters (CM_PROTO=iwarp) the same, connected by the driver's MPA
+# connection manager. In a mixed pair (XGUEST_DRIVERS="TARGET HOST", see
+# xguest_driver in lib.sh) each guest runs its own driver.
 # Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
 
 . "$(dirname "$0")/lib.sh"
 
+[ "${NVMEOF_MODE:-local}" = local ] || xguest_driver
 DRV=$ERDMA_DRIVER
+PROTO=${CM_PROTO:-roce}
 NET=56
+[ "$PROTO" = iwarp ] && NET=60
 MODE=${NVMEOF_MODE:-local}
 NQN=nqn.2026-11.io.erdma-rs:nvmeof
 HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:0e4d0a5c-7f63-4c1a-9d2e-45e2b1a7c0de
@@ -279,10 +285,10 @@ mountpoint -q /sys/kernel/config || mount -t configfs configfs /sys/kernel/confi
 
 role=""
 if [ "$MODE" = local ]; then
-	roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
+	adapter_pair "$PROTO" || ksft_skip_all "fewer than two $PROTO adapters bound"
 	role=both
 else
-	xguest_adapter $NET || ksft_skip_all "no RoCEv2 adapter bound"
+	xguest_adapter $NET || ksft_skip_all "no adapter bound"
 	[ $ROLE = server ] && role=target || role=host
 	# This test's own addresses (a NIC keeps those of the tests before).
 	ib=$IB server_ip=$SERVER_IP my_ip=$MY_IP

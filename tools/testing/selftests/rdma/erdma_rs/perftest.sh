@@ -7,12 +7,17 @@
 # driver under test and the stock erdma provider. Each run must complete on
 # both ends and print its result table. Iteration counts are small: the guest
 # runs under TCG, and bandwidth figures belong to `make bench`.
+# On iWARP adapters (CM_PROTO=iwarp) only rdma_cm can connect a QP (erdma-hw
+# 7.1: RTS comes from the driver's connection manager alone): the -R runs, the
+# atomics only where the adapters report atomic support.
 # Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
 
 . "$(dirname "$0")/lib.sh"
 
 DRV=$ERDMA_DRIVER
+PROTO=${CM_PROTO:-roce}
 NET=51
+[ "$PROTO" = iwarp ] && NET=52
 functions=$(erdma_functions)
 [ -n "$functions" ] || ksft_skip_all "no eRDMA function (1ded:107f) present"
 command -v ib_write_bw >/dev/null || ksft_skip_all "perftest is missing"
@@ -78,7 +83,11 @@ snapshot_at() {
 tap_header
 nics_up $NET
 tap_check "modprobe $DRV" modprobe "$DRV"
-roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
+if [ "$PROTO" = iwarp ]; then
+	iwarp_pair || ksft_skip_all "fewer than two iWARP adapters bound"
+else
+	roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
+fi
 
 # loop_hang NAME: both ends of run NAME stopped inside the latency loop: each
 # printed the result table's header and nothing after it until the timeout.
@@ -111,11 +120,25 @@ each_tool() {
 	tap_check "ib_read_lat$2 8 B" $1 ib_read_lat -s 8 -n 100
 	tap_check "ib_send_bw$2 64 KiB" $1 ib_send_bw -s 65536 -n 50
 	tap_check "ib_send_lat$2 8 B" $1 ib_send_lat -s 8 -n 100
+	if [ -n "$NO_ATOMICS" ]; then
+		tap_skip "ib_atomic_bw$2 (fetch and add)" "$NO_ATOMICS"
+		tap_skip "ib_atomic_lat$2 (compare and swap)" "$NO_ATOMICS"
+		return 0
+	fi
 	tap_check "ib_atomic_bw$2 (fetch and add)" $1 ib_atomic_bw -n 50
 	tap_check "ib_atomic_lat$2 (compare and swap)" $1 ib_atomic_lat -A CMP_AND_SWAP -n 50
 }
 
-each_tool perf ""
+NO_ATOMICS=""
+for _ib in "$IB_A" "$IB_B"; do
+	ibv_devinfo -v -d "$_ib" | grep -q 'atomic_cap:[[:space:]]*ATOMIC_NONE' &&
+		NO_ATOMICS="$_ib reports no atomic support (atomic_cap ATOMIC_NONE)"
+done
+if [ "$PROTO" = iwarp ]; then
+	tap_skip "perftest without rdma_cm" "an iWARP QP reaches RTS only through the connection manager"
+else
+	each_tool perf ""
+fi
 # The same through rdma_cm (-R), which needs the adapters' GSI QPs (UD, issue
 # 10). perftest 25.01 has no data validation (--data_validation came later).
 each_tool perf_cm " -R"

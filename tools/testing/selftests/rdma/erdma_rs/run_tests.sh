@@ -11,8 +11,6 @@ results=${ERDMA_RESULTS:-/tmp/erdma-results}
 [ "${ERDMA_LIB_LOADED:-}" = 1 ] || { echo "# lib.sh did not load completely"; exit 1; }
 mkdir -p "$results"
 rc=0
-# uptime: seconds since boot (the guest's clock), for each test's duration.
-uptime() { read -r _up _idle </proc/uptime; echo "${_up%.*}"; }
 for t in "$@"; do
 	name=${ERDMA_TAP_PREFIX:-}$(basename "$t" .sh)
 	echo "# selftests: erdma_rs: $name"

@@ -12,15 +12,7 @@
 DRV=$ERDMA_DRIVER
 NET=53
 tmp=/tmp/xguest
-rm -rf "$tmp"
-mkdir -p "$tmp"
-command -v ibv_rc_pingpong >/dev/null || ksft_skip_all "ibv_rc_pingpong (ibverbs-utils) is missing"
-
-tap_header
-nics_up $NET
-tap_check "modprobe $DRV" modprobe "$DRV"
-
-xguest_adapter $NET || ksft_skip_all "no RoCEv2 adapter bound"
+xguest_begin $NET "$tmp" ibv_rc_pingpong
 ib=$IB gid=$GID role=$ROLE server_ip=$SERVER_IP
 
 # xrun NAME PORT DONE CMD...: the server runs CMD; the client runs CMD with the

@@ -30,15 +30,7 @@ PROTO=${CM_PROTO:-roce}
 NET=57
 [ "$PROTO" = iwarp ] && NET=59
 tmp=/tmp/xguest_cm
-rm -rf "$tmp"
-mkdir -p "$tmp"
-command -v rping >/dev/null || ksft_skip_all "rping (rdmacm-utils) is missing"
-
-tap_header
-nics_up $NET
-tap_check "modprobe $DRV" modprobe "$DRV"
-
-xguest_adapter $NET || ksft_skip_all "no adapter bound"
+xguest_begin $NET "$tmp" rping
 # This test's own addresses (a NIC keeps those of the tests before); every
 # listener and every client binds them.
 ib=$IB role=$ROLE server_ip=$SERVER_IP my_ip=$MY_IP
@@ -46,9 +38,6 @@ ib=$IB role=$ROLE server_ip=$SERVER_IP my_ip=$MY_IP
 # What a client sees while the server does not listen yet: rdma_cm's reject
 # (invalid service ID), or a refused TCP connection (cmtime's sync socket).
 NOT_YET='REJECTED, error:\{0,1\} 8\|Connection refused\|rdma_connect: Invalid argument\|Unable to perform rdma_client\|Failed to connect'
-
-# uptime: seconds since boot.
-uptime() { read -r _up _idle </proc/uptime; echo "${_up%.*}"; }
 
 # xrun NAME PORT DONE SERVER-ARGS -- CLIENT-ARGS: the server runs SERVER-ARGS
 # (150 s at most) and, once its rdma_cm ID listens on PORT, opens its beacon
