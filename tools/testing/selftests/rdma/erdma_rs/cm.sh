@@ -218,9 +218,13 @@ tap_check "ucmatose $IB_B -> $IB_A: 4 connections, 20 messages each way" ucmatos
 tap_check "rdma_server/rdma_client on $IB_A: one message each way" rdma_pair
 tap_check "riostream on $IB_A: 100 x 4 KiB each way, verified" riostream_pair
 if [ "$PROTO" = iwarp ]; then
-	# cmtime's out-of-band TCP socket listens on the rdma_cm port, which an
-	# iWARP listener holds as a TCP port itself (no port mapper): EADDRINUSE.
-	tap_skip "cmtime $IB_B -> $IB_A" "its out-of-band socket takes the iWARP listener's TCP port"
+	# cmtime cannot run on iWARP: rdma-core 56.1's (the guest's) listens for
+	# its out-of-band TCP socket on the rdma_cm port, which an iWARP listener
+	# holds as a TCP port itself: EADDRINUSE. From rdma-core 59 on the two
+	# ports differ, but cmtime always also times connections without QPs,
+	# which iw_cm cannot make (iw_cm_connect needs the QP): tried with 65.0,
+	# its client fails there.
+	tap_skip "cmtime $IB_B -> $IB_A" "cmtime cannot run on iWARP (its port sharing; later ones connect without QPs)"
 else
 	tap_check "cmtime $IB_B -> $IB_A: 10 connections with QPs and 10 without" cmtime_pair 10
 fi
