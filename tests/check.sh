@@ -173,11 +173,13 @@ if [ "${ERDMA_CHECK_AB:-full}" = full ]; then
 	C_XGUEST="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $XGUEST_TESTS || r=1"
 	C_IWARP="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $IWARP_TESTS || r=1"
 	# The C driver's xguest_cm.sh on iWARP failed in 2 of the 3 make checks
-	# that ran it (2026-11-25, 11-26): its client's connection timing out
-	# (UNREACHABLE after its 10 s timer) or rejected while the server had
-	# accepted it, the server then failing on a flushed QP; not understood, not
-	# ours (ours, and the mixed pair with the C driver connecting, passed in
-	# the same boots). Its NVMe over RDMA across the guests runs.
+	# that ran it (2026-11-25, 11-26): a client's connection timing out
+	# (UNREACHABLE after its 10 s timer) or given up by the client some
+	# 250 ms after both QPs reached RTS, the server then failing on a flushed
+	# QP. Ours failed the second way once too (ib_atomic_bw -R, 1 of 4 runs):
+	# not understood yet, so across guests only ib_send_bw and ib_read_lat run
+	# (XGUEST_ALL_PERFTEST, xguest_cm.sh). Its NVMe over RDMA across the
+	# guests runs.
 	C_IWARP_XGUEST="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh nvmeof.sh || r=1"
 elif [ "$ERDMA_CHECK_AB" = part ]; then
 	C_CTL_TESTS="ibdev.sh abdiff.sh"
