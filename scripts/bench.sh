@@ -115,17 +115,16 @@ say "kernel $(ls "$OUT/kernel/modules") from $KOUT, copied to $OUT/kernel"
 # medians. Any other report, and every report of ours or C, ends the run.
 TOLERATE='WARNING: drivers/infiniband/sw/rxe/rxe_comp\.c:[0-9]+ at rxe_completer\+'
 
-# One guest, two RoCEv2 adapters whose NICs are wired to each other, and two
-# iWARP ones (the iWARP rows); 3 GiB so that a 1 GiB MR fits next to
-# everything else.
+# One guest, two RoCEv2 adapters whose NICs are wired to each other; 3 GiB so
+# that a 1 GiB MR fits next to everything else.
 VM=$OUT/vm
 CONSOLE=$VM/guest0.console.log
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-say "booting one guest (4 vCPUs, 3 GiB, two RoCEv2 and two iWARP adapters) for $ROUNDS rounds of erdma_rs, erdma and rxe;" \
+say "booting one guest (4 vCPUs, 3 GiB, two RoCEv2 adapters) for $ROUNDS rounds of erdma_rs, erdma and rxe;" \
 	"progress every 30 s, console: $CONSOLE"
 "$TOP/scripts/vmrun.py" --quiet --out "$VM" --timeout "$TIMEOUT" --emu "$EMU" \
 	--kernel "$OUT/kernel/bzImage" --modules "$OUT/kernel/modules" \
-	--smp 4 --memory 3G --dev proto=roce --dev proto=roce --dev proto=iwarp --dev proto=iwarp \
+	--smp 4 --memory 3G --dev proto=roce --dev proto=roce \
 	--copy "$SELFTESTS" --tolerate "$TOLERATE" \
 	--run "BENCH_TOLERATE='$TOLERATE' BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_PAIRS=$PAIRS BENCH_PAIR_SECONDS=$PAIR_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS BENCH_CM_CONNS=$CM_CONNS BENCH_RPING_COUNT=$RPING_COUNT BENCH_RXE_RPING_COUNT=$RXE_RPING_COUNT BENCH_FIO_SECONDS=$FIO_SECONDS sh erdma_rs/bench.sh" \
 	>"$OUT/vm.log" 2>&1 &

@@ -20,11 +20,7 @@
 #     rping round trips per second;
 #   NVMe over RDMA (an nvmet-rdma target on A exporting a null_blk device,
 #     the nvme-rdma host on B, fio through it): 4 KiB random read IOPS at
-#     queue depth 32 and 128 KiB sequential write MiB/s;
-#   iWARP (ours and C only; two iWARP adapters C and D, connected by the
-#     driver's MPA connection manager): rping as above, ib_write_lat (median,
-#     p99) and ib_write_bw (1 QP) with -R. (No cmtime: it cannot run on
-#     iWARP, see cm.sh.)
+#     queue depth 32 and 128 KiB sequential write MiB/s.
 #
 # The control path of ours and C is measured first, in BENCH_PAIRS pairs: both
 # drivers bound at once, each to an adapter of its own (driver_override), and
@@ -46,8 +42,7 @@
 # (rxe's failures are counted and shown: it is only a reference), or the
 # kernel reported trouble other than what BENCH_TOLERATE (an extended regular
 # expression, scripts/bench.sh's) names. Needs a guest
-# with two RoCEv2 adapters whose NICs are wired to each other (and two iWARP
-# ones for the iWARP rows), and enough
+# with two RoCEv2 adapters whose NICs are wired to each other, and enough
 # memory for a 1 GiB MR (3 GiB), and rdmacm-utils, nvme-cli, fio and the
 # kernel's nvme-rdma, nvmet-rdma and null_blk modules.
 
@@ -83,8 +78,6 @@ FIO_SECONDS=${BENCH_FIO_SECONDS:-3}
 # that did not load gets "nan" for.
 ROUND_METRICS="kcq write_lat_p50 write_lat_p99 send_lat_p50 send_lat_p99 write_bw_q1 write_bw_q4
 	read_bw_q1 read_bw_q4 cm_conn rping nvme_rr4k nvme_sw128k"
-# And of the eRDMA drivers on iWARP.
-IW_METRICS="iw_rping iw_write_lat_p50 iw_write_lat_p99 iw_write_bw_q1"
 NET=70
 HERE=$(cd "$(dirname "$0")" && pwd)
 RESULTS=${ERDMA_RESULTS:-/tmp/erdma-results}
@@ -132,7 +125,7 @@ for bdf in $(erdma_functions); do
 done
 set -- $NETDEVS
 [ $# -ge 2 ] || { say "FAILED: need two eRDMA adapters with twin NICs, found: $NETDEVS"; exit 1; }
-ND_A=$1 ND_B=$2 ND_C=${3:-} ND_D=${4:-}
+ND_A=$1 ND_B=$2
 set -- $(erdma_functions)
 BDF_A=$1 BDF_B=$2
 
@@ -272,21 +265,10 @@ kcq() {
 # on B; its output is in $tmp/DRIVER-rROUND-NAME.cli (and .srv). Each side is
 # pinned to a vCPU of its own: perftest times with the TSC, and under TCG the
 # vCPUs' TSCs do not agree, so a process that migrated reported "inf".
-# With PERF_CM set, rdma_cm connects them (-R, each side bound to its address):
-# on iWARP there is no other way.
 perf() {
 	_drv=$1 _round=$2 _name=$3 _tool=$4
 	shift 4
 	next_port
-	if [ -n "${PERF_CM:-}" ]; then
-		RUN_PAIR_READY=cm_listening
-		run_pair "$_drv-r$_round-$_name" "$PORT" '#bytes' \
-			taskset -c 1 "$_tool" -d "$IB_A" -R --bind_source_ip "$IP_A" -p "$PORT" -F "$@" -- \
-			taskset -c 2 "$_tool" -d "$IB_B" -R --bind_source_ip "$IP_B" -p "$PORT" -F "$@" "$IP_A"
-		_r=$?
-		RUN_PAIR_READY=listening
-		return $_r
-	fi
 	run_pair "$_drv-r$_round-$_name" "$PORT" '#bytes' \
 		taskset -c 1 "$_tool" -d "$IB_A" -x "$GID_A" -p "$PORT" -F "$@" -- \
 		taskset -c 2 "$_tool" -d "$IB_B" -x "$GID_B" -p "$PORT" -F "$@" "$IP_A"
@@ -309,7 +291,7 @@ uncalibrated() { grep -qs 'Correlation coefficient r^2' "$tmp/$1-r$2-$3.cli" "$t
 # A run whose clock perftest could not calibrate is the tool's failure, not a
 # measurement: it is run again (up to twice), and said so.
 lat() {
-	name=${MP:-}${3#ib_}
+	name=${3#ib_}
 	p50="" p99="" iters=$LAT_ITERS try=1
 	[ "$1" != rxe ] || iters=$RXE_LAT_ITERS
 	while :; do
@@ -330,7 +312,7 @@ lat() {
 # bw DRIVER ROUND TOOL QPS: average bandwidth at 64 KiB with QPS QPs, over
 # BW_SECONDS (perftest's duration mode, the same time for every driver).
 bw() {
-	name=${MP:-}${3#ib_}_q$4
+	name=${3#ib_}_q$4
 	v="" unit=MiB/s
 	if perf "$1" "$2" "$name" "$3" -s 65536 -D "$BW_SECONDS" -q "$4"; then
 		v=$(field BW_average "$tmp/$1-r$2-$name.cli")
@@ -402,7 +384,7 @@ cm_rate() {
 rping_rate() {
 	n=$RPING_COUNT
 	[ "$1" != rxe ] || n=$RXE_RPING_COUNT
-	name=$1-r$2-${MP:-}rping
+	name=$1-r$2-rping
 	v=""
 	next_port
 	RUN_PAIR_READY=cm_listening
@@ -426,7 +408,7 @@ rping_rate() {
 			"$tmp/$name.cli")
 	fi
 	RUN_PAIR_READY=listening
-	record "$1 $2 ${MP:-}rping ${v:-nan} rt/s"
+	record "$1 $2 rping ${v:-nan} rt/s"
 	[ -n "$v" ] || say "$1 round $2: rping failed; read $tmp/$name.cli and .srv"
 	summary="${summary}rping ${n}x${RPING_SIZE} B: ${v:-nan} rt/s; "
 }
@@ -437,35 +419,6 @@ cm() {
 	cm_rate "$1" "$2"
 	rping_rate "$1" "$2"
 	say "$1 round $2: $summary"
-}
-
-# ---- iWARP ----------------------------------------------------------------------
-# iwarp_ready: the RDMA devices on ND_C and ND_D exist and their netdevs have
-# IPv4 addresses; sets IW_A/IW_B and IW_IP_A/IW_IP_B.
-iwarp_ready() {
-	IW_A=$(ibdev_of "$ND_C") IW_B=$(ibdev_of "$ND_D")
-	IW_IP_A=$(ipv4_of "$ND_C") IW_IP_B=$(ipv4_of "$ND_D")
-	[ -n "$IW_A" ] && [ -n "$IW_B" ] && [ -n "$IW_IP_A" ] && [ -n "$IW_IP_B" ]
-}
-
-# iwarp DRIVER ROUND: the iWARP rows, between adapters C and D: rping and the
-# -R perftest ones, measured as on RoCEv2 with A and B standing for C and D
-# for the time.
-iwarp() {
-	if [ -z "$ND_C" ] || [ -z "$ND_D" ] || ! wait_for 20 iwarp_ready; then
-		say "$1 round $2: no two iWARP adapters with addresses ($ND_C, $ND_D)"
-		for m in $IW_METRICS; do record "$1 $2 $m nan -"; done
-		return
-	fi
-	_saved="$IB_A $IB_B $IP_A $IP_B"
-	IB_A=$IW_A IB_B=$IW_B IP_A=$IW_IP_A IP_B=$IW_IP_B MP=iw_ PERF_CM=1
-	summary=""
-	rping_rate "$1" "$2"
-	lat "$1" "$2" ib_write_lat
-	bw "$1" "$2" ib_write_bw 1
-	set -- "$1" "$2" $_saved
-	IB_A=$3 IB_B=$4 IP_A=$5 IP_B=$6 MP="" PERF_CM=""
-	say "$1 round $2: iWARP ($IW_A, $IW_B): $summary"
 }
 
 # ---- NVMe over RDMA ---------------------------------------------------------------
@@ -602,14 +555,11 @@ while [ $round -le "$ROUNDS" ]; do
 			data "$drv" "$round"
 			cm "$drv" "$round"
 			nvmeof "$drv" "$round"
-			[ "$drv" = rxe ] || iwarp "$drv" "$round"
 		else
 			say "round $round: $drv did not load; read the console log"
 			ctl=$CTL_METRICS
 			! listed "$drv" "$PAIRED" || ctl=""
-			iw=$IW_METRICS
-			[ "$drv" != rxe ] || iw=""
-			for m in $ctl $ROUND_METRICS $iw; do
+			for m in $ctl $ROUND_METRICS; do
 				record "$drv $round $m nan -"
 			done
 		fi
