@@ -336,6 +336,10 @@ xguest_begin() {
 	xguest_adapter "$1" || ksft_skip_all "no adapter bound"
 }
 
+# has_atomics IB: RDMA device IB reports atomic support (atomic_cap not
+# ATOMIC_NONE).
+has_atomics() { ! ibv_devinfo -v -d "$1" | grep -q 'atomic_cap:[[:space:]]*ATOMIC_NONE'; }
+
 # uptime: seconds since boot (the guest's clock; no process forked).
 uptime() { read -r _up _idle </proc/uptime; echo "${_up%.*}"; }
 

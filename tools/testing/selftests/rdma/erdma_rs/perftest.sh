@@ -83,11 +83,7 @@ snapshot_at() {
 tap_header
 nics_up $NET
 tap_check "modprobe $DRV" modprobe "$DRV"
-if [ "$PROTO" = iwarp ]; then
-	iwarp_pair || ksft_skip_all "fewer than two iWARP adapters bound"
-else
-	roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
-fi
+adapter_pair "$PROTO" || ksft_skip_all "fewer than two $PROTO adapters bound"
 
 # loop_hang NAME: both ends of run NAME stopped inside the latency loop: each
 # printed the result table's header and nothing after it until the timeout.
@@ -131,8 +127,7 @@ each_tool() {
 
 NO_ATOMICS=""
 for _ib in "$IB_A" "$IB_B"; do
-	ibv_devinfo -v -d "$_ib" | grep -q 'atomic_cap:[[:space:]]*ATOMIC_NONE' &&
-		NO_ATOMICS="$_ib reports no atomic support (atomic_cap ATOMIC_NONE)"
+	has_atomics "$_ib" || NO_ATOMICS="$_ib reports no atomic support (atomic_cap ATOMIC_NONE)"
 done
 if [ "$PROTO" = iwarp ]; then
 	tap_skip "perftest without rdma_cm" "an iWARP QP reaches RTS only through the connection manager"
