@@ -49,6 +49,22 @@ NOT_YET='REJECTED, error:\{0,1\} 8\|Connection refused\|rdma_connect: Invalid ar
 # is "DISCONNECT EVENT", which its rdma_cm thread prints: a client can exit,
 # 0, before that thread got the server's disconnect. rping exits 255 on a
 # data mismatch.)
+# With XRUN_SETUP_FAILED and XRUN_STARTED set (patterns of the tool's
+# output), a run whose connection failed before its first exchange (the
+# output matches the first and not the second) is run once more, server and
+# client, and the TAP diagnostics say so. xperf sets them where the C driver
+# connects, for its known race (issue 11): erdma_newconn_connected() sends the
+# MPA request, then sets ERDMA_EPSTATE_AWAIT_MPAREP; a reply that arrives
+# while the send still owns the socket is delivered from the socket's backlog
+# at its release, finds the endpoint CONNECTING and is ignored, and 10 s later
+# (MPAREP_TIMEOUT) the connection is reset (UNREACHABLE; or REJECTED when the
+# server's end went first). Seen in about 1 of 100 perftest connections between
+# two loaded TCG guests; a trace of it: the client's only sk_data_ready runs in
+# the CM worker, 34 ms after TCP connected, then tcp_send_reset
+# TCP_ABORT_ON_CLOSE 10.3 s later.
+setup_failed() {
+	[ -n "$again" ] && grep -q "$XRUN_SETUP_FAILED" "$1" && ! grep -q "$XRUN_STARTED" "$1"
+}
 xrun() {
 	name=$1 port=$2 done=$3
 	shift 3
@@ -59,15 +75,23 @@ xrun() {
 	done
 	shift
 	for a in "$@"; do cli="$cli '$a'"; done
+	again=${XRUN_SETUP_FAILED:+1}
 	if [ $role = server ]; then
-		eval "timeout 150 $srv" >"$tmp/$name" 2>&1 &
-		pid=$!
-		if wait_for 60 cm_listening "$port"; then
-			ready_beacon "$server_ip" $((port + 100)) 150 ||
-				tap_diag "$name: no client came to the beacon"
-		fi
-		wait $pid
-		rc=$?
+		beacon=1
+		while :; do
+			eval "timeout 150 $srv" >"$tmp/$name" 2>&1 &
+			pid=$!
+			# (Served again, the client is retrying already: no beacon.)
+			if wait_for 60 cm_listening "$port" && [ -n "$beacon" ]; then
+				ready_beacon "$server_ip" $((port + 100)) 150 ||
+					tap_diag "$name: no client came to the beacon"
+			fi
+			wait $pid
+			rc=$?
+			[ $rc != 0 ] && setup_failed "$tmp/$name" || break
+			tap_diag "$name: the connection failed before its first exchange (the C driver's MPA reply race?), served once more; the server said: $(tr '\n' ';' <"$tmp/$name" | tail -c 400)"
+			again="" beacon=""
+		done
 	else
 		start=$(uptime)
 		await_beacon "$server_ip" $((port + 100)) 200 ||
@@ -79,8 +103,13 @@ xrun() {
 			# Every try's output, for the diagnosis of a failure retried.
 			{ echo "-- try (exit $rc):"; cat "$tmp/$name"; } >>"$tmp/$name.tries"
 			# (cmtime says nothing when its sync socket is refused.)
-			[ $rc != 0 ] && { grep -q "$NOT_YET" "$tmp/$name" || [ ! -s "$tmp/$name" ]; } &&
-				[ $(($(uptime) - start)) -lt 200 ] || break
+			if [ $rc != 0 ] && setup_failed "$tmp/$name"; then
+				tap_diag "$name: the connection failed before its first exchange (the C driver's MPA reply race?), tried once more; the client said: $(tr '\n' ';' <"$tmp/$name" | tail -c 400)"
+				again=""
+			elif [ $rc = 0 ] || ! { grep -q "$NOT_YET" "$tmp/$name" || [ ! -s "$tmp/$name" ]; } ||
+				[ $(($(uptime) - start)) -ge 200 ]; then
+				break
+			fi
 			sleep 1
 		done
 	fi
@@ -155,17 +184,28 @@ xperf() {
 	shift 2
 	_done='#bytes'
 	[ $role = client ] || _done=' Test'
+	# The C driver's race (see xrun) ends perftest's control connection: the
+	# client's connect fails (CM event 7 or 8), the server's first receive is
+	# flushed ("Failed to exchange data ..."), both before the test's banner
+	# ("Send BW Test").
+	if [ "$cli_drv" = erdma ]; then
+		XRUN_SETUP_FAILED='Failed to exchange data'
+		[ $role = client ] && XRUN_SETUP_FAILED='Unexpected CM event bl blka [78]$'
+		XRUN_STARTED=' Test *$'
+	fi
 	tap_check "$role: $tool -R across guests" \
 		xrun "$tool" "$port" "$_done" "$tool" -d "$ib" -R --bind_source_ip "$server_ip" -p "$port" -F "$@" -- \
 		"$tool" -d "$ib" -R --bind_source_ip "$my_ip" -p "$port" -F "$@" "$server_ip"
+	XRUN_SETUP_FAILED="" XRUN_STARTED=""
 }
 xperf ib_send_bw 18806 -s 65536 -n 50
 xperf ib_read_lat 18807 -s 8 -n 100
 # The other six tools across guests on iWARP only with XGUEST_ALL_PERFTEST=1:
 # in make check runs, one of them failed now and then, with either driver
 # (ours: ib_atomic_bw -R in 1 of 4 runs; the C driver's more often): the
-# client gives up on its connection some 250 ms after both QPs reached RTS,
-# not understood yet. All eight run in one guest (perftest.sh).
+# client gave up on its connection some 250 ms after both QPs reached RTS,
+# not understood yet (not the C driver's MPA reply race of xrun, where the
+# client's QP never gets there). All eight run in one guest (perftest.sh).
 if [ "$PROTO" = iwarp ] && [ -z "${XGUEST_DRIVERS:-}" ] && [ "${XGUEST_ALL_PERFTEST:-0}" = 1 ]; then
 	xperf ib_write_bw 18820 -s 65536 -n 50
 	xperf ib_write_lat 18821 -s 8 -n 100
