@@ -176,7 +176,7 @@ if [ "${ERDMA_CHECK_AB:-full}" = full ]; then
 	# that ran it (2026-11-25, 11-26): a client's connection timing out
 	# (UNREACHABLE after its 10 s timer: the C driver's own race, which loses
 	# an MPA reply arriving during its request's send, see xrun in
-	# xguest_cm.sh; it can hit any of its connections) or given up by the client some
+	# xguest_cm.sh, which now runs such a pair once more) or given up by the client some
 	# 250 ms after both QPs reached RTS, the server then failing on a flushed
 	# QP. Ours failed the second way once too (ib_atomic_bw -R, 1 of 4 runs):
 	# not understood yet, so across guests only ib_send_bw and ib_read_lat run
