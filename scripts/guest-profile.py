@@ -14,56 +14,12 @@ about 50 samples a second; it slows the guest a little.
 """
 
 import argparse
-import bisect
 import collections
-import json
-import re
-import socket
 import sys
 import time
 from pathlib import Path
 
-from vmrun import debug_kernel_dir
-
-REGS = re.compile(r"RIP=([0-9a-f]{16}).*?\nCS =([0-9a-f]{4})", re.S)
-# x86-64 MODULES_VADDR without KASLR (the test kernels have no RANDOMIZE_BASE)
-MODULES_START = 0xffffffffa0000000
-
-
-def load_map(path):
-    """Text symbols of a System.map, sorted by address."""
-    syms = []
-    with open(path) as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 3 and parts[1] in "tTwW":
-                syms.append((int(parts[0], 16), parts[2]))
-    syms.sort()
-    return [a for a, _ in syms], [n for _, n in syms]
-
-
-class Qmp:
-    """A QMP client: one command at a time, events skipped."""
-
-    def __init__(self, path):
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.connect(str(path))
-        self.file = self.sock.makefile("rw")
-        self.file.readline()  # the greeting
-        self.command("qmp_capabilities")
-
-    def command(self, name, **arguments):
-        self.file.write(json.dumps({"execute": name, "arguments": arguments}) + "\n")
-        self.file.flush()
-        while True:
-            line = self.file.readline()
-            if not line:
-                raise EOFError("QEMU closed the socket")
-            reply = json.loads(line)
-            if "error" in reply:
-                raise RuntimeError(reply["error"].get("desc", reply["error"]))
-            if "return" in reply:
-                return reply["return"]
+from vmrun import KernelMap, Qmp, debug_kernel_dir, vcpu_functions
 
 
 def main():
@@ -76,7 +32,7 @@ def main():
     kmap = Path(a.map) if a.map else debug_kernel_dir() / "System.map"
     if not kmap.exists():
         sys.exit(f"guest-profile: no {kmap}; build the kernel (scripts/build-kernel.sh) or pass --map")
-    addrs, names = load_map(kmap)
+    kernel = KernelMap(kmap)
     try:
         qmp = Qmp(a.qmp)
     except OSError as e:
@@ -86,21 +42,12 @@ def main():
     end = time.monotonic() + a.seconds
     while time.monotonic() < end:
         try:
-            regs = qmp.command("human-monitor-command", **{"command-line": "info registers -a"})
+            names = vcpu_functions(qmp, kernel)
         except (OSError, EOFError, ValueError) as e:
             print(f"guest-profile: the guest went away ({e}); what was sampled until then:")
             break
-        for m in REGS.finditer(regs):
-            rip, cs = int(m.group(1), 16), int(m.group(2), 16)
-            if cs & 3:
-                name = "[user]"
-            elif rip >= MODULES_START:
-                name = "[module]"
-            else:
-                i = bisect.bisect_right(addrs, rip) - 1
-                name = names[i] if i >= 0 else f"[{rip:#x}]"
-            hits[name] += 1
-            samples += 1
+        hits.update(names)
+        samples += len(names)
         time.sleep(0.01)
     if not samples:
         sys.exit("guest-profile: no samples")

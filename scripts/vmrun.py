@@ -32,12 +32,15 @@ bad usage or missing artifacts.
 """
 
 import argparse
+import bisect
+import collections
 import json
 import os
 import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -471,6 +474,115 @@ def print_console_tail(logpath, n=15):
         print(f"vmrun:   {line[:200]}", file=sys.stderr)
 
 
+# x86-64 MODULES_VADDR without KASLR (the test kernels have no RANDOMIZE_BASE)
+MODULES_START = 0xffffffffa0000000
+VCPU_REGS = re.compile(r"RIP=([0-9a-f]{16}).*?\nCS =([0-9a-f]{4})", re.S)
+
+
+class Qmp:
+    """A QMP client: one command at a time, events skipped."""
+
+    def __init__(self, path, timeout=10):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(timeout)
+        self.sock.connect(str(path))
+        self.file = self.sock.makefile("rw")
+        self.file.readline()  # the greeting
+        self.command("qmp_capabilities")
+
+    def command(self, name, **arguments):
+        self.file.write(json.dumps({"execute": name, "arguments": arguments}) + "\n")
+        self.file.flush()
+        while True:
+            line = self.file.readline()
+            if not line:
+                raise EOFError("QEMU closed the socket")
+            reply = json.loads(line)
+            if "error" in reply:
+                raise RuntimeError(reply["error"].get("desc", reply["error"]))
+            if "return" in reply:
+                return reply["return"]
+
+    def close(self):
+        self.sock.close()
+
+
+class KernelMap:
+    """Names kernel text addresses from a System.map."""
+
+    def __init__(self, path):
+        syms = []
+        with open(path) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[1] in "tTwW":
+                    syms.append((int(parts[0], 16), parts[2]))
+        syms.sort()
+        self.addrs = [a for a, _ in syms]
+        self.names = [n for _, n in syms]
+
+    def name(self, rip, cs):
+        """The function at `rip`: module code shows as [module], user space as [user]."""
+        if cs & 3:
+            return "[user]"
+        if rip >= MODULES_START:
+            return "[module]"
+        i = bisect.bisect_right(self.addrs, rip) - 1
+        return self.names[i] if i >= 0 else f"[{rip:#x}]"
+
+
+def vcpu_functions(qmp, kmap):
+    """One sample: the function each vCPU is in (QEMU's "info registers -a")."""
+    regs = qmp.command("human-monitor-command", **{"command-line": "info registers -a"})
+    return [kmap.name(int(m.group(1), 16), int(m.group(2), 16)) for m in VCPU_REGS.finditer(regs)]
+
+
+def examine_hung_guest(qmp_path, con, logpath, kmap_path):
+    """A guest that did not power off in time, before it is killed: where its vCPUs are (20
+    samples of each one's instruction pointer), then the kernel's own view, which goes to the
+    console log: sysrq w (the blocked tasks) and sysrq l (a backtrace of every CPU). Returns a
+    summary for the failure line: the test that was running, the last console line before,
+    the hottest functions, the blocked tasks."""
+    try:
+        before = Path(logpath).read_text(errors="replace").splitlines()
+    except OSError:
+        before = []
+    last = next((strip_stamp(line).strip() for line in reversed(before) if line.strip()), "")
+    parts = [f"running: {con.test or 'no test'}", f"last console line: {last[:160]!r}"]
+    try:
+        qmp = Qmp(qmp_path)
+    except (OSError, ValueError, RuntimeError, EOFError) as e:
+        parts.append(f"QMP unreachable ({e})")
+        return "; ".join(parts)
+    try:
+        if kmap_path.exists():
+            kmap = KernelMap(kmap_path)
+            hits = collections.Counter()
+            for _ in range(20):
+                hits.update(vcpu_functions(qmp, kmap))
+                time.sleep(0.05)
+            total = sum(hits.values()) or 1
+            parts.append("vCPUs in: " + ", ".join(f"{n} {100 * c // total}%" for n, c in hits.most_common(5)))
+        for key in ("w", "l"):
+            qmp.command("send-key", keys=[{"type": "qcode", "data": k} for k in ("alt", "sysrq", key)])
+            # Until the console has been quiet for 3 s, 30 s at most.
+            end = time.monotonic() + 30
+            time.sleep(1)
+            while time.monotonic() < end and time.monotonic() - con.last_line_at < 3:
+                time.sleep(0.5)
+    except (OSError, ValueError, RuntimeError, EOFError) as e:
+        parts.append(f"QMP failed ({e})")
+    finally:
+        qmp.close()
+    try:
+        after = Path(logpath).read_text(errors="replace").splitlines()[len(before):]
+    except OSError:
+        after = []
+    blocked = [m.group(1) for m in map(re.compile(r"task:(\S+)\s+state:D").search, after) if m]
+    parts.append(f"blocked tasks (sysrq w): {', '.join(blocked[:8]) or 'none'}")
+    return "; ".join(parts)
+
+
 def parse_tap(path):
     passed = failed = skipped = 0
     failures = []
@@ -610,12 +722,14 @@ def main():
                     p.wait()
                     ended[gi] = ("killed", time.monotonic())
                 elif time.monotonic() >= deadline:
-                    print(f"vmrun: FAIL guest{gi}: no power-off within {args.timeout} s; killed. "
-                          f"Read {logpath}", file=sys.stderr)
+                    print_console_tail(logpath)
+                    why = examine_hung_guest(Path(f"{payload}.qmp"), con, logpath,
+                                             Path(args.kernel).resolve().parents[3] / "System.map")
+                    print(f"vmrun: FAIL guest{gi}: no power-off within {args.timeout} s; killed ({why}). "
+                          f"Read {logpath} (its end: sysrq w and l)", file=sys.stderr)
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
                     ended[gi] = ("timeout", time.monotonic())
-                    print_console_tail(logpath)
                     ok = False
             time.sleep(0.2)
         for gi, p, t, con, payload, logpath in vms:
