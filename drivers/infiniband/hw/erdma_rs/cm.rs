@@ -22,7 +22,8 @@
 //! passive: AwaitRequest --request--> AwaitAccept --iw_accept--> Connected --> Closed
 //! ```
 //!
-//! Every failure, and every close, ends in [`Endpoint::close`]: the socket is released, the timer
+//! A listener's end ends its connections not accepted yet ([`destroy_listen`]). Every failure,
+//! and every close, ends in [`Endpoint::close`]: the socket is released, the timer
 //! stopped, the queue pair unlinked, the iw_cm identifier's reference dropped, and the endpoint
 //! leaves the connection manager's table. What the peer sends is hostile: a wrong key, another
 //! revision, markers or CRCs, more private data than allowed or than arrives, silence, or a reset
@@ -1153,7 +1154,10 @@ impl Listener {
 /// An endpoint in the table, and the listener it came from.
 struct Entry {
     ep: Arc<Endpoint>,
+    /// Passive, until accepted: the listener whose end ends it too.
     listener: Option<usize>,
+    /// Passive: its request was reported to iw_cm (it no longer counts against the backlog).
+    reported: bool,
 }
 
 /// The tables of a [`Cm`].
@@ -1205,6 +1209,7 @@ impl Cm {
             Entry {
                 ep: ep.clone(),
                 listener,
+                reported: false,
             },
         ));
         Ok(token)
@@ -1224,9 +1229,16 @@ impl Cm {
         drop(removed);
     }
 
-    /// The endpoint of `token` was reported to iw_cm: it no longer counts against its
-    /// listener's backlog, and outlives the listener.
+    /// The request of endpoint `token` was reported to iw_cm: it no longer counts against its
+    /// listener's backlog.
     fn reported(&self, token: usize) {
+        if let Some(e) = self.tables.lock().endpoints.get_mut(&token) {
+            e.reported = true;
+        }
+    }
+
+    /// Endpoint `token` was accepted: it outlives its listener.
+    fn accepted(&self, token: usize) {
         if let Some(e) = self.tables.lock().endpoints.get_mut(&token) {
             e.listener = None;
         }
@@ -1238,8 +1250,19 @@ impl Cm {
             .lock()
             .endpoints
             .values()
-            .filter(|e| e.listener == Some(token))
+            .filter(|e| e.listener == Some(token) && !e.reported)
             .count()
+    }
+
+    /// An endpoint of listener `token` not accepted yet, taken from the listener.
+    fn take_unaccepted(&self, token: usize) -> Option<Arc<Endpoint>> {
+        let mut t = self.tables.lock();
+        let e = t
+            .endpoints
+            .values_mut()
+            .find(|e| e.listener == Some(token))?;
+        e.listener = None;
+        Some(e.ep.clone())
     }
 
     /// The endpoint iw_cm knows by `token`.
@@ -1334,9 +1357,10 @@ pub(crate) fn connect(
     Ok(())
 }
 
-/// iw_accept: hands the connection of the request `id` to `qp`, then sends the reply.
+/// iw_accept: hands the connection of the request `id` to `qp`, then sends the reply. A request
+/// whose connection ended (its peer gone, its listener destroyed) is `ECONNRESET`.
 pub(crate) fn accept(hw: &dyn CmHw, id: &CmId, param: &ConnParam<'_>, qp: Arc<IwQp>) -> Result {
-    let ep = hw.cm().endpoint(id.token()).ok_or(EINVAL)?;
+    let ep = hw.cm().endpoint(id.token()).ok_or(ECONNRESET)?;
     let mut inner = ep.inner.lock();
     if inner.state != EpState::AwaitAccept || Endpoint::peer_gone(&inner) {
         ep.close(hw, &mut inner);
@@ -1386,6 +1410,7 @@ pub(crate) fn accept(hw: &dyn CmHw, id: &CmId, param: &ConnParam<'_>, qp: Arc<Iw
         return Err(e);
     }
     inner.state = EpState::Connected;
+    hw.cm().accepted(inner.token);
     let cm_id = id.get();
     let mut ev = CmEvent::new(CmEventKind::Established, inner.local, inner.remote);
     // CAST: 128.
@@ -1400,7 +1425,7 @@ pub(crate) fn accept(hw: &dyn CmHw, id: &CmId, param: &ConnParam<'_>, qp: Arc<Iw
 
 /// iw_reject: answers the request `id` with a reject carrying `pd`, and closes.
 pub(crate) fn reject(hw: &dyn CmHw, id: &CmId, pd: &[u8]) -> Result {
-    let ep = hw.cm().endpoint(id.token()).ok_or(EINVAL)?;
+    let ep = hw.cm().endpoint(id.token()).ok_or(ECONNRESET)?;
     let mut inner = ep.inner.lock();
     if inner.state == EpState::AwaitAccept && pd.len() <= MAX_REPORTED_PRIVATE_DATA {
         ep.send_reject(hw, &inner, pd);
@@ -1460,8 +1485,11 @@ pub(crate) fn create_listen(
     Ok(())
 }
 
-/// iw_destroy_listen: stops the listener of `id`. Connections it accepted that were not
-/// reported yet go with it; reported ones wait for iw_cm's accept or reject.
+/// iw_destroy_listen: stops the listener of `id`. Its connections not accepted yet end with it:
+/// those still waiting for their request are closed, those whose request was reported get a
+/// reject reply first. iw_cm drops the connection requests still queued for an identifier it
+/// destroys, so a reported request may never be answered; and, as with a TCP listener's queue,
+/// a request nobody accepted does not outlive its listener.
 pub(crate) fn destroy_listen(hw: &dyn CmHw, id: &CmId) -> Result {
     let token = id.token();
     let l = hw
@@ -1472,30 +1500,17 @@ pub(crate) fn destroy_listen(hw: &dyn CmHw, id: &CmId) -> Result {
         .remove(&token)
         .ok_or(EINVAL)?;
     l.stop();
-    // The endpoints of this listener still waiting for their request.
-    loop {
-        let ep = {
-            let t = hw.cm().tables.lock();
-            let ep = t
-                .endpoints
-                .values()
-                .find(|e| e.listener == Some(token))
-                .map(|e| e.ep.clone());
-            ep
-        };
-        let Some(ep) = ep else {
-            break;
-        };
+    // No endpoint joins the listener now: the socket that accepted them is gone.
+    while let Some(ep) = hw.cm().take_unaccepted(token) {
         let mut inner = ep.inner.lock();
-        if inner.state == EpState::AwaitRequest {
-            ep.close(hw, &mut inner);
-        } else {
-            // Reported: no longer the listener's.
-            drop(inner);
-            let mut t = hw.cm().tables.lock();
-            if let Some(e) = t.endpoints.values_mut().find(|e| Arc::ptr_eq(&e.ep, &ep)) {
-                e.listener = None;
-            };
+        match inner.state {
+            EpState::AwaitRequest => ep.close(hw, &mut inner),
+            EpState::AwaitAccept => {
+                ep.send_reject(hw, &inner, &[]);
+                ep.close(hw, &mut inner);
+            }
+            // Accepted (or closed) while the table was read.
+            _ => {}
         }
     }
     Ok(())

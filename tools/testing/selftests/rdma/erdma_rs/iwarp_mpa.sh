@@ -11,7 +11,8 @@
 # 28 bytes, and a good request one byte at a time. Each must end in a reject
 # reply or a closed connection, within the listener's 20 s; then a real rping
 # connection must still work, and nothing may be left: no rdma_cm ID, no TCP
-# connection of the listener, no QP, CQ or MR in the model.
+# connection of the listener, no QP, CQ or MR in the model. A listener
+# destroyed while its user holds a good request unanswered rejects it.
 #
 # Active side: rping connects from adapter A to a peer listening on adapter
 # B's address, which answers with a wrong key, another revision, markers,
@@ -83,6 +84,37 @@ tap_diag "rping -P server: $(tr '\n' ';' <"$tmp/server" | tail -c 400)"
 tap_check "listener: no TCP connection of it left after the server ends" \
 	sh -c "sleep 2; [ -z \"\$(ss -tanH state all '( sport = :$LPORT or dport = :$LPORT )' | grep -v TIME-WAIT)\" ]"
 open_conns "$LPORT" | while read -r l; do tap_diag "left: $l"; done
+
+# held_request: a listener destroyed while its user holds a request
+# unanswered (cm_hold.py, for 30 s) rejects that request at once: the peer
+# hears a reject reply and the close within its 10 s. (iw_cm drops a request
+# still queued for a listener it destroys, which then nobody answers; the
+# driver cannot tell that from a request its user holds.) Then closing the
+# held request is harmless and no TCP connection is left.
+held_request() {
+	port=$((LPORT + 1))
+	timeout 90 python3 "$(dirname "$0")/cm_hold.py" "$IP_A" "$port" 30 >"$tmp/hold" 2>&1 &
+	hpid=$!
+	if ! wait_for 20 cm_listening "$port"; then
+		tap_diag "cm_hold.py did not listen: $(tr '\n' ';' <"$tmp/hold")"
+		kill $hpid 2>/dev/null
+		wait $hpid
+		return 1
+	fi
+	out=$($PEER request "$IP_A" "$port" unanswered 2>&1)
+	r=$?
+	tap_diag "$out"
+	wait $hpid
+	hr=$?
+	tap_diag "cm_hold.py (exit $hr): $(tr '\n' ';' <"$tmp/hold")"
+	[ $r = 0 ] && [ $hr = 0 ] && [ -z "$(open_conns "$port")" ]
+}
+if [ "$DRV" = erdma ]; then
+	tap_skip "listener: destroyed while its user holds a request, it rejects the request" \
+		"the C driver leaves such a request open until it is answered"
+else
+	tap_check "listener: destroyed while its user holds a request, it rejects the request" held_request
+fi
 
 # reply_case CASE PATTERN: rping connects to the peer answering with CASE; it
 # must fail with PATTERN (not by its 40 s timeout).

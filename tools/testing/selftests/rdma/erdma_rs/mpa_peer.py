@@ -135,6 +135,9 @@ REQUEST_CASES = {
     "pd-short": (frame(KEY_REQ, pd=b"x" * 10, pd_len=200), 0, 40, expect_closed_silently),
     # Half a header, then nothing.
     "half-header": (frame(KEY_REQ)[:13], 0, 40, expect_closed_silently),
+    # A good request whose listener is destroyed while its user holds the
+    # request unanswered (cm_hold.py): the listener's end rejects it.
+    "unanswered": (frame(KEY_REQ, pd=b"hello"), 0, 10, expect_reject_reply),
 }
 
 
