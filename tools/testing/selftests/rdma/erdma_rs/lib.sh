@@ -420,26 +420,33 @@ cm_listening() {
 
 # ready_beacon IP PORT SECONDS: accepts one TCP connection on IP:PORT, or
 # gives up after SECONDS: tells a client in another guest, which cannot see
-# this guest's rdma_cm listeners, that a server here is ready.
+# this guest's rdma_cm listeners, that a server here is ready. Prints the word
+# the client sent, if it sent one (await_beacon's WORD).
 ready_beacon() {
 	timeout "$3" python3 -c 'import socket, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2])))
 s.listen(1)
-s.accept()[0].close()' "$1" "$2"
+c = s.accept()[0]
+c.settimeout(10)
+word = c.makefile().readline().strip()
+if word:
+    print(word)' "$1" "$2"
 }
-
-# await_beacon IP PORT SECONDS: waits (SECONDS at most) until IP:PORT accepts
-# a TCP connection: the ready_beacon of a server in another guest.
+# await_beacon IP PORT SECONDS [WORD]: waits (SECONDS at most) until IP:PORT
+# accepts a TCP connection, the ready_beacon of a server in another guest,
+# and says WORD to it.
 await_beacon() {
 	timeout "$3" python3 -c 'import socket, sys, time
 while True:
     try:
-        socket.create_connection((sys.argv[1], int(sys.argv[2])), 2).close()
+        s = socket.create_connection((sys.argv[1], int(sys.argv[2])), 2)
         break
     except OSError:
-        time.sleep(0.5)' "$1" "$2"
+        time.sleep(0.5)
+s.sendall(sys.argv[3].encode() + b"\n" if sys.argv[3] else b"")
+s.close()' "$1" "$2" "${4:-}"
 }
 
 # run_pair NAME PORT DONE SERVER-CMD... -- CLIENT-CMD...: starts the server,

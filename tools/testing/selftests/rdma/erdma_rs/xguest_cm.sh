@@ -92,32 +92,6 @@ reply_lost() {
 		grep -q "tcp_send_reset: .* src=$my_ip:[0-9]* dest=$server_ip:$1 .*reason=TCP_ABORT_ON_CLOSE" "$race_trace/trace"
 }
 
-# tell_verdict IP PORT WORD: the client says WORD (again or done) to the
-# server's hear_verdict, which listens once its tool ended (160 s at most).
-tell_verdict() {
-	timeout 160 python3 -c 'import socket, sys, time
-while True:
-    try:
-        s = socket.create_connection((sys.argv[1], int(sys.argv[2])), 2)
-        s.sendall(sys.argv[3].encode() + b"\n")
-        s.close()
-        break
-    except OSError:
-        time.sleep(0.5)' "$@"
-}
-
-# hear_verdict IP PORT: prints what the client said (nothing after 270 s:
-# its tries take 200 s at most, and a try 60 s).
-hear_verdict() {
-	timeout 270 python3 -c 'import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], int(sys.argv[2])))
-s.listen(1)
-c = s.accept()[0]
-print(c.makefile().readline().strip())' "$@"
-}
-
 xrun_server() {
 	eval "timeout 150 $srv" >"$tmp/$name" 2>&1 &
 	pid=$!
@@ -164,11 +138,12 @@ xrun() {
 		verdict=done
 		if [ $role = server ]; then
 			xrun_server
-			[ -z "$verdicts" ] || verdict=$(hear_verdict "$server_ip" $((port + 200)))
+			# The client's verdict: its tries take 200 s at most, a try 60 s.
+			[ -z "$verdicts" ] || verdict=$(ready_beacon "$server_ip" $((port + 200)) 270)
 		else
 			xrun_client
 			[ -n "$lost" ] && [ -n "$again" ] && verdict=again
-			[ -z "$verdicts" ] || tell_verdict "$server_ip" $((port + 200)) $verdict ||
+			[ -z "$verdicts" ] || await_beacon "$server_ip" $((port + 200)) 160 $verdict ||
 				tap_diag "$name: the server did not hear the verdict ($verdict)"
 		fi
 		[ "$verdict" = again ] || break
