@@ -127,7 +127,10 @@ pub type DmaBlocks<'a> = Blocks<Segments<'a>>;
 
 /// The `pgsz`-aligned blocks that cover a list of DMA segments (address, length), in order:
 /// one step per segment and additions per block, so a long segment costs no call per block.
-/// A block that a segment boundary cuts is returned once.
+/// As `rdma_umem_for_each_dma_block` does, it walks the segments as one stream of bytes: a
+/// block that runs past the end of its segment goes on in the next one, whose first bytes it
+/// covers are passed over. (Two blocks may have the same address: the blocks of two pages that
+/// lie in one block of the bus, in another order or apart.)
 pub struct Blocks<S> {
     segments: S,
     /// Bytes to pass over at the start of the first segment.
@@ -135,8 +138,8 @@ pub struct Blocks<S> {
     /// The next block of the current segment, and the segment's end.
     next: u64,
     end: u64,
-    /// The block returned last.
-    last: Option<u64>,
+    /// Bytes of the block returned last that lie beyond the end of its segment.
+    carry: u64,
     /// Blocks still to return.
     left: usize,
     pgsz: u64,
@@ -152,7 +155,7 @@ impl<S: Iterator<Item = (u64, u64)>> Blocks<S> {
             skip: offset & !(pgsz - 1),
             next: 0,
             end: 0,
-            last: None,
+            carry: 0,
             left: count,
             pgsz,
         }
@@ -169,15 +172,18 @@ impl<S: Iterator<Item = (u64, u64)>> Iterator for Blocks<S> {
         }
         while self.next >= self.end {
             let (start, len) = self.segments.next()?;
-            self.end = start + len;
-            self.next = (start + core::mem::take(&mut self.skip)) & !(self.pgsz - 1);
-            if Some(self.next) == self.last {
-                self.next += self.pgsz;
+            let carry = core::mem::take(&mut self.carry);
+            if carry >= len {
+                // The whole segment belongs to the block returned last.
+                self.carry = carry - len;
+                continue;
             }
+            self.end = start + len;
+            self.next = (start + carry + core::mem::take(&mut self.skip)) & !(self.pgsz - 1);
         }
         let block = self.next;
         self.next += self.pgsz;
-        self.last = Some(block);
+        self.carry = self.next.saturating_sub(self.end);
         self.left -= 1;
         Some(block)
     }
@@ -252,5 +258,22 @@ mod tests {
         // A block that two contiguous segments share is returned once.
         let segments = [(0x1000, 0x1800), (0x2800, 0x1800)];
         assert_eq!(&blocks(&segments, 0, 2 * K4, 2)[..], &[0x0, 0x2000]);
+        assert_eq!(&blocks(&segments, 0, 2 * K4, 3)[..], &[0x0, 0x2000]);
+    }
+
+    #[test]
+    fn blocks_of_two_pages_in_one_bus_block_come_twice() {
+        // Two pages of a user buffer 0x20 bytes into its first page, that the bus has in one
+        // 16 KiB block, the second page first: ib_umem_find_best_pgsz accepts 16 KiB (the
+        // virtual and bus addresses agree in their low 14 bits in each page, and the pages meet
+        // on a 16 KiB virtual boundary). Each page is a block of its own, at the same address.
+        // (Returned once, the second one's entry stayed 0: the adapter wrote to bus address 0.)
+        let segments = [(0xd49b000, K4), (0xd498000, K4)];
+        assert_eq!(
+            &blocks(&segments, 0x20, 4 * K4, 2)[..],
+            &[0xd498000, 0xd498000]
+        );
+        // In 4 KiB blocks, the pages themselves.
+        assert_eq!(&blocks(&segments, 0x20, K4, 2)[..], &[0xd49b000, 0xd498000]);
     }
 }

@@ -64,6 +64,39 @@ const MTT_PAGE_ENTRIES: usize = PAGE_SIZE / 8;
 /// to single pages when memory is fragmented.
 const CHUNK_PAGES: usize = 16;
 
+/// Addresses taken from an iterator, counted: a table gets exactly as many as it describes
+/// blocks, or the registration fails (an entry left 0 would send the adapter's writes to bus
+/// address 0).
+struct Counted<I> {
+    inner: I,
+    taken: usize,
+}
+
+impl<I> Counted<I> {
+    fn new(inner: I) -> Self {
+        Self { inner, taken: 0 }
+    }
+
+    /// `Ok` if exactly `count` addresses were taken.
+    fn check(&self, count: usize) -> Result {
+        if self.taken == count {
+            Ok(())
+        } else {
+            Err(EINVAL)
+        }
+    }
+}
+
+impl<I: Iterator<Item = u64>> Iterator for Counted<I> {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        let addr = self.inner.next()?;
+        self.taken += 1;
+        Some(addr)
+    }
+}
+
 /// Fills a new coherent array of `len` entries (zero past the last address) from `addrs`.
 fn filled(
     dev: &device::Device<device::Bound>,
@@ -89,8 +122,9 @@ impl Level {
     fn new(
         dev: &device::Device<device::Bound>,
         count: usize,
-        mut addrs: impl Iterator<Item = u64>,
+        addrs: impl Iterator<Item = u64>,
     ) -> Result<Self> {
+        let mut addrs = Counted::new(addrs);
         let pages = count.div_ceil(MTT_PAGE_ENTRIES);
         let mut chunks = KVec::with_capacity(pages.div_ceil(CHUNK_PAGES), GFP_KERNEL)?;
         let mut left = pages;
@@ -103,6 +137,7 @@ impl Level {
             left -= chunk.len() / MTT_PAGE_ENTRIES;
             chunks.push(chunk, GFP_KERNEL)?;
         }
+        addrs.check(count)?;
         Ok(Self { chunks, pages })
     }
 
@@ -137,16 +172,18 @@ impl Mtt {
             _array: None,
             _levels: KVec::new(),
         };
+        let mut blocks = Counted::new(umem.dma_blocks(pgsz));
         if count <= inline_max {
-            for (slot, addr) in mtt.entries.iter_mut().zip(umem.dma_blocks(pgsz)) {
+            for (slot, addr) in mtt.entries.iter_mut().zip(&mut blocks) {
                 *slot = addr;
             }
         } else {
-            let array = filled(dev, count, &mut umem.dma_blocks(pgsz))?;
+            let array = filled(dev, count, &mut blocks)?;
             mtt.level = 1;
             mtt.entries[0] = array.dma_address();
             mtt._array = Some(array);
         }
+        blocks.check(count)?;
         Ok(mtt)
     }
 

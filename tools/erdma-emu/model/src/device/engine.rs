@@ -152,6 +152,30 @@ impl AccessErr {
     }
 }
 
+/// FNV-1a over `data`: a digest for the data path's trace lines.
+fn digest(data: &[u8]) -> u32 {
+    data.iter().fold(0x811c_9dc5, |h, &b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// At trace level, a line for data that QP `qpn` moved (`what`: "WRITE in", "READ out", ...):
+/// its length, its address, key and guest-physical pieces, and its digest.
+fn trace_data(qpn: u32, what: &str, addr: u64, key: u32, pieces: &[Piece], data: &[u8]) {
+    if log::log_enabled!(log::Level::Trace) {
+        let pieces: Vec<String> = pieces
+            .iter()
+            .map(|p| format!("{:#x}+{:#x}", p.gpa, p.len))
+            .collect();
+        log::trace!(
+            "QP {qpn}: {what} {} B at {addr:#x} (key {key:#x}; {}), digest {:08x}",
+            data.len(),
+            pieces.join(" "),
+            digest(data)
+        );
+    }
+}
+
 /// Reads the pieces into one buffer.
 fn read_pieces(mem: &dyn GuestMemory, pieces: &[Piece], out: &mut Vec<u8>) -> Result<(), ()> {
     for p in pieces {
@@ -824,6 +848,7 @@ impl Device {
                 WriteSqe::decode(wqe).ok_or(wc::SEND_FORMAT).and_then(|w| {
                     let data = self.payload(pdn, hdr, wqe, WriteSqe::SGL_OFFSET, io.mem)?;
                     p.byte_len = data.len() as u32;
+                    trace_data(qpn, "WRITE out", w.raddr, w.rkey, &[], &data);
                     Ok(Some(Request::Write {
                         addr: w.raddr,
                         rkey: w.rkey,
@@ -1616,8 +1641,11 @@ impl Device {
             io.mem,
         );
         match pieces {
-            Ok(p) => write_pieces(io.mem, &p, data)
-                .map_err(|()| self.remote_access_error(qpn, AccessErr::Bounds, io)),
+            Ok(p) => {
+                trace_data(qpn, "WRITE in", addr, rkey, &p, data);
+                write_pieces(io.mem, &p, data)
+                    .map_err(|()| self.remote_access_error(qpn, AccessErr::Bounds, io))
+            }
             Err(e) => Err(self.remote_access_error(qpn, e, io)),
         }
     }
@@ -1639,9 +1667,13 @@ impl Device {
         match pieces {
             Ok(p) => {
                 let mut data = Vec::new();
-                read_pieces(io.mem, &p, &mut data)
-                    .map(|()| Reply::Read(data))
-                    .map_err(|()| self.remote_access_error(qpn, AccessErr::Bounds, io))
+                match read_pieces(io.mem, &p, &mut data) {
+                    Ok(()) => {
+                        trace_data(qpn, "READ out", addr, rkey, &p, &data);
+                        Ok(Reply::Read(data))
+                    }
+                    Err(()) => Err(self.remote_access_error(qpn, AccessErr::Bounds, io)),
+                }
             }
             Err(e) => Err(self.remote_access_error(qpn, e, io)),
         }
@@ -1830,7 +1862,7 @@ impl Device {
             // write.
             Ok(Reply::Read(data)) if iwarp => {
                 let need = access::LOCAL_WRITE | access::REMOTE_WRITE;
-                let status = self.deliver_sink(pdn, &p, &data, need, io);
+                let status = self.deliver_sink(qpn, pdn, &p, &data, need, io);
                 if status == wc::SEND_ACCESS && self.warned.dp_error() {
                     log::warn!(
                         "QP {qpn}: RDMA Read sink {:#x} does not grant remote write, which an \
@@ -1840,9 +1872,11 @@ impl Device {
                 }
                 status
             }
-            Ok(Reply::Read(data)) => self.deliver_sink(pdn, &p, &data, access::LOCAL_WRITE, io),
+            Ok(Reply::Read(data)) => {
+                self.deliver_sink(qpn, pdn, &p, &data, access::LOCAL_WRITE, io)
+            }
             Ok(Reply::Atomic(v)) => {
-                self.deliver_sink(pdn, &p, &v.to_le_bytes(), access::LOCAL_WRITE, io)
+                self.deliver_sink(qpn, pdn, &p, &v.to_le_bytes(), access::LOCAL_WRITE, io)
             }
             Err(Nak::NoQp) | Err(Nak::RnrExceeded) => {
                 if self.warned.dp_error() {
@@ -1874,6 +1908,7 @@ impl Device {
     /// Writes READ data or an atomic's original value into the local sink.
     fn deliver_sink(
         &mut self,
+        qpn: u32,
         pdn: u32,
         p: &Pending,
         data: &[u8],
@@ -1887,10 +1922,13 @@ impl Device {
             return wc::SEND_BOUNDS;
         }
         match self.mr_access(lkey, pdn, addr, data.len() as u64, need, io.mem) {
-            Ok(pieces) => match write_pieces(io.mem, &pieces, data) {
-                Ok(()) => wc::SUCCESS,
-                Err(()) => wc::SEND_BOUNDS,
-            },
+            Ok(pieces) => {
+                trace_data(qpn, "sink in", addr, lkey, &pieces, data);
+                match write_pieces(io.mem, &pieces, data) {
+                    Ok(()) => wc::SUCCESS,
+                    Err(()) => wc::SEND_BOUNDS,
+                }
+            }
             Err(e) => e.local(),
         }
     }

@@ -527,6 +527,14 @@ impl Device {
             mr.len,
             access
         );
+        log::trace!(
+            "MR {:#x}: page shift {}, level {}, count {}, entries {:#x?}",
+            wire::stag(r.index, r.key),
+            r.page_shift,
+            r.level,
+            r.count,
+            r.entries
+        );
         self.func.rdma.mrs.insert(r.index, mr);
         Ok((0, 0))
     }
