@@ -907,6 +907,8 @@ static bool ud_send(struct ib_ah *ah, u32 qkey, u32 len, bool imm, struct ib_wc 
 	struct ib_sge rsge = { .addr = b->dma, .length = 40 + 2048,
 			       .lkey = b->pd->local_dma_lkey };
 	struct ib_recv_wr rwr = { .wr_id = 52, .sg_list = &rsge, .num_sge = 1 };
+	struct ib_qp_init_attr qinit;
+	struct ib_qp_attr qattr;
 	int waited;
 
 	memset(wca, 0, sizeof(*wca));
@@ -917,6 +919,16 @@ static bool ud_send(struct ib_ah *ah, u32 qkey, u32 len, bool imm, struct ib_wc 
 	fill(a, 0, len, 0x31);
 	ib_dma_sync_single_for_device(a->dev, a->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
 	*post_ret = ib_post_recv(uds[1].qp, &rwr, NULL);
+	if (*post_ret)
+		return false;
+	/*
+	 * Doorbells are posted writes, and posted writes to two devices are
+	 * not ordered with each other: a's datagram could reach b before b
+	 * took the receive, and be dropped (UD has no RNR; seen once in a make
+	 * check). Querying b's QP is a command to b (QUERY_QP on RoCEv2, with
+	 * either driver), which b takes after the doorbell before it.
+	 */
+	*post_ret = ib_query_qp(uds[1].qp, &qattr, IB_QP_STATE, &qinit);
 	if (*post_ret)
 		return false;
 	*post_ret = ib_post_send(uds[0].qp, &wr.wr, NULL);
