@@ -12,6 +12,8 @@
 #              private prefix, run through that prefix's own ld.so
 #   kernel-src the pinned linux-source-7.3 tarball, extracted into the cache
 #   rootfs     a Debian trixie guest userland carrying rdma-core (debootstrap)
+#   rdma-core-tests  the pyverbs test suite of the guest's rdma-core release
+#   cmtime     cmtime of rdma-core $CMTIME_RDMA_CORE, built for the guests' iWARP tests
 #
 # Idempotent: a step whose cached result is current only prints "ok".
 
@@ -175,8 +177,45 @@ step_rdma_core_tests() {
 	say "rdma-core $RDMA_CORE_SERIES tests: ok ($(ls "$dir/tests" | wc -l) files)"
 }
 
+# cmtime of rdma-core $CMTIME_RDMA_CORE (librdmacm/examples: cmtime.c and
+# common.c), built here against Debian 12's librdmacm (its ABI is a subset of
+# the guest's 56.1) into $ERDMA_CACHE/cmtime-$CMTIME_RDMA_CORE/cmtime, which
+# the guests get as /mnt/payload/cmtime-$CMTIME_RDMA_CORE/cmtime. Unlike the
+# guest's own cmtime it runs on iWARP: its out-of-band socket has a port of
+# its own, and in a mesh of three peers it connects only with QPs (see
+# cmtime_mesh.sh in the selftests).
+step_cmtime() {
+	local dir=$ERDMA_CACHE/cmtime-$CMTIME_RDMA_CORE key
+	key=$(key_of "$CMTIME_URL" "$CMTIME_SHA256" "$(declare -f step_cmtime)" "$(gcc --version | head -n 1)")
+	if stamp_ok "$dir.stamp" "$key" && [ -x "$dir/cmtime" ]; then
+		say "cmtime $CMTIME_RDMA_CORE: ok ($dir/cmtime)"
+		return
+	fi
+	say "cmtime $CMTIME_RDMA_CORE: fetching $CMTIME_URL"
+	local src=$dir.src
+	rm -rf "$dir" "$src"
+	mkdir -p "$src"
+	curl -sSfL --retry 3 -o "$src/rdma-core.tar.gz" "$CMTIME_URL" || die "could not fetch $CMTIME_URL"
+	echo "$CMTIME_SHA256  $src/rdma-core.tar.gz" | sha256sum -c --quiet - >/dev/null 2>&1 ||
+		die "$CMTIME_URL does not have the pinned digest $CMTIME_SHA256 (scripts/versions.sh)"
+	tar -C "$src" -xzf "$src/rdma-core.tar.gz" --strip-components=1 --wildcards \
+		'*/librdmacm/examples/cmtime.c' '*/librdmacm/examples/common.[ch]' '*/ccan/*.h' ||
+		die "$CMTIME_URL lacks librdmacm/examples/cmtime.c"
+	# ccan's headers want the build's config.h: the compiler features they test.
+	printf '#define HAVE_TYPEOF 1\n#define HAVE_STATEMENT_EXPR 1\n#define HAVE_BUILTIN_TYPES_COMPATIBLE_P 1\n' \
+		>"$src/config.h"
+	mkdir -p "$dir"
+	gcc -O2 -std=gnu11 -Wall -I"$src" -I"$src/ccan/.." -o "$dir/cmtime" \
+		"$src/librdmacm/examples/cmtime.c" "$src/librdmacm/examples/common.c" \
+		-lrdmacm -libverbs -lpthread >"$src/build.log" 2>&1 ||
+		die "building cmtime failed; see $src/build.log"
+	rm -rf "$src"
+	echo "$key" >"$dir.stamp"
+	say "cmtime $CMTIME_RDMA_CORE: ok ($dir/cmtime)"
+}
+
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(host rust-src bindgen qemu kernel-src rootfs rdma-core-tests)
+[ ${#steps[@]} -gt 0 ] || steps=(host rust-src bindgen qemu kernel-src rootfs rdma-core-tests cmtime)
 for s in "${steps[@]}"; do
 	case "$s" in
 	host) step_host ;;
@@ -186,6 +225,7 @@ for s in "${steps[@]}"; do
 	kernel-src) step_kernel_src ;;
 	rootfs) step_rootfs ;;
 	rdma-core-tests) step_rdma_core_tests ;;
-	*) die "unknown step '$s' (host rust-src bindgen qemu kernel-src rootfs rdma-core-tests)" ;;
+	cmtime) step_cmtime ;;
+	*) die "unknown step '$s' (host rust-src bindgen qemu kernel-src rootfs rdma-core-tests cmtime)" ;;
 	esac
 done

@@ -18,5 +18,14 @@ GUEST_SUITE=trixie
 RDMA_CORE_SERIES=56.1
 GUEST_PACKAGES="rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,python3-pyverbs,iproute2,kmod,busybox,pciutils,nvme-cli,fio"
 
+# cmtime of a newer rdma-core, for iWARP (the guest's 56.1 cannot run there:
+# its out-of-band socket takes the port of its rdma_cm listener, which an
+# iWARP listener holds as a TCP port). Built on the host from the upstream
+# source as Ubuntu 26.04 LTS ships it (a pool that keeps it for the life of
+# that release), checked against this digest.
+CMTIME_RDMA_CORE=61.0
+CMTIME_URL=http://archive.ubuntu.com/ubuntu/pool/main/r/rdma-core/rdma-core_$CMTIME_RDMA_CORE.orig.tar.gz
+CMTIME_SHA256=340be509137103677ea30798d6ffe64a991148dae333b79a5bc0744e219fde2f
+
 # Host packages (Debian 12), installed with apt-get; none upgrades the base system.
-HOST_PACKAGES="flex bison bc cpio kmod libelf-dev libssl-dev dwarves rsync debootstrap libclang-$LLVM_MAJOR-dev clang-$LLVM_MAJOR lld-$LLVM_MAJOR llvm-$LLVM_MAJOR xz-utils make gcc"
+HOST_PACKAGES="flex bison bc cpio kmod libelf-dev libssl-dev dwarves rsync debootstrap libclang-$LLVM_MAJOR-dev clang-$LLVM_MAJOR lld-$LLVM_MAJOR llvm-$LLVM_MAJOR xz-utils make gcc libibverbs-dev librdmacm-dev"

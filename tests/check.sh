@@ -23,6 +23,9 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ERDMA_CACHE/cargo-target}
 EMU=$CARGO_TARGET_DIR/release/erdma-emu
 # rdma-core's pyverbs suite (scripts/setup.sh rdma-core-tests), for pyverbs.sh.
 PYVERBS_TESTS=$ERDMA_CACHE/rdma-core-$RDMA_CORE_SERIES/tests
+# The newer cmtime the iWARP tests run (scripts/setup.sh cmtime), in every
+# guest as /mnt/payload/cmtime-$CMTIME_RDMA_CORE/cmtime (cmtime_mesh.sh).
+CMTIME_DIR=$ERDMA_CACHE/cmtime-$CMTIME_RDMA_CORE
 
 passed=0
 failed=0
@@ -113,7 +116,7 @@ guest() {
 	shift
 	start=$(date +%s)
 	say "guest-$name: booting (console: $out/guest*.console.log)"
-	"$TOP/scripts/vmrun.py" --quiet --out "$out" --emu "$EMU" --copy "$SELFTESTS" "$@" \
+	"$TOP/scripts/vmrun.py" --quiet --out "$out" --emu "$EMU" --copy "$SELFTESTS" --copy "$CMTIME_DIR" "$@" \
 		>"$LOGS/guest-$name.log" 2>&1 || rc=$?
 	echo $rc >"$LOGS/guest-$name.rc"
 	say "guest-$name: finished in $(($(date +%s) - start))s (exit $rc)"
@@ -189,9 +192,7 @@ if [ "${ERDMA_CHECK_AB:-full}" = full ]; then
 	# that ran it (2026-11-25, 11-26), mostly by its own race, which loses an
 	# MPA reply arriving during its request's send (UNREACHABLE after its
 	# 10 s timer): xrun in xguest_cm.sh recognises it and runs such a pair
-	# once more. Across guests only ib_send_bw and ib_read_lat run
-	# (XGUEST_ALL_PERFTEST, xguest_cm.sh): a client of either driver gave up
-	# now and then some 250 ms after both QPs reached RTS with the others.
+	# once more.
 	C_IWARP_XGUEST="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1"
 elif [ "$ERDMA_CHECK_AB" = part ]; then
 	C_CTL_TESTS="ibdev.sh abdiff.sh"
