@@ -960,7 +960,8 @@ impl Endpoint {
         // CAST: 128.
         (ev.ird, ev.ord) = (MAX_RD_ATOM as u8, MAX_RD_ATOM as u8);
         inner.state = EpState::AwaitAccept;
-        hw.cm().reported(inner.token);
+        // Reported: it no longer counts against the listener's backlog.
+        hw.cm().update(inner.token, |e| e.reported = true);
         let reported = listener.report(&ev);
         if reported.is_err() {
             self.close(hw, inner);
@@ -1229,18 +1230,10 @@ impl Cm {
         drop(removed);
     }
 
-    /// The request of endpoint `token` was reported to iw_cm: it no longer counts against its
-    /// listener's backlog.
-    fn reported(&self, token: usize) {
+    /// Applies `f` to the entry of endpoint `token`, if the endpoint is still there.
+    fn update(&self, token: usize, f: impl FnOnce(&mut Entry)) {
         if let Some(e) = self.tables.lock().endpoints.get_mut(&token) {
-            e.reported = true;
-        }
-    }
-
-    /// Endpoint `token` was accepted: it outlives its listener.
-    fn accepted(&self, token: usize) {
-        if let Some(e) = self.tables.lock().endpoints.get_mut(&token) {
-            e.listener = None;
+            f(e);
         }
     }
 
@@ -1410,7 +1403,8 @@ pub(crate) fn accept(hw: &dyn CmHw, id: &CmId, param: &ConnParam<'_>, qp: Arc<Iw
         return Err(e);
     }
     inner.state = EpState::Connected;
-    hw.cm().accepted(inner.token);
+    // Accepted: it outlives its listener.
+    hw.cm().update(inner.token, |e| e.listener = None);
     let cm_id = id.get();
     let mut ev = CmEvent::new(CmEventKind::Established, inner.local, inner.remote);
     // CAST: 128.
