@@ -115,37 +115,58 @@ say "kernel $(ls "$OUT/kernel/modules") from $KOUT, copied to $OUT/kernel"
 # medians. Any other report, and every report of ours or C, ends the run.
 TOLERATE='WARNING: drivers/infiniband/sw/rxe/rxe_comp\.c:[0-9]+ at rxe_completer\+'
 
+KNOBS="BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_PAIRS=$PAIRS BENCH_PAIR_SECONDS=$PAIR_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS BENCH_CM_CONNS=$CM_CONNS BENCH_RPING_COUNT=$RPING_COUNT BENCH_RXE_RPING_COUNT=$RXE_RPING_COUNT BENCH_FIO_SECONDS=$FIO_SECONDS"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# bench_guest DIR WHAT VMRUN-ARGS...: one guest run of the guest half (its
+# log in DIR.log, its console in DIR/guest0.console.log), saying how far it
+# got every 30 s; sets vm_rc.
+bench_guest() {
+	local dir=$1 what=$2 console=$1/guest0.console.log start next last
+	shift 2
+	say "booting $what; progress every 30 s, console: $console"
+	"$TOP/scripts/vmrun.py" --quiet --out "$dir" --timeout "$TIMEOUT" --emu "$EMU" \
+		--kernel "$OUT/kernel/bzImage" --modules "$OUT/kernel/modules" --copy "$SELFTESTS" \
+		--copy "$ERDMA_CACHE/cmtime-$CMTIME_RDMA_CORE" "$@" \
+		>"$dir.log" 2>&1 &
+	vm_pid=$!
+	# vmrun stops everything it started on SIGTERM; so does this script.
+	trap 'kill $vm_pid 2>/dev/null; wait $vm_pid 2>/dev/null; exit 130' INT TERM
+	start=$(date +%s)
+	next=$((start + 30))
+	while kill -0 $vm_pid 2>/dev/null; do
+		sleep 1
+		if [ "$(date +%s)" -ge $next ]; then
+			next=$((next + 30))
+			last=$(grep -a '^bench: ' "$console" 2>/dev/null | tail -n 1 | cut -c1-110)
+			say "guest: $(($(date +%s) - start))s; ${last:-booting}"
+		fi
+	done
+	vm_rc=0
+	wait $vm_pid || vm_rc=$?
+	trap - INT TERM
+	say "$what: $(($(date +%s) - start))s, exit $vm_rc"
+}
+
 # One guest, two RoCEv2 adapters whose NICs are wired to each other; 3 GiB so
 # that a 1 GiB MR fits next to everything else.
 VM=$OUT/vm
 CONSOLE=$VM/guest0.console.log
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-say "booting one guest (4 vCPUs, 3 GiB, two RoCEv2 adapters) for $ROUNDS rounds of erdma_rs, erdma and rxe;" \
-	"progress every 30 s, console: $CONSOLE"
-"$TOP/scripts/vmrun.py" --quiet --out "$VM" --timeout "$TIMEOUT" --emu "$EMU" \
-	--kernel "$OUT/kernel/bzImage" --modules "$OUT/kernel/modules" \
-	--smp 4 --memory 3G --dev proto=roce --dev proto=roce \
-	--copy "$SELFTESTS" --tolerate "$TOLERATE" \
-	--run "BENCH_TOLERATE='$TOLERATE' BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_PAIRS=$PAIRS BENCH_PAIR_SECONDS=$PAIR_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS BENCH_CM_CONNS=$CM_CONNS BENCH_RPING_COUNT=$RPING_COUNT BENCH_RXE_RPING_COUNT=$RXE_RPING_COUNT BENCH_FIO_SECONDS=$FIO_SECONDS sh erdma_rs/bench.sh" \
-	>"$OUT/vm.log" 2>&1 &
-vm_pid=$!
-# vmrun stops everything it started on SIGTERM; so does this script.
-trap 'kill $vm_pid 2>/dev/null; wait $vm_pid 2>/dev/null; exit 130' INT TERM
-start=$(date +%s)
-next=$((start + 30))
-while kill -0 $vm_pid 2>/dev/null; do
-	sleep 1
-	if [ "$(date +%s)" -ge $next ]; then
-		next=$((next + 30))
-		last=$(grep -a '^bench: ' "$CONSOLE" 2>/dev/null | tail -n 1 | cut -c1-110)
-		say "guest: $(($(date +%s) - start))s; ${last:-booting}"
-	fi
-done
-vm_rc=0
-wait $vm_pid || vm_rc=$?
-trap - INT TERM
+bench_guest "$VM" "one guest (4 vCPUs, 3 GiB, two RoCEv2 adapters) for $ROUNDS rounds of erdma_rs, erdma and rxe" \
+	--smp 4 --memory 3G --dev proto=roce --dev proto=roce --tolerate "$TOLERATE" \
+	--run "BENCH_TOLERATE='$TOLERATE' $KNOBS sh erdma_rs/bench.sh"
+roce_rc=$vm_rc
+# The iWARP rows: a guest of its own, with two iWARP adapters. (vmrun wires
+# two NICs to each other only in a run of two adapters: with four in one
+# guest, the RoCEv2 pair's NICs had no wire, so no ARP between them, and its
+# perftest runs failed to move their QPs to RTR.)
+VM_IW=$OUT/vm-iwarp
+CONSOLE_IW=$VM_IW/guest0.console.log
+bench_guest "$VM_IW" "a guest with two iWARP adapters (4 vCPUs) for $ROUNDS rounds of erdma_rs and erdma" \
+	--smp 4 --memory 2G --dev proto=iwarp --dev proto=iwarp \
+	--run "BENCH_PROTO=iwarp $KNOBS sh erdma_rs/bench.sh"
+iwarp_rc=$vm_rc
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
-say "guest run: $(($(date +%s) - start))s, exit $vm_rc"
 
 RAW=$VM/guest0/results/bench.raw
 if [ ! -s "$RAW" ]; then
@@ -153,6 +174,9 @@ if [ ! -s "$RAW" ]; then
 	die "the guest produced no figures; read $OUT/vm.log and $CONSOLE"
 fi
 cp "$RAW" "$OUT/bench.raw"
+# The iWARP rows lack figures in the table if its guest gave none.
+cat "$VM_IW/guest0/results/bench.raw" >>"$OUT/bench.raw" 2>/dev/null ||
+	say "the iWARP guest produced no figures; read $OUT/vm-iwarp.log and $CONSOLE_IW"
 
 # ---- 4. the table -----------------------------------------------------------------
 tolerated=$(sed -n 's/^vmrun: guest0: tolerated kernel report (--tolerate): //p' "$OUT/vm.log")
@@ -170,13 +194,18 @@ python3 "$TOP/scripts/bench_report.py" "$OUT/bench.raw" --out "$OUT/results.txt"
 	--note "rdma_cm: cmtime $CM_CONNS connections with RC QPs, over the client's set-up and teardown step totals;" \
 	--note "  rping $RPING_COUNT round trips of 64 B (rxe: $RXE_RPING_COUNT), timed from the first to the last. NVMe/RDMA: nvmet-rdma on" \
 	--note "  adapter A exporting null_blk, nvme-rdma on B; fio libaio ${FIO_SECONDS}s per job (4 KiB randread QD32; 128 KiB write QD8)." \
+	--note "iWARP (ours and C, in a guest of their own, 4 vCPUs, two iWARP adapters): rping as above; perftest with -R (rdma_cm)," \
+	--note "  latency and bandwidth as above; cmtime of rdma-core $CMTIME_RDMA_CORE (the guest's cannot run on iWARP) in a mesh of" \
+	--note "  three, two clients of $((CM_CONNS / 2)) connections each at once, over the longer client's step totals." \
 	"${notes[@]}" ||
 	report_rc=$?
 say "done in $(($(date +%s) - t0))s; table in $OUT/results.txt, raw figures in $OUT/bench.raw," \
 	"every tool's output in $VM/guest0/results/bench/"
-if [ $vm_rc -ne 0 ]; then
-	grep -E '^vmrun: FAIL' "$OUT/vm.log" | sed 's/^/    /' >&2
-	grep -a '^bench: .*\(FAILED\|failed\|did not\)' "$CONSOLE" | head -n 20 | sed 's/^/    /' >&2
-	die "the guest run failed (exit $vm_rc); read $OUT/vm.log and $CONSOLE"
-fi
+for run in "$roce_rc $VM" "$iwarp_rc $VM_IW"; do
+	set -- $run
+	[ "$1" -eq 0 ] && continue
+	grep -E '^vmrun: FAIL' "$2.log" | sed 's/^/    /' >&2
+	grep -a '^bench: .*\(FAILED\|failed\|did not\)' "$2/guest0.console.log" | head -n 20 | sed 's/^/    /' >&2
+	die "the guest run failed (exit $1); read $2.log and $2/guest0.console.log"
+done
 [ $report_rc -eq 0 ] || die "ours is slower than C beyond the noise, or rows lack figures: see the table"

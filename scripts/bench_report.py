@@ -65,6 +65,11 @@ ROWS = [
     ("rping", "rping round trips, 64 B", False),
     ("nvme_rr4k", "NVMe/RDMA 4 KiB randread, QD32", False),
     ("nvme_sw128k", "NVMe/RDMA 128 KiB seq write, QD8", False),
+    ("iw_cm_conn", "iWARP rdma_cm connect+disconnect (cmtime)", False),
+    ("iw_rping", "iWARP rping round trips, 64 B", False),
+    ("iw_write_lat_p50", "iWARP ib_write_lat -R 8 B median", True),
+    ("iw_write_lat_p99", "iWARP ib_write_lat -R 8 B p99", True),
+    ("iw_write_bw_q1", "iWARP ib_write_bw -R 64 KiB, 1 QP", False),
 ]
 
 

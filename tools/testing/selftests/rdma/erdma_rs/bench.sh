@@ -22,6 +22,13 @@
 #     the nvme-rdma host on B, fio through it): 4 KiB random read IOPS at
 #     queue depth 32 and 128 KiB sequential write MiB/s.
 #
+# With BENCH_PROTO=iwarp, in a guest whose two adapters speak iWARP (a boot of
+# its own: scripts/bench.sh), it measures ours and C only, connected by each
+# driver's MPA connection manager: rping as above and ib_write_lat (median,
+# p99) and ib_write_bw (1 QP) with -R (rdma_cm: on iWARP there is no other
+# way), and rdma_cm connections per second with cmtime_mesh.sh's cmtime (the
+# guest's cannot run on iWARP), recorded as iw_*.
+#
 # The control path of ours and C is measured first, in BENCH_PAIRS pairs: both
 # drivers bound at once, each to an adapter of its own (driver_override), and
 # bench_ctl.py alternating short loops (BENCH_PAIR_SECONDS) between them, so
@@ -49,7 +56,15 @@
 . "$(dirname "$0")/lib.sh"
 
 ROUNDS=${BENCH_ROUNDS:-5}
-DRIVERS=${BENCH_DRIVERS:-erdma_rs erdma rxe}
+PROTO=${BENCH_PROTO:-roce}
+# What the figures' names start with: iWARP's rows are rows of their own.
+MP=""
+[ "$PROTO" = iwarp ] && MP=iw_
+if [ "$PROTO" = iwarp ]; then
+	DRIVERS=${BENCH_DRIVERS:-erdma_rs erdma}
+else
+	DRIVERS=${BENCH_DRIVERS:-erdma_rs erdma rxe}
+fi
 # Long enough runs to average over the host's scheduling hiccups: a 64 KiB
 # bandwidth run of a few hundred iterations lasts milliseconds and lands in
 # one of them or not, which made bandwidth bimodal from one run to the next.
@@ -78,6 +93,7 @@ FIO_SECONDS=${BENCH_FIO_SECONDS:-3}
 # that did not load gets "nan" for.
 ROUND_METRICS="kcq write_lat_p50 write_lat_p99 send_lat_p50 send_lat_p99 write_bw_q1 write_bw_q4
 	read_bw_q1 read_bw_q4 cm_conn rping nvme_rr4k nvme_sw128k"
+[ "$PROTO" = iwarp ] && ROUND_METRICS="iw_cm_conn iw_rping iw_write_lat_p50 iw_write_lat_p99 iw_write_bw_q1"
 NET=70
 HERE=$(cd "$(dirname "$0")" && pwd)
 RESULTS=${ERDMA_RESULTS:-/tmp/erdma-results}
@@ -130,12 +146,18 @@ set -- $(erdma_functions)
 BDF_A=$1 BDF_B=$2
 
 # pair_ready: the RDMA devices on ND_A and ND_B exist and have the RoCEv2 GID
-# of their netdev's IPv4 address; sets IB_A/IB_B, GID_A/GID_B, IP_A.
+# of their netdev's IPv4 address (on iWARP: their netdevs have addresses);
+# sets IB_A/IB_B, GID_A/GID_B, IP_A/IP_B.
 pair_ready() {
 	IB_A=$(ibdev_of "$ND_A") IB_B=$(ibdev_of "$ND_B")
 	[ -n "$IB_A" ] && [ -n "$IB_B" ] || return 1
-	IP_A=$(ipv4_of "$ND_A")
-	GID_A=$(gid_index "$IB_A" "$IP_A") && GID_B=$(gid_index "$IB_B" "$(ipv4_of "$ND_B")")
+	IP_A=$(ipv4_of "$ND_A") IP_B=$(ipv4_of "$ND_B")
+	if [ "$PROTO" = iwarp ]; then
+		GID_A=- GID_B=-
+		[ -n "$IP_A" ] && [ -n "$IP_B" ]
+		return
+	fi
+	GID_A=$(gid_index "$IB_A" "$IP_A") && GID_B=$(gid_index "$IB_B" "$IP_B")
 }
 
 # load DRIVER: loads it on both ports and waits (20 s) for the pair.
@@ -148,7 +170,7 @@ load() {
 		;;
 	*) modprobe "$1" || return 1 ;;
 	esac
-	wait_for 20 pair_ready || { say "$1: no RDMA device with a RoCEv2 GID on $ND_A and $ND_B"; return 1; }
+	wait_for 20 pair_ready || { say "$1: no RDMA devices on $ND_A and $ND_B ready (addresses, RoCEv2 GIDs)"; return 1; }
 }
 
 # unload_driver DRIVER: removes it; nothing of it may stay (20 s). The eRDMA
@@ -264,11 +286,21 @@ kcq() {
 # perf DRIVER ROUND NAME TOOL ARGS...: one perftest run, server on A and client
 # on B; its output is in $tmp/DRIVER-rROUND-NAME.cli (and .srv). Each side is
 # pinned to a vCPU of its own: perftest times with the TSC, and under TCG the
-# vCPUs' TSCs do not agree, so a process that migrated reported "inf".
+# vCPUs' TSCs do not agree, so a process that migrated reported "inf". On
+# iWARP rdma_cm connects them (-R, each side bound to its address).
 perf() {
 	_drv=$1 _round=$2 _name=$3 _tool=$4
 	shift 4
 	next_port
+	if [ "$PROTO" = iwarp ]; then
+		RUN_PAIR_READY=cm_listening
+		run_pair "$_drv-r$_round-$_name" "$PORT" '#bytes' \
+			taskset -c 1 "$_tool" -d "$IB_A" -R --bind_source_ip "$IP_A" -p "$PORT" -F "$@" -- \
+			taskset -c 2 "$_tool" -d "$IB_B" -R --bind_source_ip "$IP_B" -p "$PORT" -F "$@" "$IP_A"
+		_r=$?
+		RUN_PAIR_READY=listening
+		return $_r
+	fi
 	run_pair "$_drv-r$_round-$_name" "$PORT" '#bytes' \
 		taskset -c 1 "$_tool" -d "$IB_A" -x "$GID_A" -p "$PORT" -F "$@" -- \
 		taskset -c 2 "$_tool" -d "$IB_B" -x "$GID_B" -p "$PORT" -F "$@" "$IP_A"
@@ -291,7 +323,7 @@ uncalibrated() { grep -qs 'Correlation coefficient r^2' "$tmp/$1-r$2-$3.cli" "$t
 # A run whose clock perftest could not calibrate is the tool's failure, not a
 # measurement: it is run again (up to twice), and said so.
 lat() {
-	name=${3#ib_}
+	name=$MP${3#ib_}
 	p50="" p99="" iters=$LAT_ITERS try=1
 	[ "$1" != rxe ] || iters=$RXE_LAT_ITERS
 	while :; do
@@ -312,7 +344,7 @@ lat() {
 # bw DRIVER ROUND TOOL QPS: average bandwidth at 64 KiB with QPS QPs, over
 # BW_SECONDS (perftest's duration mode, the same time for every driver).
 bw() {
-	name=${3#ib_}_q$4
+	name=$MP${3#ib_}_q$4
 	v="" unit=MiB/s
 	if perf "$1" "$2" "$name" "$3" -s 65536 -D "$BW_SECONDS" -q "$4"; then
 		v=$(field BW_average "$tmp/$1-r$2-$name.cli")
@@ -350,25 +382,35 @@ data() {
 # time. The figure is N over the sum of its client's totals of that QP test:
 # "full connect" (everything up to the last ESTABLISHED), "disconnect",
 # "destroy qp" and "destroy id". (Its warm-up connection and its second test,
-# with no QPs, are not counted.)
+# with no QPs, are not counted.) On iWARP, where the guest's cmtime cannot
+# run, cmtime_mesh.sh's newer one: two clients of N/2 connections each at
+# once, and the figure is N over the larger of their two such sums.
 cm_rate() {
-	n=$CM_CONNS
-	name=$1-r$2-cmtime
+	_drv=$1 _round=$2 n=$CM_CONNS
+	name=$1-r$2-${MP}cmtime
 	v=""
 	next_port
 	# cmtime's server listens on rdma_cm, then opens its TCP port for the
 	# client's out-of-band sync: run_pair waits for the latter.
 	RUN_PAIR_READY=listening
-	if run_pair "$name" "$PORT" '^full connect' \
-		cmtime -b "$IP_A" -p "$PORT" -c "$n" -- \
-		cmtime -s "$IP_A" -b "$IP_B" -p "$PORT" -c "$n"; then
-		# Step lines: NAME (one or two words) avg/iter total(us) us/conn sum max min.
-		v=$(awk -v n="$n" '/QPs test/ { on = 1; next } /no QPs/ { on = 0 }
-			on && /^(full connect|disconnect|destroy qp|destroy id) / { us += $(NF - 4); k++ }
-			END { if (k == 4 && us > 0) printf "%.1f", n * 1e6 / us }' "$tmp/$name.cli")
+	if [ "$PROTO" = iwarp ]; then
+		set -- sh "$HERE/cmtime_mesh.sh" serve "$IP_A" "$PORT" $((n / 2)) -- \
+			sh "$HERE/cmtime_mesh.sh" connect "$IP_A" "$IP_B" "$PORT" $((n / 2))
+		n=$((n / 2 * 2))
+	else
+		set -- cmtime -b "$IP_A" -p "$PORT" -c "$n" -- \
+			cmtime -s "$IP_A" -b "$IP_B" -p "$PORT" -c "$n"
 	fi
-	record "$1 $2 cm_conn ${v:-nan} conn/s"
-	[ -n "$v" ] || say "$1 round $2: cmtime failed; read $tmp/$name.cli and .srv"
+	if run_pair "$name" "$PORT" '^full connect' "$@"; then
+		# Step lines: NAME (one or two words) avg/iter total(us) us/conn sum
+		# max min; a peer's output (iWARP) starts with "== peer".
+		v=$(awk -v n="$n" '/^== peer/ { p++ } /QPs test/ { on = 1; next } /no QPs/ { on = 0 }
+			on && /^(full connect|disconnect|destroy qp|destroy id) / { us[p] += $(NF - 4); k++ }
+			END { for (i in us) if (us[i] > m) m = us[i]
+				if (k == 4 * (p ? p : 1) && m > 0) printf "%.1f", n * 1e6 / m }' "$tmp/$name.cli")
+	fi
+	record "$_drv $_round ${MP}cm_conn ${v:-nan} conn/s"
+	[ -n "$v" ] || say "$_drv round $_round: cmtime failed; read $tmp/$name.cli and .srv"
 	summary="${summary}cmtime $n: ${v:-nan} conn/s; "
 }
 
@@ -384,7 +426,7 @@ cm_rate() {
 rping_rate() {
 	n=$RPING_COUNT
 	[ "$1" != rxe ] || n=$RXE_RPING_COUNT
-	name=$1-r$2-rping
+	name=$1-r$2-${MP}rping
 	v=""
 	next_port
 	RUN_PAIR_READY=cm_listening
@@ -408,7 +450,7 @@ rping_rate() {
 			"$tmp/$name.cli")
 	fi
 	RUN_PAIR_READY=listening
-	record "$1 $2 rping ${v:-nan} rt/s"
+	record "$1 $2 ${MP}rping ${v:-nan} rt/s"
 	[ -n "$v" ] || say "$1 round $2: rping failed; read $tmp/$name.cli and .srv"
 	summary="${summary}rping ${n}x${RPING_SIZE} B: ${v:-nan} rt/s; "
 }
@@ -515,11 +557,24 @@ nvmeof() {
 	say "$1 round $2: NVMe/RDMA ${NS:-?}: 4 KiB randread QD32 ${rr:-nan} IOPS; 128 KiB write QD8 ${sw:-nan} MiB/s"
 }
 
+# iwarp DRIVER ROUND: the iWARP rows.
+iwarp() {
+	summary=""
+	cm_rate "$1" "$2"
+	rping_rate "$1" "$2"
+	lat "$1" "$2" ib_write_lat
+	bw "$1" "$2" ib_write_bw 1
+	say "$1 round $2: iWARP: $summary"
+}
+
 nics_up $NET
 rmmod rdma_rxe 2>/dev/null
 # The control path of ours and C in pairs, when both are measured.
 PAIRED=""
-if listed erdma_rs "$DRIVERS" && listed erdma "$DRIVERS"; then
+if [ "$PROTO" = iwarp ]; then
+	say "iWARP: $ROUNDS rounds of $DRIVERS on ports $ND_A and $ND_B: cmtime 2 x $((CM_CONNS / 2)) connections, rping $RPING_COUNT x $RPING_SIZE B," \
+		"ib_write_lat -R $LAT_ITERS iterations, ib_write_bw -R ${BW_SECONDS}s"
+elif listed erdma_rs "$DRIVERS" && listed erdma "$DRIVERS"; then
 	say "$PAIRS pairs of ours' and C's control loops (${PAIR_SECONDS}s each), both bound at once"
 	paired 0 0 $((PAIRS / 2))
 	paired 1 $((PAIRS / 2)) $((PAIRS - PAIRS / 2))
@@ -528,8 +583,9 @@ fi
 # The NVMe/RDMA target's configuration, for the rounds (after the pairs:
 # nothing of it is loaded while they run).
 IP_A=$(ipv4_of "$ND_A") IP_B=$(ipv4_of "$ND_B")
-nvme_prepare || { say "FAILED: the nvmet-rdma target could not be configured"; exit 1; }
-say "$ROUNDS rounds of: $DRIVERS; ports $ND_A and $ND_B; control loops ${CTL_SECONDS}s each" \
+[ "$PROTO" = iwarp ] ||
+	nvme_prepare || { say "FAILED: the nvmet-rdma target could not be configured"; exit 1; }
+[ "$PROTO" = iwarp ] || say "$ROUNDS rounds of: $DRIVERS; ports $ND_A and $ND_B; control loops ${CTL_SECONDS}s each" \
 	"${PAIRED:+(not for $PAIRED: paired above)}; latency $LAT_ITERS iterations" \
 	"(rxe $RXE_LAT_ITERS), bandwidth ${BW_SECONDS}s per run, kernel CQs $KCQ_QPS QPs for ${KCQ_SECONDS}s," \
 	"cmtime $CM_CONNS connections, rping $RPING_COUNT x $RPING_SIZE B (rxe $RXE_RPING_COUNT)," \
@@ -549,16 +605,21 @@ while [ $round -le "$ROUNDS" ]; do
 	for drv in $order; do
 		say "round $round/$ROUNDS: $drv"
 		if load "$drv"; then
-			say "$drv: $IB_A ($ND_A, GID $GID_A) and $IB_B ($ND_B, GID $GID_B)"
-			listed "$drv" "$PAIRED" || control "$drv" "$round"
-			kcq "$drv" "$round"
-			data "$drv" "$round"
-			cm "$drv" "$round"
-			nvmeof "$drv" "$round"
+			if [ "$PROTO" = iwarp ]; then
+				say "$drv: $IB_A ($ND_A, $IP_A) and $IB_B ($ND_B, $IP_B)"
+				iwarp "$drv" "$round"
+			else
+				say "$drv: $IB_A ($ND_A, GID $GID_A) and $IB_B ($ND_B, GID $GID_B)"
+				listed "$drv" "$PAIRED" || control "$drv" "$round"
+				kcq "$drv" "$round"
+				data "$drv" "$round"
+				cm "$drv" "$round"
+				nvmeof "$drv" "$round"
+			fi
 		else
 			say "round $round: $drv did not load; read the console log"
 			ctl=$CTL_METRICS
-			! listed "$drv" "$PAIRED" || ctl=""
+			! listed "$drv" "$PAIRED" && [ "$PROTO" != iwarp ] || ctl=""
 			for m in $ctl $ROUND_METRICS; do
 				record "$drv $round $m nan -"
 			done
@@ -568,7 +629,7 @@ while [ $round -le "$ROUNDS" ]; do
 	round=$((round + 1))
 done
 
-nvme_finish
+[ "$PROTO" = iwarp ] || nvme_finish
 
 # A WARN()'s "cut here" line is left out: its WARNING line, which follows,
 # says whose it is (and is what BENCH_TOLERATE names).
