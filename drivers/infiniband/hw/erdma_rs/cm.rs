@@ -100,7 +100,8 @@ use zerocopy::{
 use crate::{
     commands::{
         ModifyQpIwarp,
-        ModifyQpIwarpCfg, //
+        ModifyQpIwarpCfg,
+        Reflush, //
     },
     consts::{
         iw_state,
@@ -145,6 +146,8 @@ pub(crate) trait CmHw {
     fn dev(&self) -> &device::Device;
     /// Sends an iWARP MODIFY_QP.
     fn modify_qp(&self, cmd: &ModifyQpIwarp) -> Result;
+    /// Sends a REFLUSH (failures are the device's to report).
+    fn reflush(&self, cmd: &Reflush);
     /// The adapter's congestion-control algorithm.
     fn cc(&self) -> u8;
 }
@@ -250,10 +253,13 @@ struct Conn {
 }
 
 /// Who posts a kernel consumer's work to an iWARP queue pair, and must know each state the
-/// connection moves it to (posting needs RTS; ERROR changes how posts complete).
+/// connection moves it to (posting needs RTS; in a stopped state posts complete as flushed).
 pub(crate) trait IwStateSink: Send + Sync {
     /// The queue pair is now in `state`, as the verbs name it.
     fn iw_state_changed(&self, state: QpState);
+    /// The REFLUSH that completes, as flushed, what was posted before it: in a stopped state
+    /// the adapter only notes work posted after it got there (erdma-hw 10.13).
+    fn reflush(&self) -> Reflush;
 }
 
 /// What an iWARP queue pair shares with its connection: its number and cookie, its state, its
@@ -347,7 +353,15 @@ impl IwQp {
         };
         hw.modify_qp(&cmd)?;
         self.set_state(conn, state);
+        self.flush_posted(hw);
         Ok(())
+    }
+
+    /// A kernel queue pair that stopped completes what was posted to it so far, as flushed.
+    fn flush_posted(&self, hw: &dyn CmHw) {
+        if let Some(sink) = &self.sink {
+            hw.reflush(&sink.reflush());
+        }
     }
 
     /// The verbs' modify: only the state counts (erdma-hw 7.1). RESET and INIT are IDLE, RTR a
@@ -409,8 +423,9 @@ impl IwQp {
         }
     }
 
-    /// After [`IwQp::fatal`], in process context: the adapter has the queue pair in ERROR.
-    fn note_failed(&self) {
+    /// After [`IwQp::fatal`], in process context: the adapter has the queue pair in ERROR, and
+    /// what was posted while it got there completes as flushed.
+    fn note_failed(&self, hw: &dyn CmHw) {
         if !self.failed.load(Ordering::Acquire) {
             return;
         }
@@ -418,6 +433,8 @@ impl IwQp {
         if conn.state != iw_state::IDLE && conn.state != iw_state::ERROR {
             self.set_state(&mut conn, iw_state::ERROR);
         }
+        drop(conn);
+        self.flush_posted(hw);
     }
 
     /// Detaches the endpoint, from `conn` and from the interrupt handler's view.
@@ -1006,7 +1023,7 @@ impl Endpoint {
     /// The queue pair stopped, failed or went away.
     fn local_close(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
         if let Some(qp) = inner.qp.as_ref() {
-            qp.note_failed();
+            qp.note_failed(hw);
         }
         match inner.state {
             EpState::Connecting | EpState::AwaitReply => {

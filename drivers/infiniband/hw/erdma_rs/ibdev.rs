@@ -71,6 +71,7 @@ use crate::{
         FreeDb,
         GetStats,
         ModifyQpIwarp,
+        Reflush,
         SetGid,
         SetGidCfg,
         StatsHeader,
@@ -532,6 +533,15 @@ impl CmHw for IwDev<'_, '_> {
 
     fn modify_qp(&self, cmd: &ModifyQpIwarp) -> Result {
         self.data.hw.exec(cmd, Wait::Sleep).map(drop)
+    }
+
+    fn reflush(&self, cmd: &Reflush) {
+        if let Err(e) = self.data.hw.exec(cmd, Wait::Sleep) {
+            self.data.hw.reports.note(
+                self.dev(),
+                fmt!("REFLUSH of QP {} failed ({})\n", cmd.qpn, e.to_errno()),
+            );
+        }
     }
 
     fn cc(&self) -> u8 {

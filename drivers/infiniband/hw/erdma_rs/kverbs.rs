@@ -439,10 +439,18 @@ impl WorkQueue {
 }
 
 /// On an iWARP adapter the connection manager, not modify, takes a queue pair to RTS and
-/// stops it: posting follows.
+/// stops it: posting follows. Every stopped state (CLOSING, TERMINATE, ERROR) flushes, so
+/// posting treats each as ERROR.
 impl IwStateSink for KernelQp {
     fn iw_state_changed(&self, state: QpState) {
-        self.set_state(state);
+        self.set_state(match state {
+            QpState::Sqd | QpState::Sqe => QpState::Err,
+            s => s,
+        });
+    }
+
+    fn reflush(&self) -> Reflush {
+        KernelQp::reflush(self)
     }
 }
 

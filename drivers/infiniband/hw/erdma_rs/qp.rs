@@ -583,11 +583,19 @@ impl Qp {
         let next = attr.state().ok_or(EINVAL)?;
         let dev = data.iw().ok_or(EINVAL)?;
         let mut shadow = self.shadow.lock();
-        iw.modify(&dev, next)?;
+        let modified = iw.modify(&dev, next);
         if let Some(k) = &self.hw.kernel {
-            k.set_state(next);
-            self.hw.kernel_state_changed(data, k, next);
+            if modified.is_ok() {
+                k.iw_state_changed(next);
+            }
+            // Stopped (also when the adapter or the connection stopped it first, which makes
+            // this modify fail): what was posted completes as flushed, so that a consumer that
+            // waits for its work before draining (nvmet-rdma) gets it back.
+            if k.in_error() {
+                self.hw.reflush(data, k, Wait::Sleep);
+            }
         }
+        modified?;
         shadow.state = next;
         Ok(())
     }

@@ -107,34 +107,26 @@ riostream_pair() {
 }
 
 # cmtime N: N connections from B to A with QPs, then N without, timed step by
-# step; the client reports every step of all of them.
+# step; the client reports every step of all of them. On iWARP, where the
+# guest's cmtime cannot run, the newer one of cmtime_mesh.sh: a listener on A,
+# two peers on B connecting N times each, with QPs only.
 cmtime_pair() {
 	next_port
 	# Its client connects first over TCP (the out-of-band sync), which the
 	# server opens after listening on rdma_cm.
 	RUN_PAIR_READY=listening
-	run_pair cmtime "$PORT" '^establish' \
-		cmtime -b "$IP_A" -p "$PORT" -c "$1" -- \
-		cmtime -s "$IP_A" -b "$IP_B" -p "$PORT" -c "$1"
+	if [ "$PROTO" = iwarp ]; then
+		set -- sh ./cmtime_mesh.sh serve "$IP_A" "$PORT" "$1" -- \
+			sh ./cmtime_mesh.sh connect "$IP_A" "$IP_B" "$PORT" "$1"
+	else
+		set -- cmtime -b "$IP_A" -p "$PORT" -c "$1" -- \
+			cmtime -s "$IP_A" -b "$IP_B" -p "$PORT" -c "$1"
+	fi
+	run_pair cmtime "$PORT" '^full connect' "$@"
 	r=$?
 	RUN_PAIR_READY=cm_listening
 	[ $r = 0 ] || return 1
-	tap_diag "cmtime: $(grep -E '^(full connect|establish)' "$tmp/cmtime.cli" | tr -s ' ' | tr '\n' ';')"
-}
-
-# cmtime_mesh_pair N: on iWARP, where the guest's cmtime cannot run, the
-# newer one of cmtime_mesh.sh: a listener on A, two peers on B connecting N
-# times each with QPs, step by step.
-cmtime_mesh_pair() {
-	next_port
-	RUN_PAIR_READY=listening
-	run_pair cmtime "$PORT" '^full connect' \
-		sh ./cmtime_mesh.sh serve "$IP_A" "$PORT" "$1" -- \
-		sh ./cmtime_mesh.sh connect "$IP_A" "$IP_B" "$PORT" "$1"
-	r=$?
-	RUN_PAIR_READY=cm_listening
-	[ $r = 0 ] || return 1
-	tap_diag "cmtime: $(grep -E '^(== peer|full connect|cm connect)' "$tmp/cmtime.cli" | tr -s ' ' | tr '\n' ';')"
+	tap_diag "cmtime: $(grep -E '^(== peer|full connect|establish|cm connect)' "$tmp/cmtime.cli" | tr -s ' ' | tr '\n' ';')"
 }
 
 # fails_with NAME SECONDS PATTERN CMD...: CMD fails (not by its timeout of
@@ -247,7 +239,7 @@ if [ "$PROTO" = iwarp ] && ! sh ./cmtime_mesh.sh present >/dev/null; then
 	tap_skip "cmtime $IB_B -> $IB_A" "$(sh ./cmtime_mesh.sh present)"
 elif [ "$PROTO" = iwarp ]; then
 	tap_check "cmtime (rdma-core 61.0, a mesh of three) $IB_B -> $IB_A: 2 x 10 connections with QPs" \
-		cmtime_mesh_pair 10
+		cmtime_pair 10
 else
 	tap_check "cmtime $IB_B -> $IB_A: 10 connections with QPs and 10 without" cmtime_pair 10
 fi
