@@ -516,6 +516,16 @@ pub(crate) struct IwDev<'a, 'bound> {
 }
 
 impl<'bound> IbData<'bound> {
+    /// Sends a REFLUSH (erdma-hw 10.13); a failure is noted as the device's, the caller goes on.
+    pub(crate) fn reflush(&self, cmd: &Reflush, wait: Wait) {
+        if let Err(e) = self.hw.exec(cmd, wait) {
+            self.hw.reports.note(
+                self.dev(),
+                fmt!("REFLUSH of QP {} failed ({})\n", cmd.qpn, e.to_errno()),
+            );
+        }
+    }
+
     /// The device as its connection manager reaches it; `None` on RoCE adapters.
     pub(crate) fn iw(&self) -> Option<IwDev<'_, 'bound>> {
         self.cm.as_deref().map(|cm| IwDev { data: self, cm })
@@ -536,12 +546,7 @@ impl CmHw for IwDev<'_, '_> {
     }
 
     fn reflush(&self, cmd: &Reflush) {
-        if let Err(e) = self.data.hw.exec(cmd, Wait::Sleep) {
-            self.data.hw.reports.note(
-                self.dev(),
-                fmt!("REFLUSH of QP {} failed ({})\n", cmd.qpn, e.to_errno()),
-            );
-        }
+        self.data.reflush(cmd, Wait::Sleep);
     }
 
     fn cc(&self) -> u8 {

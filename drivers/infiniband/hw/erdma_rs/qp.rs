@@ -424,12 +424,7 @@ impl QpHw {
 
     /// Makes the adapter flush the work of a kernel queue pair in ERROR posted so far.
     fn reflush(&self, data: &IbData<'_>, k: &KernelQp, wait: Wait) {
-        if let Err(e) = data.hw.exec(&k.reflush(), wait) {
-            data.hw.reports.note(
-                data.dev(),
-                fmt!("REFLUSH of QP {} failed ({})\n", self.qpn, e.to_errno()),
-            );
-        }
+        data.reflush(&k.reflush(), wait);
     }
 
     /// Destroys the queue pair in the adapter, stopping it first unless it is in `state`
@@ -591,8 +586,9 @@ impl Qp {
             // Stopped (also when the adapter or the connection stopped it first, which makes
             // this modify fail): what was posted completes as flushed, so that a consumer that
             // waits for its work before draining (nvmet-rdma) gets it back.
-            if k.in_error() {
-                self.hw.reflush(data, k, Wait::Sleep);
+            let now = if k.in_error() { QpState::Err } else { next };
+            if modified.is_ok() || now == QpState::Err {
+                self.hw.kernel_state_changed(data, k, now);
             }
         }
         modified?;
