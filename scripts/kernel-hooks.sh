@@ -126,6 +126,15 @@ edit_rust_workqueue() {
 	insert_before "$1" '^/// A kernel work queue\.$' 'mod owned;\npub use owned::OwnedQueue;\n'
 }
 
+# The headers package (make bindeb-pkg) also carries what an out-of-tree Rust
+# module build needs: the kernel crates' metadata and the procedural macros
+# (rust/*.rmeta, rust/*.so; scripts/target.json already comes with scripts/).
+edit_install_extmod_build() {
+	insert_after "$1" '^	echo include/generated$' '	if is_enabled CONFIG_RUST; then
+		find rust -maxdepth 1 \\( -name "*.rmeta" -o -name "*.so" \\)
+	fi'
+}
+
 apply_kernel_hooks() {
 	hook drivers/infiniband/Kconfig edit_ib_kconfig
 	hook drivers/infiniband/hw/Makefile edit_ib_hw_makefile
@@ -138,4 +147,5 @@ apply_kernel_hooks() {
 	hook rust/kernel/lib.rs edit_rust_lib
 	hook rust/kernel/net/mod.rs edit_rust_net
 	hook rust/kernel/workqueue.rs edit_rust_workqueue
+	hook scripts/package/install-extmod-build edit_install_extmod_build
 }
