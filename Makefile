@@ -36,7 +36,7 @@ KERNEL_FLAVOR ?= debug
 export KERNEL_FLAVOR
 EMU := $(CARGO_TARGET_DIR)/release/erdma-emu
 
-.PHONY: all demo check bench setup model kernel module rootfs vm rustfmt clippy clean help
+.PHONY: all demo check bench package setup model kernel module rootfs vm rustfmt clippy clean help
 
 all: setup model kernel
 
@@ -82,6 +82,10 @@ check:
 # Not part of check: about 10 minutes of measurements (scripts/bench.sh).
 bench:
 	@scripts/bench.sh
+
+# Debian packages of the release kernel (issue 12, in progress: scripts/package.sh).
+package:
+	@scripts/package.sh
 
 clean:
 	rm -rf out

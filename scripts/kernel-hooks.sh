@@ -7,8 +7,10 @@
 
 # hook FILE EDIT-FUNCTION: apply EDIT-FUNCTION (which edits "$1" in place)
 # to a copy of the pristine FILE, and install the result if it changed.
+hooked=()
 hook() {
 	local f=$1 edit=$2 pristine=$KERNEL_DIR/pristine/$1 tmp
+	hooked+=("$f")
 	if [ ! -f "$pristine" ]; then
 		mkdir -p "$(dirname "$pristine")"
 		cp "$KSRC/$f" "$pristine"
@@ -135,6 +137,13 @@ edit_install_extmod_build() {
 	fi'
 }
 
+# The packages' changelog is dated by the build's timestamp (SOURCE_DATE_EPOCH,
+# which scripts/package.sh sets from the tree), not the time of the build.
+edit_mkdebian() {
+	grep -q ' -- \$maintainer  \$(date -R)$' "$1" || die "hook anchor 'date -R' not found in $1 (kernel source changed?)"
+	sed -i 's/ -- \$maintainer  \$(date -R)$/ -- $maintainer  $(date -R ${SOURCE_DATE_EPOCH:+-d @$SOURCE_DATE_EPOCH})/' "$1"
+}
+
 apply_kernel_hooks() {
 	hook drivers/infiniband/Kconfig edit_ib_kconfig
 	hook drivers/infiniband/hw/Makefile edit_ib_hw_makefile
@@ -148,4 +157,20 @@ apply_kernel_hooks() {
 	hook rust/kernel/net/mod.rs edit_rust_net
 	hook rust/kernel/workqueue.rs edit_rust_workqueue
 	hook scripts/package/install-extmod-build edit_install_extmod_build
+	hook scripts/package/mkdebian edit_mkdebian
+	restore_unhooked
+}
+
+# restore_unhooked: a file hooked by an earlier build but not by this one gets
+# its pristine copy back.
+restore_unhooked() {
+	local f
+	[ -d "$KERNEL_DIR/pristine" ] || return 0
+	while read -r f; do
+		printf '%s\n' "${hooked[@]}" | grep -qxF "$f" && continue
+		if ! cmp -s "$KERNEL_DIR/pristine/$f" "$KSRC/$f"; then
+			cp "$KERNEL_DIR/pristine/$f" "$KSRC/$f"
+			say "hook: restored $f (no longer hooked)"
+		fi
+	done < <(cd "$KERNEL_DIR/pristine" && find . -type f | sed 's|^\./||')
 }

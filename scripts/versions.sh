@@ -28,4 +28,4 @@ CMTIME_URL=http://archive.ubuntu.com/ubuntu/pool/main/r/rdma-core/rdma-core_$CMT
 CMTIME_SHA256=340be509137103677ea30798d6ffe64a991148dae333b79a5bc0744e219fde2f
 
 # Host packages (Debian 12), installed with apt-get; none upgrades the base system.
-HOST_PACKAGES="flex bison bc cpio kmod libelf-dev libssl-dev dwarves rsync debootstrap libclang-$LLVM_MAJOR-dev clang-$LLVM_MAJOR lld-$LLVM_MAJOR llvm-$LLVM_MAJOR xz-utils make gcc libibverbs-dev librdmacm-dev"
+HOST_PACKAGES="flex bison bc cpio kmod libelf-dev libssl-dev dwarves rsync debootstrap libclang-$LLVM_MAJOR-dev clang-$LLVM_MAJOR lld-$LLVM_MAJOR llvm-$LLVM_MAJOR xz-utils make gcc libibverbs-dev librdmacm-dev debhelper libdw-dev"
