@@ -75,7 +75,9 @@ FLAVOR=${KERNEL_FLAVOR:-debug}
 case "$FLAVOR" in
 debug) fragments=(erdma_rs.config erdma_rs_debug.config) ;;
 release) fragments=(erdma_rs.config) ;;
-*) die "KERNEL_FLAVOR is '$FLAVOR': debug or release" ;;
+# Issue 12, in progress: what a cloud instance needs besides (a draft).
+instance) fragments=(erdma_rs.config erdma_rs_instance.config) ;;
+*) die "KERNEL_FLAVOR is '$FLAVOR': debug, release or instance" ;;
 esac
 
 # One kernel build at a time: builds share the source tree, and two at once
