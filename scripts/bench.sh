@@ -98,7 +98,7 @@ snapshot() {
 		cp -a "$KOUT/modroot/lib/modules" "$OUT/kernel/" || return 1
 	local m
 	for m in erdma_rs erdma rdma_rxe nvme-rdma nvmet-rdma null_blk; do
-		[ -n "$(find "$OUT/kernel/modules" -name "$m.ko")" ] || return 1
+		[ -n "$(find "$OUT/kernel/modules" -name "$m.ko*")" ] || return 1
 	done
 	grep -q rdma_rxe "$OUT/kernel/modules"/*/modules.dep
 }

@@ -7,9 +7,14 @@
 # with clang/LLVM ($LLVM_MAJOR):
 #   KERNEL_FLAVOR=debug (default)  every guest test in make check runs on it:
 #                                  KASAN, lockdep, UBSAN, kmemleak, ...
-#   KERNEL_FLAVOR=release          make bench (and the packages) use it
+#   KERNEL_FLAVOR=release          the kernel an ECS instance runs: make
+#                                  package builds its Debian packages, make
+#                                  bench measures on it, the rehearsal in
+#                                  make check installs and boots it
 # Both are tinyconfig + kernel/configs/erdma_rs.config; the debug kernel adds
-# kernel/configs/erdma_rs_debug.config.  Each flavor has its own build
+# kernel/configs/erdma_rs_debug.config, the release kernel
+# kernel/configs/erdma_rs_instance.config (what a cloud instance needs: boot,
+# disks, file systems, systemd, the hypervisor's devices).  Each flavor has its own build
 # directory, keyed by the toolchain, and a link to it, KERNEL_DIR/build-FLAVOR.
 # Builds are serialised by a lock: a second build waits for the first.
 #
@@ -74,11 +79,19 @@ command -v "clang-$LLVM_MAJOR" >/dev/null && command -v "ld.lld-$LLVM_MAJOR" >/d
 FLAVOR=${KERNEL_FLAVOR:-debug}
 case "$FLAVOR" in
 debug) fragments=(erdma_rs.config erdma_rs_debug.config) ;;
-release) fragments=(erdma_rs.config) ;;
-# Issue 12, in progress: what a cloud instance needs besides (a draft).
-instance) fragments=(erdma_rs.config erdma_rs_instance.config) ;;
-*) die "KERNEL_FLAVOR is '$FLAVOR': debug, release or instance" ;;
+release) fragments=(erdma_rs.config erdma_rs_instance.config) ;;
+*) die "KERNEL_FLAVOR is '$FLAVOR': debug or release" ;;
 esac
+# KERNEL_EXTRA_CONFIG=FILE: one more fragment, last (make package uses it for
+# module signing with the user's key); such a kernel has a build directory of
+# its own, keyed by the fragment.
+extra_key=""
+if [ -n "${KERNEL_EXTRA_CONFIG:-}" ]; then
+	[ -f "$KERNEL_EXTRA_CONFIG" ] || die "KERNEL_EXTRA_CONFIG: no file $KERNEL_EXTRA_CONFIG"
+	cp "$KERNEL_EXTRA_CONFIG" "$KSRC/kernel/configs/erdma_rs_extra.config"
+	fragments+=(erdma_rs_extra.config)
+	extra_key=-$(key_of "$KERNEL_EXTRA_CONFIG")
+fi
 
 # One kernel build at a time: builds share the source tree, and two at once
 # would also starve the two cores.
@@ -90,7 +103,7 @@ fi
 
 toolkey=$(key_of "$KERNEL_PKG_VERSION" "$(rustc -vV)" "$("$BINDGEN" --version)" \
 	"$("clang-$LLVM_MAJOR" --version | head -1)" "$LLVM_MAJOR")
-KOUT=${KOUT:-$KERNEL_DIR/build-$FLAVOR-$toolkey}
+KOUT=${KOUT:-$KERNEL_DIR/build-$FLAVOR-$toolkey$extra_key}
 mkdir -p "$KOUT"
 
 # ---- 1. overlay -------------------------------------------------------------
@@ -133,7 +146,11 @@ kmake() {
 
 cfgfiles=()
 for f in "${fragments[@]}"; do
-	cfgfiles+=("$TOP/kernel/configs/$f")
+	if [ -f "$TOP/kernel/configs/$f" ]; then
+		cfgfiles+=("$TOP/kernel/configs/$f")
+	else
+		cfgfiles+=("$KSRC/kernel/configs/$f")
+	fi
 done
 cfgkey=$(key_of "$FLAVOR" "${cfgfiles[@]}" "$TOP/Kconfig" "$TOP/drivers/infiniband/hw/erdma_rs/Kconfig")
 if [ ! -f "$KOUT/.config" ] || ! stamp_ok "$KOUT/.fragment.key" "$cfgkey"; then
@@ -266,5 +283,5 @@ if [ "${targets[*]}" = all ] || [ "${targets[*]}" = modules ]; then
 		die "modules_install failed; see $KOUT/modules_install.log"
 	rm -rf "$KOUT/modroot" && mv "$KOUT/modroot.new" "$KOUT/modroot"
 fi
-ln -sfn "$(basename "$KOUT")" "$KERNEL_DIR/build-$FLAVOR"
+[ -n "$extra_key" ] || ln -sfn "$(basename "$KOUT")" "$KERNEL_DIR/build-$FLAVOR"
 echo "$KOUT"

@@ -18,6 +18,11 @@ GUEST_SUITE=trixie
 RDMA_CORE_SERIES=56.1
 GUEST_PACKAGES="rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,python3-pyverbs,iproute2,kmod,busybox,pciutils,nvme-cli,fio"
 
+# The rehearsal's instance (make check, scripts/build-ecs-image.sh): a trixie
+# system as an ECS instance runs it, with Debian's cloud kernel and the
+# distribution's rdma-core, plus what an out-of-tree module build needs.
+ECS_PACKAGES="systemd-sysv,udev,dbus,initramfs-tools,zstd,e2fsprogs,linux-image-cloud-amd64,kmod,iproute2,procps,rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,make,clang-$LLVM_MAJOR,lld-$LLVM_MAJOR,llvm-$LLVM_MAJOR,libelf1t64,libc6-dev"
+
 # cmtime of a newer rdma-core, for iWARP (the guest's 56.1 cannot run there:
 # its out-of-band socket takes the port of its rdma_cm listener, which an
 # iWARP listener holds as a TCP port). Built on the host from the upstream

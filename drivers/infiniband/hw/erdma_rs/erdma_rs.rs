@@ -41,8 +41,9 @@ use kernel::{
         Bound,
         Core, //
     },
+    device_id::IdArray,
     dma::DmaMask,
-    fmt,
+    driver, fmt,
     io::Io,
     irq::{
         self,
@@ -60,6 +61,8 @@ use kernel::{
         Mutex,
         SpinLockIrq, //
     },
+    InPlaceModule,
+    ModuleMetadata, //
 };
 
 mod ah;
@@ -219,14 +222,16 @@ struct Erdma<'bound> {
 
 struct ErdmaDriver;
 
-kernel::pci_device_table!(
-    PCI_TABLE,
-    <ErdmaDriver as pci::Driver>::IdInfo,
-    [(
-        pci::DeviceId::from_id(pci::Vendor::ALIBABA, PCI_DEVICE_ID_ERDMA),
-        ()
-    )]
-);
+/// The adapter's ID, which the in-tree C driver `erdma` claims too.
+///
+/// Not exported as a module alias (`pci_device_table!` would): the adapter's alias loads the C
+/// driver unless the system chooses this one, by the modprobe configuration our package installs
+/// (`alias pci:v00001DEDd0000107F* erdma_rs`). With both aliases, udev would load both modules and
+/// whichever registered first would bind.
+static PCI_TABLE: IdArray<pci::DeviceId, (), 1> = IdArray::new([(
+    pci::DeviceId::from_id(pci::Vendor::ALIBABA, PCI_DEVICE_ID_ERDMA),
+    &(),
+)]);
 
 /// The name of an interrupt: `erdma-<what>@pci:<bdf>`.
 fn irq_name(pdev: &pci::Device<Bound>, what: fmt::Arguments<'_>) -> Result<CString> {
@@ -455,8 +460,72 @@ impl pci::Driver for ErdmaDriver {
     }
 }
 
-kernel::module_pci_driver! {
-    type: ErdmaDriver,
+/// The devices of [`PCI_TABLE`] another driver holds, listed for a log line:
+/// `0000:00:03.0 (erdma), 0000:00:04.0 (erdma)`.
+struct HeldBy<'a>(&'a [pci::Holder]);
+
+impl fmt::Display for HeldBy<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let held = self.0.iter().filter_map(|h| Some((&h.device, h.driver.as_ref()?)));
+        for (i, (device, driver)) in held.enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{} ({})", device.to_str().unwrap_or("?"), driver.to_str().unwrap_or("?"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Refuses to load when another driver holds every adapter: erdma_rs would drive none of them.
+///
+/// Says in one line which driver holds which adapter and how to hand one over. With some adapters
+/// free, erdma_rs loads and drives those, and the same line says which it leaves alone.
+fn check_holders() -> Result {
+    let found = pci::holders(pci::Vendor::ALIBABA, PCI_DEVICE_ID_ERDMA)?;
+    let held = found.iter().filter(|h| h.driver.is_some()).count();
+    if held == 0 {
+        return Ok(());
+    }
+    let holder = found
+        .iter()
+        .find_map(|h| h.driver.as_ref()?.to_str().ok())
+        .unwrap_or("DRIVER");
+    if held == found.len() {
+        pr_err!(
+            "every eRDMA adapter is held by another driver: {}; hand one over with \
+             'echo ADDRESS > /sys/bus/pci/drivers/{holder}/unbind' and load erdma_rs again\n",
+            HeldBy(&found)
+        );
+        return Err(EBUSY);
+    }
+    pr_info!(
+        "leaving the eRDMA adapters another driver holds: {} (hand one over with \
+         'echo ADDRESS > /sys/bus/pci/drivers/{holder}/unbind; \
+         echo ADDRESS > /sys/bus/pci/drivers/erdma_rs/bind')\n",
+        HeldBy(&found)
+    );
+    Ok(())
+}
+
+/// The module: the PCI driver, registered unless another driver holds every adapter.
+#[pin_data]
+struct ErdmaModule {
+    #[pin]
+    driver: driver::Registration<pci::Adapter<ErdmaDriver>>,
+}
+
+impl InPlaceModule for ErdmaModule {
+    fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        pin_init::pin_init_scope(move || {
+            check_holders()?;
+            Ok(try_pin_init!(Self {
+                driver <- driver::Registration::new(<Self as ModuleMetadata>::NAME, module),
+            }))
+        })
+    }
+}
+
+module! {
+    type: ErdmaModule,
     name: "erdma_rs",
     authors: ["The erdma-rs developers"],
     description: "Alibaba Elastic RDMA Adapter (eRDMA) driver, in Rust",

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Which drivers hold the PCI devices of an ID.
+//!
+//! Two drivers can claim the same device ID (an in-tree driver and a replacement for it). The
+//! one that is loaded second binds nothing while the first holds every device; it can ask who
+//! holds them and say so, rather than load and do nothing.
+//!
+//! C header: [`include/linux/pci.h`](srctree/include/linux/pci.h)
+
+use super::Vendor;
+use crate::{
+    alloc::{flags::GFP_KERNEL, KVec},
+    bindings,
+    prelude::*,
+    str::{CStr, CString},
+};
+
+/// A PCI device of a given ID, as it was when it was looked at.
+pub struct Holder {
+    /// The device's name on its bus: its address, such as `0000:00:03.0`.
+    pub device: CString,
+    /// The name of the driver bound to the device, if one is.
+    pub driver: Option<CString>,
+}
+
+/// Copies the NUL-terminated string at `ptr`.
+///
+/// # Safety
+///
+/// `ptr` is a valid pointer to a NUL-terminated string that lives for the duration of the call.
+unsafe fn copy_c_string(ptr: *const crate::ffi::c_char) -> Result<CString> {
+    // SAFETY: Guaranteed by the caller.
+    let s = unsafe { CStr::from_char_ptr(ptr) };
+    Ok(CString::try_from(s)?)
+}
+
+/// Returns every PCI device with `vendor`:`device` in the system, and the driver bound to each.
+///
+/// A snapshot: a driver can bind or unbind a device right after it is looked at. Each device's
+/// driver is read under the device lock, so the name is that of a driver that was bound then.
+/// Sleeps (takes each device's lock); not for a context that cannot.
+pub fn holders(vendor: Vendor, device: u32) -> Result<KVec<Holder>> {
+    let mut found = KVec::new();
+    let mut pdev: *mut bindings::pci_dev = core::ptr::null_mut();
+    loop {
+        // SAFETY: `pdev` is null or a device the previous call returned, with the reference that
+        // call took; `pci_get_device()` drops that reference and takes one on the device it
+        // returns.
+        pdev = unsafe {
+            bindings::pci_get_device(vendor.as_raw().into(), device, pdev)
+        };
+        if pdev.is_null() {
+            return Ok(found);
+        }
+        // SAFETY: `pdev` is a valid `struct pci_dev` on which this function holds a reference.
+        let dev = unsafe { &raw mut (*pdev).dev };
+        // SAFETY: `dev` is valid (above); `device_lock()` is `mutex_lock(&dev->mutex)`, and this
+        // function may sleep (its documented contract).
+        unsafe { bindings::mutex_lock(&raw mut (*dev).mutex) };
+        // SAFETY: `dev` is valid, and its name lives as long as the device.
+        let name = unsafe { copy_c_string(bindings::dev_name(dev)) };
+        // SAFETY: `dev` is valid, and its lock is held: the driver it points to stays bound (and
+        // so its module loaded, and its name valid) until the lock is released.
+        let driver = unsafe {
+            let drv = (*dev).driver;
+            if drv.is_null() {
+                Ok(None)
+            } else {
+                copy_c_string((*drv).name).map(Some)
+            }
+        };
+        // SAFETY: The lock was taken above by this function.
+        unsafe { bindings::mutex_unlock(&raw mut (*dev).mutex) };
+        let pushed = match (name, driver) {
+            (Ok(device), Ok(driver)) => found
+                .push(Holder { device, driver }, GFP_KERNEL)
+                .map_err(Error::from),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+        if let Err(e) = pushed {
+            // SAFETY: `pdev` holds the reference `pci_get_device()` took; the loop ends here, so
+            // nothing else drops it.
+            unsafe { bindings::pci_dev_put(pdev) };
+            return Err(e);
+        }
+    }
+}

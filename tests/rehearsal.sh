@@ -1,0 +1,86 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# rehearsal.sh: what Documentation/infiniband/erdma_rs_ecs.rst tells a user of
+# an ECS instance to do, done in QEMU the way the user does it, with the
+# packages of make package (out/package, or REHEARSAL_PACKAGES=DIR).
+#
+#   1. The instance: a Debian trixie disk image with systemd, udev, an
+#      initramfs, Debian's cloud kernel and the distribution's rdma-core
+#      (scripts/build-ecs-image.sh, cached). It boots Debian's kernel and
+#      installs the packages with apt (scripts/guest/rehearsal.sh install).
+#   2. The "reboot": the guest powers off; the kernel and initramfs the
+#      packages put in its /boot are read from its disk (debugfs) and booted
+#      directly, as a bootloader would boot them.
+#   3. Two such instances (copies of the installed disk), each with a RoCEv2
+#      and an iWARP adapter, the NICs of each protocol wired to each other:
+#      the driver loads by itself, rdma link, ibv_devinfo, ibv_rc_pingpong and
+#      rping between them; the out-of-tree build of erdma_rs against the
+#      installed headers, loaded into the installed kernel; the driver choice
+#      undone and redone (rehearsal.sh check).
+#
+# The guests' TAP files are in out/vm/rehearsal-{install,check}/guest*/results.
+# The disks (a few GB, sparse) live in $ERDMA_CACHE/rehearsal while it runs.
+
+_step_name=rehearsal
+. "$(dirname "$0")/../scripts/lib.sh"
+
+PKG=${REHEARSAL_PACKAGES:-$TOP/out/package}
+EMU=${CARGO_TARGET_DIR:-$ERDMA_CACHE/cargo-target}/release/erdma-emu
+W=$ERDMA_CACHE/rehearsal
+VMS=$TOP/out/vm
+
+image=$("$TOP/scripts/build-ecs-image.sh" | tail -n 1)
+[ -f "$image/disk.raw" ] || die "no instance image; read the output of scripts/build-ecs-image.sh above"
+deb=$(ls "$PKG"/linux-image-*_amd64.deb 2>/dev/null | grep -v dbg | head -n 1)
+[ -n "$deb" ] || die "no linux-image package in $PKG: run make package first"
+krel=$(basename "$deb" | sed -E 's/^linux-image-(.*)_[^_]+_amd64\.deb$/\1/')
+command -v qemu-img >/dev/null || die "qemu-img is missing (apt-get install qemu-utils)"
+
+rm -rf "$W"
+mkdir -p "$W/package"
+trap 'rm -rf "$W"' EXIT
+cp "$PKG"/linux-image-"$krel"_*.deb "$PKG"/linux-headers-"$krel"_*.deb "$PKG"/erdma-rs_*.deb "$W/package/"
+echo "$krel" >"$W/package/kernel-release"
+cp -r "$TOP/drivers/infiniband/hw/erdma_rs" "$W/erdma_rs-src"
+
+# vmrun_phase NAME VMRUN-ARGS...: one boot of the rehearsal; fails the script
+# with the guest's own words when it fails.
+vmrun_phase() {
+	local name=$1 start rc=0
+	shift
+	start=$(date +%s)
+	say "$name: booting (console: $VMS/rehearsal-$name/guest*.console.log)"
+	"$TOP/scripts/vmrun.py" --quiet --out "$VMS/rehearsal-$name" --emu "$EMU" --memory 2G \
+		--copy "$TOP/scripts/guest/rehearsal.sh" --copy "$W/package" "$@" || rc=$?
+	say "$name: done in $(($(date +%s) - start)) s (exit $rc)"
+	return $rc
+}
+
+# 1. Install, on Debian's own kernel.
+qemu-img create -q -f qcow2 -b "$image/disk.raw" -F raw "$W/install.qcow2"
+vmrun_phase install --smp 2 --timeout 1800 --disk "$W/install.qcow2" \
+	--kernel "$image/vmlinuz" --initrd "$image/initrd" \
+	--dev proto=roce --run 'sh rehearsal.sh install' ||
+	die "installing the packages failed; read $VMS/rehearsal-install/guest0/results/"
+
+# 2. The kernel and initramfs the packages installed, from the disk.
+say "reading /boot/vmlinuz-$krel and /boot/initrd.img-$krel from the installed disk"
+qemu-img convert -O raw "$W/install.qcow2" "$W/installed.raw"
+rm -f "$W/install.qcow2"
+for f in "vmlinuz-$krel" "initrd.img-$krel"; do
+	debugfs -R "dump /boot/$f $W/$f" "$W/installed.raw" >/dev/null 2>&1
+	[ -s "$W/$f" ] || die "the installed disk has no /boot/$f"
+done
+
+# 3. Two instances on the installed kernel.
+for g in 0 1; do
+	qemu-img create -q -f qcow2 -b "$W/installed.raw" -F raw "$W/instance$g.qcow2"
+done
+vmrun_phase check --smp 1 --timeout 2400 \
+	--disk "$W/instance0.qcow2" --disk "$W/instance1.qcow2" \
+	--kernel "$W/vmlinuz-$krel" --initrd "$W/initrd.img-$krel" \
+	--dev proto=roce,link=2 --dev proto=iwarp,link=3 --dev proto=roce,link=0 --dev proto=iwarp,link=1 \
+	--guest 0,1 --guest 2,3 --copy "$W/erdma_rs-src" --run 'sh rehearsal.sh check' ||
+	die "the installed instances failed; read $VMS/rehearsal-check/guest*/results/"
+say "the rehearsal passed: kernel $krel installed, booted and used in two instances"
