@@ -105,6 +105,9 @@ if ! step kernel-build "$TOP/scripts/build-kernel.sh"; then
 fi
 step kernel-rustfmtcheck "$TOP/scripts/build-kernel.sh" --rustfmtcheck || true
 step kernel-clippy "$TOP/scripts/build-kernel.sh" --clippy || true
+# The Debian packages of the release kernel and the driver choice (make
+# package), for the rehearsal of an ECS instance at the end.
+step package "$TOP/scripts/package.sh" || true
 
 # ---- 4. guest tests ---------------------------------------------------------------
 SELFTESTS=$TOP/tools/testing/selftests/rdma/erdma_rs
@@ -185,7 +188,7 @@ IWARP_TESTS="cm.sh perftest.sh nvmeof.sh iwarp_mpa.sh"
 IWARP_XGUEST_TESTS="xguest_cm.sh nvmeof.sh"
 if [ "${ERDMA_CHECK_AB:-full}" = full ]; then
 	C_CTL_TESTS="ctrlq.sh ibdev.sh verbs.sh abdiff.sh"
-	C_DP_TESTS="rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh"
+	C_DP_TESTS="rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh handover.sh"
 	C_XGUEST="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $XGUEST_TESTS || r=1"
 	C_IWARP="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $IWARP_TESTS || r=1"
 	# The C driver's xguest_cm.sh on iWARP failed in 2 of the 3 make checks
@@ -196,7 +199,7 @@ if [ "${ERDMA_CHECK_AB:-full}" = full ]; then
 	C_IWARP_XGUEST="; ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1"
 elif [ "$ERDMA_CHECK_AB" = part ]; then
 	C_CTL_TESTS="ibdev.sh abdiff.sh"
-	C_DP_TESTS="rc.sh kverbs.sh"
+	C_DP_TESTS="rc.sh kverbs.sh handover.sh"
 	C_XGUEST=""
 	C_IWARP=""
 	C_IWARP_XGUEST=""
@@ -302,8 +305,27 @@ guest smp32 --smp 32 --memory 2G --timeout 900 \
 	--append "watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=120" \
 	--dev proto=roce,test_page=on \
 	--run 'CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh'
+# The rehearsal of an ECS instance (issue 12, tests/rehearsal.sh): the
+# packages installed with apt on a Debian trixie instance booted from its disk
+# (systemd, udev, an initramfs, Debian's kernel), the reboot into the installed
+# kernel, then two such instances with a RoCEv2 and an iWARP adapter each:
+# the driver loading by itself, rdma link, ibv_devinfo, ibv_rc_pingpong and
+# rping between them, the out-of-tree module build, the driver choice undone
+# and redone. Alone, after the rest (its second boot runs two guests).
+rehearsed=()
+if [ -f "$LOGS/package.log" ] && ls "$TOP"/out/package/erdma-rs_*.deb >/dev/null 2>&1; then
+	step rehearsal "$TOP/tests/rehearsal.sh" || true
+	for phase in install check; do
+		[ -f "$TOP/out/vm/rehearsal-$phase.rc" ] || continue
+		cp "$TOP/out/vm/rehearsal-$phase.rc" "$LOGS/guest-rehearsal-$phase.rc"
+		ln -sf rehearsal.log "$LOGS/guest-rehearsal-$phase.log"
+		rehearsed+=("rehearsal-$phase")
+	done
+else
+	fail "rehearsal: no packages (the package step failed; see $LOGS/package.log)"
+fi
 for name in three-adapters control-plane smp32 upstream-c-driver data-path data-path-c-driver \
-	two-guests-data-path iwarp-cm two-guests-iwarp two-guests-one-model; do
+	two-guests-data-path iwarp-cm two-guests-iwarp two-guests-one-model "${rehearsed[@]}"; do
 	count "$name"
 done
 

@@ -19,7 +19,8 @@
 #      installed headers, loaded into the installed kernel; the driver choice
 #      undone and redone (rehearsal.sh check).
 #
-# The guests' TAP files are in out/vm/rehearsal-{install,check}/guest*/results.
+# The guests' TAP files are in out/vm/rehearsal-{install,check}/guest*/results,
+# each phase's vmrun exit status in out/vm/rehearsal-{install,check}.rc.
 # The disks (a few GB, sparse) live in $ERDMA_CACHE/rehearsal while it runs.
 
 _step_name=rehearsal
@@ -37,8 +38,8 @@ deb=$(ls "$PKG"/linux-image-*_amd64.deb 2>/dev/null | grep -v dbg | head -n 1)
 krel=$(basename "$deb" | sed -E 's/^linux-image-(.*)_[^_]+_amd64\.deb$/\1/')
 command -v qemu-img >/dev/null || die "qemu-img is missing (apt-get install qemu-utils)"
 
-rm -rf "$W"
-mkdir -p "$W/package"
+rm -rf "$W" "$VMS"/rehearsal-*
+mkdir -p "$W/package" "$VMS"
 trap 'rm -rf "$W"' EXIT
 cp "$PKG"/linux-image-"$krel"_*.deb "$PKG"/linux-headers-"$krel"_*.deb "$PKG"/erdma-rs_*.deb "$W/package/"
 echo "$krel" >"$W/package/kernel-release"
@@ -53,6 +54,7 @@ vmrun_phase() {
 	say "$name: booting (console: $VMS/rehearsal-$name/guest*.console.log)"
 	"$TOP/scripts/vmrun.py" --quiet --out "$VMS/rehearsal-$name" --emu "$EMU" --memory 2G \
 		--copy "$TOP/scripts/guest/rehearsal.sh" --copy "$W/package" "$@" || rc=$?
+	echo $rc >"$VMS/rehearsal-$name.rc"
 	say "$name: done in $(($(date +%s) - start)) s (exit $rc)"
 	return $rc
 }

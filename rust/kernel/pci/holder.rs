@@ -47,9 +47,7 @@ pub fn holders(vendor: Vendor, device: u32) -> Result<KVec<Holder>> {
         // SAFETY: `pdev` is null or a device the previous call returned, with the reference that
         // call took; `pci_get_device()` drops that reference and takes one on the device it
         // returns.
-        pdev = unsafe {
-            bindings::pci_get_device(vendor.as_raw().into(), device, pdev)
-        };
+        pdev = unsafe { bindings::pci_get_device(vendor.as_raw().into(), device, pdev) };
         if pdev.is_null() {
             return Ok(found);
         }

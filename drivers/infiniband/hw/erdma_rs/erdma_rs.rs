@@ -43,7 +43,8 @@ use kernel::{
     },
     device_id::IdArray,
     dma::DmaMask,
-    driver, fmt,
+    driver,
+    fmt,
     io::Io,
     irq::{
         self,
@@ -466,10 +467,18 @@ struct HeldBy<'a>(&'a [pci::Holder]);
 
 impl fmt::Display for HeldBy<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let held = self.0.iter().filter_map(|h| Some((&h.device, h.driver.as_ref()?)));
+        let held = self
+            .0
+            .iter()
+            .filter_map(|h| Some((&h.device, h.driver.as_ref()?)));
         for (i, (device, driver)) in held.enumerate() {
             let sep = if i == 0 { "" } else { ", " };
-            write!(f, "{sep}{} ({})", device.to_str().unwrap_or("?"), driver.to_str().unwrap_or("?"))?;
+            write!(
+                f,
+                "{sep}{} ({})",
+                device.to_str().unwrap_or("?"),
+                driver.to_str().unwrap_or("?")
+            )?;
         }
         Ok(())
     }

@@ -7,6 +7,9 @@ KSFT_FAIL=1
 KSFT_SKIP=4
 
 # The driver under test: erdma_rs (ours) or erdma (the upstream C driver).
+# Where a test may not change the machine (see "What a test may change"
+# below), the driver already bound to the adapters, unless this names one.
+_erdma_driver_given=${ERDMA_DRIVER:+1}
 ERDMA_DRIVER=${ERDMA_DRIVER:-erdma_rs}
 # Optional list of the adapters the harness created: "index mac proto version".
 ERDMA_ADAPTERS=${ERDMA_ADAPTERS:-${ERDMA_PAYLOAD:-/nonexistent}/adapters}
@@ -148,9 +151,17 @@ bind_fails() {
 # harness ends a guest on any of them; tests check too, to say which of their
 # steps made one when the guest lives on (a kernel run by hand).
 KERNEL_REPORT_ERE='^\[ *[0-9]+\.[0-9]+\] ((watchdog|rcu): )?(BUG: |BUG [^ ]+ \(.*\): |kernel BUG at |WARNING: |-+\[ cut here \]-+|Oops|general protection fault|Kernel panic|UBSAN: |INFO: task .+ blocked|INFO: rcu[a-z_]* (self-)?detected (stall|expedited stall)|INFO: trying to register non-static key|Watchdog detected hard LOCKUP|[a-z_0-9]+: panicked at )'
+# Where the test may not change the machine, only what the kernel logged
+# since the test started counts (need_functions marks the log): a real
+# instance's log may hold older reports.
 kernel_trouble() {
-	dmesg | grep -E "$KERNEL_REPORT_ERE"
+	if [ -n "$_klog_mark" ]; then
+		dmesg | sed -n "/$_klog_mark\$/,\$p" | grep -E "$KERNEL_REPORT_ERE"
+	else
+		dmesg | grep -E "$KERNEL_REPORT_ERE"
+	fi
 }
+_klog_mark=
 
 # ---- the model's test page ------------------------------------------------------
 # erdma-emu adapters started with test_page=on expose a test page in the last
@@ -165,8 +176,16 @@ bar0_addr() {
 	echo $((start))
 }
 
-# True when function $1 has the model's test page.
-has_test_page() { erdma-testpage --probe "$1"; }
+# True when function $1 has the model's test page: erdma-testpage (the
+# model's tool, on the PATH only where the harness put it) finds the page in a
+# BAR0 large enough to hold it (nothing is read beyond a smaller BAR0, such as
+# a real adapter's).
+has_test_page() {
+	command -v erdma-testpage >/dev/null || return 1
+	read -r _tp_start _tp_end _tp_flags <"/sys/bus/pci/devices/$1/resource" || return 1
+	[ $((_tp_end - _tp_start + 1)) -ge $((TEST_PAGE_OFFSET + 4096)) ] || return 1
+	erdma-testpage --probe "$1"
+}
 
 # model_cmd BDF COMMAND...: runs COMMAND in the model for function BDF and
 # prints its reply; fails if the model rejected it. erdma-testpage (the
@@ -186,18 +205,25 @@ model_cmd() {
 # (see unload_and_finish). Two NICs of one guest are
 # wired to each other: each accepts packets from the other's (local) address,
 # so that ARP, and with it the RDMA core's address resolution, works between
-# them.
+# them. What it changes is undone when the test exits (undo_push).
+# Where the test may not change the machine (may_reconfigure), nothing: the
+# NICs keep their own addresses and the driver stays.
 nics_up() {
+	if ! may_reconfigure; then
+		tap_diag "the NICs keep their own configuration and the driver stays loaded: $ERDMA_SAFE_WHY"
+		return 0
+	fi
+	undo_start
 	# Traffic between two local addresses goes through the loopback device.
-	ip link set lo up
+	link_up lo
 	for _nic in /sys/class/net/*; do
 		_nic=${_nic##*/}
 		[ "$_nic" = lo ] && continue
-		_mac=$(cat "/sys/class/net/$_nic/address")
-		echo 1 >"/proc/sys/net/ipv4/conf/$_nic/accept_local"
-		echo 0 >"/proc/sys/net/ipv4/conf/$_nic/rp_filter"
-		ip link set "$_nic" up
-		ip addr add "169.254.$1.$((0x${_mac##*:}))/16" dev "$_nic" 2>/dev/null
+		read -r _mac <"/sys/class/net/$_nic/address"
+		sysctl_set "net/ipv4/conf/$_nic/accept_local" 1
+		sysctl_set "net/ipv4/conf/$_nic/rp_filter" 0
+		link_up "$_nic"
+		addr_add "169.254.$1.$((0x${_mac##*:}))/16" "$_nic"
 	done
 	if [ "$ERDMA_DRIVER" = erdma ]; then
 		rmmod erdma_rs 2>/dev/null
@@ -205,6 +231,44 @@ nics_up() {
 		rmmod erdma_rs erdma 2>/dev/null
 	fi
 	return 0
+}
+
+# sysctl_set NAME VALUE: /proc/sys/NAME is VALUE until the test exits.
+sysctl_set() {
+	read -r _sv <"/proc/sys/$1" || return 1
+	[ "$_sv" = "$2" ] && return 0
+	echo "$2" >"/proc/sys/$1" || return 1
+	undo_push "echo '$_sv' >'/proc/sys/$1'"
+}
+
+# link_up NETDEV: NETDEV is up until the test exits (IFF_UP in its flags).
+link_up() {
+	read -r _lf <"/sys/class/net/$1/flags" || return 1
+	[ $((_lf & 1)) = 1 ] && return 0
+	ip link set "$1" up || return 1
+	undo_push "ip link set '$1' down"
+}
+
+# addr_add ADDRESS/LEN NETDEV: NETDEV has the address until the test exits
+# (an address it had already stays).
+addr_add() {
+	ip addr add "$1" dev "$2" 2>/dev/null || return 0
+	undo_push "ip addr del '$1' dev '$2'"
+}
+
+# mtu_set NETDEV MTU: sets NETDEV's MTU; the first one it had comes back
+# when the test exits.
+_mtu_saved=
+mtu_set() {
+	case " $_mtu_saved " in
+	*" $1 "*) ;;
+	*)
+		read -r _mtu <"/sys/class/net/$1/mtu" || return 1
+		undo_push "ip link set '$1' mtu '$_mtu'"
+		_mtu_saved="$_mtu_saved $1"
+		;;
+	esac
+	ip link set "$1" mtu "$2"
 }
 
 # wait_for SECONDS COMMAND...: polls COMMAND every 0.1 s until it succeeds.
@@ -263,11 +327,12 @@ find_gid() {
 # ipv4_of NETDEV: its first IPv4 address.
 ipv4_of() { ip -4 -o addr show dev "$1" | awk '{ split($4, a, "/"); print a[1]; exit }'; }
 
-# adapter_pair KIND: finds two RDMA devices of KIND (roce: RoCEv2, each with
-# the RoCEv2 GID of its netdev's IPv4 address; iwarp: RNICs whose netdev has
-# an IPv4 address) bound to the driver under test, and sets IB_A/IB_B,
+# adapter_pair KIND [N]: finds two RDMA devices of KIND (roce: RoCEv2, each
+# with the RoCEv2 GID of its netdev's IPv4 address; iwarp: RNICs whose netdev
+# has an IPv4 address) bound to the driver under test, and sets IB_A/IB_B,
 # IP_A/IP_B and (RoCEv2) GID_A/GID_B, the GID indices. Fails if there are
-# fewer than two.
+# fewer than two (fewer than N, if given: adapter_pair roce 1 is content with
+# one, IB_A).
 adapter_pair() {
 	_ibs="" _gids="" _ips=""
 	for _bdf in $(erdma_functions); do
@@ -280,23 +345,24 @@ adapter_pair() {
 		[ "$_type" = "4: RNIC" ] && _k=iwarp || _k=roce
 		[ "$_k" = "$1" ] || continue
 		_ip=$(ipv4_of "$_nd")
+		[ -n "$_ip" ] || { tap_diag "$_ib: $_nd has no IPv4 address"; continue; }
 		if [ "$1" = roce ]; then
 			wait_for 10 find_gid "$_ib" "$_ip" || { tap_diag "$_ib: no RoCEv2 GID for $_ip"; continue; }
 			tap_diag "$_bdf: $_ib on $_nd, $_ip, GID index $GID"
 		else
-			[ -n "$_ip" ] || { tap_diag "$_ib: $_nd has no IPv4 address"; continue; }
 			GID=-
 			tap_diag "$_bdf: $_ib (iWARP) on $_nd, $_ip"
 		fi
 		_ibs="$_ibs $_ib" _gids="$_gids $GID" _ips="$_ips $_ip"
 	done
+	_want=${2:-2}
 	set -- $_ibs
-	[ $# -ge 2 ] || return 1
-	IB_A=$1 IB_B=$2
+	[ $# -ge "$_want" ] || return 1
+	IB_A=$1 IB_B=${2:-}
 	set -- $_gids
-	GID_A=$1 GID_B=$2
+	GID_A=$1 GID_B=${2:-}
 	set -- $_ips
-	IP_A=$1 IP_B=$2
+	IP_A=$1 IP_B=${2:-}
 }
 
 # roce_pair, iwarp_pair: adapter_pair of RoCEv2 or iWARP adapters.
@@ -322,18 +388,46 @@ stop_this_guest() {
 	exit 1
 }
 
-# xguest_begin NET DIR TOOL: the start of a test between two guests: DIR made
-# empty, TOOL present (else the whole test skips), the TAP header, the NICs up
-# on 169.254.NET/16, the driver loaded and this guest's adapter found
-# (xguest_adapter; the whole test skips without one).
+# xguest_begin NET DIR TOOL: the start of a test between two guests: an
+# eRDMA function and a peer guest present, and the test allowed to change the
+# machine (it addresses the peer by the link-local addresses nics_up gives),
+# else the whole test skips; DIR made empty, TOOL present (else the whole test
+# skips), the TAP header, the NICs up on 169.254.NET/16, the driver loaded and
+# this guest's adapter found (xguest_adapter; the whole test skips without
+# one).
 xguest_begin() {
+	need_functions
+	need_peer_guest
+	need_reconfigure "gives the NICs the link-local addresses the two guests find each other by"
 	rm -rf "$2"
 	mkdir -p "$2"
 	command -v "$3" >/dev/null || ksft_skip_all "$3 is missing"
 	tap_header
 	nics_up "$1"
-	tap_check "modprobe $ERDMA_DRIVER" modprobe "$ERDMA_DRIVER"
+	load_driver
 	xguest_adapter "$1" || ksft_skip_all "no adapter bound"
+}
+
+# need_peer_guest: the whole test skips unless another guest runs it at the
+# same time: scripts/vmrun.py exports ERDMA_GUESTS, the number of guests of
+# its run (--guest 0 --guest 1: 2). One machine alone has no peer.
+need_peer_guest() {
+	[ "${ERDMA_GUESTS:-1}" -ge 2 ] ||
+		ksft_skip_all "needs a peer guest running this test at the same time (scripts/vmrun.py with two --guest sets ERDMA_GUESTS=2); this machine is alone"
+}
+
+# xguest_end PORT: the end of a test between two guests: the client tells the
+# server (a beacon on PORT of SERVER_IP) that it is done, and the server waits
+# for that (at most SECONDS, default 200) before it exits, and with it undoes
+# its addresses: the client's last steps may still need them.
+xguest_end() {
+	if [ "$ROLE" = server ]; then
+		ready_beacon "$SERVER_IP" "$1" "$(ksft_within "${2:-200}")" >/dev/null ||
+			tap_diag "the client did not say it was done"
+	else
+		await_beacon "$SERVER_IP" "$1" "$(ksft_within "${2:-200}")" ||
+			tap_diag "the server did not hear that this client was done"
+	fi
 }
 
 # has_atomics IB: RDMA device IB reports atomic support (atomic_cap not
@@ -557,7 +651,10 @@ model_clean() {
 # so a scenario unloads it once, at its end (run_tests.sh), rather than after
 # every test; ours unloads after every test (and rmmod_race.sh repeats it).
 unload_and_finish() {
-	if [ "$1" = erdma ]; then
+	if ! may_reconfigure; then
+		tap_skip "rmmod $1" "the driver stays loaded: $ERDMA_SAFE_WHY"
+		shift
+	elif [ "$1" = erdma ]; then
 		tap_diag "erdma stays loaded; run_tests.sh unloads it at the end of the scenario"
 	else
 		tap_check "rmmod $1" unload "$1"
@@ -569,6 +666,184 @@ unload_and_finish() {
 	[ -z "$_trouble" ] || tap_diag "$_trouble"
 	tap_check "no oops, BUG or WARNING in the kernel log" [ -z "$_trouble" ]
 	tap_finish
+}
+
+# ---- what a test may change ------------------------------------------------------
+# The rule (Documentation/infiniband/erdma_rs_selftests.rst, "On a real
+# instance"): a test changes the machine -- loads, unloads or switches the
+# eRDMA drivers, unbinds adapters, gives NICs addresses, brings links up or
+# down, changes MTUs and sysctls, loads storage modules, injects faults --
+# only
+#   - on emulated adapters: the harness's adapters file exists
+#     ($ERDMA_ADAPTERS: scripts/vmrun.py writes $ERDMA_PAYLOAD/adapters), or
+#     an eRDMA function has the model's test page (real hardware has none);
+#   - or when the user opts in: ERDMA_RECONFIGURE=1.
+# ERDMA_RECONFIGURE=0 forbids it even on emulated adapters. Otherwise (a real
+# instance) a test checks for an eRDMA function first, then uses what it
+# finds: the driver already bound to the adapters (the driver under test,
+# unless ERDMA_DRIVER names another, and then the test skips), the NICs' own
+# IPv4 addresses; what would change the machine it skips, with the reason.
+# Whatever a test changes it undoes when it exits (undo_push): addresses,
+# links, MTUs, sysctls, mounts, the modules it loaded; and where the user
+# opted in on a real instance, the eRDMA driver modules it found loaded or
+# not. On emulated adapters the drivers' modules are the scenario's: each test
+# starts from no RDMA device and unloads ours at its end; the C driver stays
+# loaded from test to test and run_tests.sh unloads it at the end.
+
+ERDMA_EMULATED=0
+if [ -r "$ERDMA_ADAPTERS" ]; then
+	ERDMA_EMULATED=1
+else
+	for _f in $(erdma_functions); do
+		has_test_page "$_f" && ERDMA_EMULATED=1 && break
+	done
+fi
+case "${ERDMA_RECONFIGURE:-}" in
+1)
+	ERDMA_MAY_RECONFIGURE=1
+	ERDMA_SAFE_WHY=
+	;;
+0)
+	ERDMA_MAY_RECONFIGURE=0
+	ERDMA_SAFE_WHY="ERDMA_RECONFIGURE=0 forbids changing this machine"
+	;;
+*)
+	ERDMA_MAY_RECONFIGURE=$ERDMA_EMULATED
+	ERDMA_SAFE_WHY="the adapters are not emulated (no harness, no model test page), so nothing on this machine is changed; ERDMA_RECONFIGURE=1 allows it"
+	;;
+esac
+
+# is_emulated: the adapters are the model's (the harness's or with a test page).
+is_emulated() { [ "$ERDMA_EMULATED" = 1 ]; }
+# may_reconfigure: the test may change the machine (the rule above).
+may_reconfigure() { [ "$ERDMA_MAY_RECONFIGURE" = 1 ]; }
+
+# need_reconfigure WHAT: the whole test skips unless it may change the
+# machine; WHAT says what it would change.
+need_reconfigure() {
+	may_reconfigure || ksft_skip_all "this test $1: $ERDMA_SAFE_WHY"
+}
+
+# The driver bound to the first eRDMA function that has one (erdma_rs or
+# erdma), or empty. Where a test may not change the machine, it is the driver
+# under test unless ERDMA_DRIVER names one.
+ERDMA_BOUND_DRIVER=
+for _f in $(erdma_functions); do
+	for _d in erdma_rs erdma; do
+		[ -e "/sys/bus/pci/drivers/$_d/$_f" ] && ERDMA_BOUND_DRIVER=$_d
+	done
+	[ -z "$ERDMA_BOUND_DRIVER" ] || break
+done
+if ! may_reconfigure && [ -z "$_erdma_driver_given" ] && [ -n "$ERDMA_BOUND_DRIVER" ]; then
+	ERDMA_DRIVER=$ERDMA_BOUND_DRIVER
+fi
+
+# need_functions: the first step of every test: the whole test skips without
+# an eRDMA function and, where it may not change the machine, unless the
+# driver under test drives one already. Sets functions. Where the test may
+# not change the machine, also marks the kernel log (kernel_trouble reads from
+# the mark).
+need_functions() {
+	functions=$(erdma_functions)
+	[ -n "$functions" ] || ksft_skip_all "no eRDMA function (1ded:107f) present"
+	may_reconfigure && return 0
+	_klog_mark="erdma_rs selftests: ${0##*/} starts ($$)"
+	echo "$_klog_mark" >/dev/kmsg 2>/dev/null || _klog_mark=
+	for _f in $functions; do
+		is_bound "$_f" && return 0
+	done
+	[ -z "$ERDMA_BOUND_DRIVER" ] ||
+		ksft_skip_all "the eRDMA adapters are driven by $ERDMA_BOUND_DRIVER, not ERDMA_DRIVER=$ERDMA_DRIVER, and switching drivers changes the machine: $ERDMA_SAFE_WHY"
+	ksft_skip_all "no driver drives the eRDMA adapters, and loading one changes the machine: load erdma or erdma_rs first; $ERDMA_SAFE_WHY"
+}
+
+# load_driver: a test point: the driver under test is loaded (modprobe), or,
+# where the test may not change the machine, the one already bound is used.
+load_driver() {
+	if may_reconfigure; then
+		tap_check "modprobe $ERDMA_DRIVER" modprobe "$ERDMA_DRIVER"
+	else
+		tap_skip "modprobe $ERDMA_DRIVER" "$ERDMA_DRIVER drives the adapters already and stays: $ERDMA_SAFE_WHY"
+	fi
+}
+
+# ---- undoing what a test changed -----------------------------------------------
+# undo_push COMMAND: COMMAND (a shell command line) runs when the test exits,
+# by exit, a skip, or TERM or INT (the kselftest runner's timeout): the last
+# pushed first. Functions that change the machine push what undoes it
+# (sysctl_set, link_up, addr_add, mtu_set, mount_once, modprobe_once).
+_undo_file=
+undo_start() {
+	[ -z "$_undo_file" ] || return 0
+	_undo_file=/tmp/erdma-undo.$$
+	: >"$_undo_file"
+	trap _undo_run EXIT
+	trap '_undo_run; trap - EXIT; exit 143' TERM
+	trap '_undo_run; trap - EXIT; exit 130' INT
+	# On a real instance that opted in, the eRDMA drivers come back as found
+	# (run last: pushed first).
+	if ! is_emulated; then
+		_undo_mods=$(awk '$1 == "erdma" || $1 == "erdma_rs" { printf "%s ", $1 }' /proc/modules)
+		undo_push "_undo_modules '$_undo_mods'"
+	fi
+}
+undo_push() {
+	undo_start
+	printf '%s\n' "$1" >>"$_undo_file"
+}
+_undo_run() {
+	[ -n "$_undo_file" ] && [ -f "$_undo_file" ] || return 0
+	_undo_list=$(sed -n '1!G;h;$p' "$_undo_file")
+	rm -f "$_undo_file"
+	_undo_file=
+	echo "$_undo_list" | while IFS= read -r _undo_cmd; do
+		[ -z "$_undo_cmd" ] || eval "$_undo_cmd" >/dev/null 2>&1 ||
+			echo "# undo failed: $_undo_cmd"
+	done
+	return 0
+}
+# _undo_modules "MODULES": the eRDMA drivers loaded are MODULES again.
+_undo_modules() {
+	for _m in erdma_rs erdma; do
+		case " $1 " in *" $_m "*) continue ;; esac
+		! grep -q "^$_m " /proc/modules || unload "$_m"
+	done
+	for _m in $1; do
+		grep -q "^$_m " /proc/modules || modprobe "$_m"
+	done
+}
+
+# mount_once TYPE DIR [OPTIONS]: DIR is a mount point (mounted here, with
+# TYPE, unless it is one already) until the test exits.
+mount_once() {
+	mountpoint -q "$2" && return 0
+	mkdir -p "$2" && mount -t "$1" ${3:+-o "$3"} "$1" "$2" || return 1
+	undo_push "umount '$2'"
+}
+
+# modprobe_once MODULE [PARAMS...]: MODULE is loaded (here, unless it was),
+# and unloaded again when the test exits if it was loaded here.
+modprobe_once() {
+	grep -q "^$1 " /proc/modules && return 0
+	modprobe "$@" || return 1
+	undo_push "modprobe -r '$1'"
+}
+
+# ---- time ----------------------------------------------------------------------
+# run_kselftest.sh kills a test after the "timeout" of settings (or its -o
+# SECONDS), which it exports as kselftest_timeout; the harness's run_tests.sh
+# sets none. A test must end by itself before that: its long waits are
+# bounded by ksft_within SECONDS, which prints SECONDS or, under the runner,
+# the seconds left before its timeout less KSFT_MARGIN (60: the test's last
+# steps, unloading the driver and undoing its changes), whichever is less (at
+# least 1).
+KSFT_START=$(uptime)
+ksft_within() {
+	[ "${kselftest_timeout:-0}" -gt 0 ] 2>/dev/null || { echo "$1"; return 0; }
+	_kw=$((KSFT_START + kselftest_timeout - ${KSFT_MARGIN:-60} - $(uptime)))
+	[ "$_kw" -ge 1 ] || _kw=1
+	[ "$_kw" -lt "$1" ] || _kw=$1
+	echo "$_kw"
 }
 
 # Last line: tests check it to know the whole library loaded.

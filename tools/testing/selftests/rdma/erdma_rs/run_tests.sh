@@ -26,8 +26,13 @@ for t in "$@"; do
 done
 # The eRDMA drivers a scenario's tests left loaded (the upstream C driver
 # stays loaded from test to test, see unload_and_finish in lib.sh) unload
-# here, once, as a test of their own.
-loaded=$(awk '$1 == "erdma" || $1 == "erdma_rs" { print $1 }' /proc/modules)
+# here, once, as a test of their own: on emulated adapters only (elsewhere a
+# test leaves the drivers as it found them; see "What a test may change" in
+# lib.sh).
+loaded=""
+if may_reconfigure && is_emulated; then
+	loaded=$(awk '$1 == "erdma" || $1 == "erdma_rs" { print $1 }' /proc/modules)
+fi
 if [ -n "$loaded" ]; then
 	echo "# selftests: erdma_rs: ${ERDMA_TAP_PREFIX:-}unload"
 	{
