@@ -235,7 +235,10 @@ nics_up() {
 
 # sysctl_set NAME VALUE: /proc/sys/NAME is VALUE until the test exits.
 sysctl_set() {
-	read -r _sv <"/proc/sys/$1" || return 1
+	# (A sysctl reads as EOF past its first read: read's status says EOF.)
+	_sv=
+	read -r _sv <"/proc/sys/$1"
+	[ -n "$_sv" ] || return 1
 	[ "$_sv" = "$2" ] && return 0
 	echo "$2" >"/proc/sys/$1" || return 1
 	undo_push "echo '$_sv' >'/proc/sys/$1'"
@@ -546,7 +549,8 @@ s.close()' "$1" "$2" "${4:-}"
 # run_pair NAME PORT DONE SERVER-CMD... -- CLIENT-CMD...: starts the server,
 # waits (20 s) until it listens on TCP port PORT (or, with RUN_PAIR_READY set
 # to cm_listening, until an rdma_cm ID listens on it), runs the client, and
-# waits for both (RUN_PAIR_TIMEOUT, 120 s, each). Both must exit 0, and the
+# waits for both (RUN_PAIR_TIMEOUT, 120 s, each, at most what ksft_within
+# leaves). Both must exit 0, and the
 # client must print DONE. Output goes to $tmp/NAME.srv and $tmp/NAME.cli, and
 # into the TAP diagnostics on failure.
 run_pair() {
@@ -558,7 +562,7 @@ run_pair() {
 		shift
 	done
 	shift
-	eval "timeout ${RUN_PAIR_TIMEOUT:-120} $_srv" >"$tmp/$_name.srv" 2>&1 &
+	eval "timeout $(ksft_within "${RUN_PAIR_TIMEOUT:-120}") $_srv" >"$tmp/$_name.srv" 2>&1 &
 	_spid=$!
 	if ! wait_for 20 "${RUN_PAIR_READY:-listening}" "$_port"; then
 		tap_diag "server did not start: $(tr '\n' ';' <"$tmp/$_name.srv")"
@@ -566,7 +570,7 @@ run_pair() {
 		wait $_spid 2>/dev/null
 		return 1
 	fi
-	timeout "${RUN_PAIR_TIMEOUT:-120}" "$@" >"$tmp/$_name.cli" 2>&1
+	timeout "$(ksft_within "${RUN_PAIR_TIMEOUT:-120}")" "$@" >"$tmp/$_name.cli" 2>&1
 	_crc=$?
 	wait $_spid
 	_src=$?
@@ -818,7 +822,7 @@ _undo_modules() {
 mount_once() {
 	mountpoint -q "$2" && return 0
 	mkdir -p "$2" && mount -t "$1" ${3:+-o "$3"} "$1" "$2" || return 1
-	undo_push "umount '$2'"
+	undo_push "! mountpoint -q '$2' || umount '$2'"
 }
 
 # modprobe_once MODULE [PARAMS...]: MODULE is loaded (here, unless it was),
@@ -826,7 +830,7 @@ mount_once() {
 modprobe_once() {
 	grep -q "^$1 " /proc/modules && return 0
 	modprobe "$@" || return 1
-	undo_push "modprobe -r '$1'"
+	undo_push "! grep -q '^$1 ' /proc/modules || modprobe -r '$1'"
 }
 
 # ---- time ----------------------------------------------------------------------
@@ -845,6 +849,8 @@ ksft_within() {
 	[ "$_kw" -lt "$1" ] || _kw=$1
 	echo "$_kw"
 }
+# ksft_has_time SECONDS: at least SECONDS are left (always, outside the runner).
+ksft_has_time() { [ "$(ksft_within "$1")" = "$1" ]; }
 
 # Last line: tests check it to know the whole library loaded.
 ERDMA_LIB_LOADED=1
