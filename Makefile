@@ -9,6 +9,8 @@
 #                 lints, guest tests; ends with "N passed, N failed"
 #   make bench    control- and data-path figures of erdma_rs, the upstream C
 #                 erdma and rdma_rxe in one guest; table in out/bench/results.txt
+#   make package  Debian packages for an ECS instance in out/package
+#                 (Documentation/infiniband/erdma_rs_ecs.rst)
 #
 # Pieces: setup, model, kernel, module (fast path: the erdma_rs module only),
 # rootfs, vm (boot a guest: make vm RUN='cmd'), rustfmt (format our kernel
@@ -16,7 +18,7 @@
 #
 # Two kernels come from the tree (scripts/build-kernel.sh): the debug kernel
 # (KASAN, lockdep, UBSAN, kmemleak, ...) that make check, make demo and make vm
-# use, and the release kernel of make bench.  kernel, module and clippy act on
+# use, and the release kernel of make package and make bench.  kernel, module and clippy act on
 # the debug kernel unless KERNEL_FLAVOR=release is given.
 #
 # Everything downloaded or built lives in $(ERDMA_CACHE), outside the checkout.
@@ -83,7 +85,8 @@ check:
 bench:
 	@scripts/bench.sh
 
-# Debian packages of the release kernel (issue 12, in progress: scripts/package.sh).
+# Debian packages for an ECS instance in out/package (scripts/package.sh;
+# Documentation/infiniband/erdma_rs_ecs.rst).
 package:
 	@scripts/package.sh
 

@@ -180,7 +180,9 @@ count() {
 # verbs and of rdma_cm, and the two-guest tests (in the same two guests, after
 # ours); ERDMA_CHECK_AB=part keeps for a quick run its device attributes, the
 # field-by-field comparison, RC traffic and every kernel opcode (113 test
-# points and about 2.5 minutes less before issue 10's tests).
+# points and about 2.5 minutes less before issue 10's tests). After them in
+# data-path-c-driver, either way: handover.sh, the two adapters handed over
+# between erdma and erdma_rs on the running system (issue 12).
 # Between two guests: RC traffic (xguest.sh), rdma_cm's tools and perftest
 # -R (xguest_cm.sh) and NVMe over RDMA (nvmeof.sh with NVMEOF_MODE=xguest).
 XGUEST_TESTS="xguest.sh xguest_cm.sh nvmeof.sh"
