@@ -15,7 +15,8 @@
 #                      page Documentation/infiniband/erdma_rs_ecs.rst
 # Versioned after the tree (VERSION-1erdmars.COMMITS.gHASH[.dirty]), and
 # reproducible: the build's timestamp, user and host come from the tree's last
-# commit, so the same tree gives the same package contents.
+# commit, so the same tree gives the same package contents (make check builds
+# them twice and compares). PACKAGE_OUT=DIR writes them there instead.
 #
 # ERDMA_SIGNING_KEY=FILE (a PEM file with the user's private key and X.509
 # certificate, Documentation/infiniband/erdma_rs_ecs.rst "Module signing"):
@@ -25,7 +26,7 @@
 _step_name=package
 . "$(dirname "$0")/lib.sh"
 
-OUT=$TOP/out/package
+OUT=${PACKAGE_OUT:-$TOP/out/package}
 rm -rf "$OUT"
 mkdir -p "$OUT"
 

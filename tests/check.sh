@@ -108,6 +108,13 @@ step kernel-clippy "$TOP/scripts/build-kernel.sh" --clippy || true
 # The Debian packages of the release kernel and the driver choice (make
 # package), for the rehearsal of an ECS instance at the end.
 step package "$TOP/scripts/package.sh" || true
+# Reproducible: built again from the same tree, the packages are the same bytes.
+package_again() {
+	PACKAGE_OUT=$TOP/out/package-again "$TOP/scripts/package.sh" &&
+		(cd "$TOP/out/package" && sha256sum -c "$TOP/out/package-again/SHA256SUMS") &&
+		cmp "$TOP/out/package/SHA256SUMS" "$TOP/out/package-again/SHA256SUMS"
+}
+[ ! -f "$TOP/out/package/SHA256SUMS" ] || step package-reproducible package_again || true
 
 # ---- 4. guest tests ---------------------------------------------------------------
 SELFTESTS=$TOP/tools/testing/selftests/rdma/erdma_rs
