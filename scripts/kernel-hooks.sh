@@ -73,7 +73,8 @@ edit_ib_hw_makefile() {
 # managed for the binding) and holder.rs (which drivers hold the devices of an
 # ID) are submodules of kernel::pci; pci::Driver gains DMA_MASK.
 edit_rust_pci() {
-	insert_after "$1" '^mod irq;$' 'mod holder;\nmod resource;\nmod vectors;\npub use self::holder::{holders, Holder};\npub use self::resource::BarType;\npub use self::vectors::BoundIrqVectors;'
+	insert_before "$1" '^mod id;$' 'mod holder;'
+	insert_after "$1" '^mod irq;$' 'mod resource;\nmod vectors;\npub use self::holder::{holders, Holder};\npub use self::resource::BarType;\npub use self::vectors::BoundIrqVectors;'
 	# pci::Driver::DMA_MASK, applied by the adapter before probe: the only point where the
 	# "no concurrent DMA allocation" contract of dma_set_mask_and_coherent holds by construction.
 	insert_file_before "$1" '^    /// PCI driver probe\.$' "$TOP/scripts/kernel-hooks/pci_driver_dma_mask.rs"

@@ -52,7 +52,8 @@ use kernel::{
         NamedRegistration, //
     },
     net::device::NetDevice,
-    new_mutex, new_spinlock_irq,
+    new_mutex,
+    new_spinlock_irq,
     page::PAGE_SHIFT,
     pci,
     prelude::*,
