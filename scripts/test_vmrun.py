@@ -86,3 +86,29 @@ class ReportTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class WiringTest(unittest.TestCase):
+    """--dev link=N wires two NICs of a run of more than two adapters."""
+
+    def run_of(self, out="/tmp/vmrun-test"):
+        args = type("Args", (), {})()
+        args.out = out
+        return vmrun.Run(args)
+
+    def test_link_pairs_the_named_nics(self):
+        ads = [vmrun.parse_dev(i, s) for i, s in
+               enumerate(["proto=roce,link=2", "proto=iwarp,link=3", "proto=roce,link=0", "proto=iwarp,link=1"])]
+        self.assertEqual([a.link for a in ads], [2, 3, 0, 1])
+        self.assertNotIn("link", ads[0].extra)  # not passed to the model
+        argv = vmrun.netdev_args(self.run_of(), ads[1], ads)
+        self.assertIn("local.path=/tmp/vmrun-test/nic1.sock", argv[1])
+        self.assertIn("remote.path=/tmp/vmrun-test/nic3.sock", argv[1])
+
+    def test_without_link_more_than_two_nics_reach_nothing(self):
+        ads = [vmrun.parse_dev(i, "proto=roce") for i in range(3)]
+        self.assertTrue(vmrun.netdev_args(self.run_of(), ads[0], ads)[1].startswith("user,"))
+
+    def test_link_needs_an_index(self):
+        with self.assertRaises(SystemExit):
+            vmrun.parse_dev(0, "link=x")
