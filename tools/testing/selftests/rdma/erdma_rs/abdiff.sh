@@ -10,11 +10,13 @@
 #   - none in ibv_devinfo -v;
 #   - `rdma dev`: the index the core gives each registration, which grows with
 #     every load.
+# It loads and unloads both drivers: only where the test may change the
+# machine (see "What a test may change" in lib.sh).
 
 . "$(dirname "$0")/lib.sh"
 
-functions=$(erdma_functions)
-[ -n "$functions" ] || ksft_skip_all "no eRDMA function (1ded:107f) present"
+need_functions
+need_reconfigure "loads and unloads both eRDMA drivers"
 command -v ibv_devinfo >/dev/null || ksft_skip_all "ibv_devinfo (ibverbs-utils) is missing"
 nfunc=$(echo $functions | wc -w)
 out=/tmp/abdiff

@@ -55,6 +55,10 @@
 
 . "$(dirname "$0")/lib.sh"
 
+# It loads and unloads every driver, and sets up NICs and rdma_rxe: only
+# where a test may change the machine ("What a test may change" in lib.sh).
+may_reconfigure || { echo "bench.sh: $ERDMA_SAFE_WHY" >&2; exit 4; }
+
 ROUNDS=${BENCH_ROUNDS:-5}
 PROTO=${BENCH_PROTO:-roce}
 # What the figures' names start with: iWARP's rows are rows of their own.

@@ -10,11 +10,14 @@
 # each move an application started afresh (ibv_rc_pingpong between the two
 # adapters, whichever drivers hold them) works. Needs two RoCEv2 adapters;
 # runs on one CPU (the C driver's unbind races on two:
-# Documentation/infiniband/erdma-upstream-rmmod-race.rst).
+# Documentation/infiniband/erdma-upstream-rmmod-race.rst). It moves adapters
+# between drivers: only where the test may change the machine (see "What a
+# test may change" in lib.sh).
 
 . "$(dirname "$0")/lib.sh"
 
-functions=$(erdma_functions)
+need_functions
+need_reconfigure "moves the adapters between the eRDMA drivers"
 set -- $functions
 [ $# -ge 2 ] || ksft_skip_all "fewer than two eRDMA functions (1ded:107f) present"
 A=$1 B=$2

@@ -25,11 +25,15 @@
 # the other driver's when both ran in this boot.
 # Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma); the C driver
 # reports some of these failures with other errors, which are shown.
+# On a real instance it runs between the adapters' own addresses with the
+# driver bound, and leaves out the unload (see "What a test may change" in
+# lib.sh).
 
 . "$(dirname "$0")/lib.sh"
 
-DRV=$ERDMA_DRIVER
 NET=58
+need_functions
+DRV=$ERDMA_DRIVER
 tmp=/tmp/iwarp_mpa
 frames=/tmp/mpa-frames
 rm -rf "$tmp"
@@ -39,7 +43,7 @@ command -v rping >/dev/null || ksft_skip_all "rping (rdmacm-utils) is missing"
 
 tap_header
 nics_up $NET
-tap_check "modprobe $DRV" modprobe "$DRV"
+load_driver
 iwarp_pair || ksft_skip_all "fewer than two iWARP adapters bound"
 objects=$(model_objects)
 
@@ -65,7 +69,7 @@ open_conns() {
 }
 
 LPORT=19500
-timeout 600 rping -s -P -a "$IP_A" -p "$LPORT" >"$tmp/server" 2>&1 &
+timeout "$(ksft_within 600)" rping -s -P -a "$IP_A" -p "$LPORT" >"$tmp/server" 2>&1 &
 spid=$!
 if wait_for 20 cm_listening "$LPORT"; then
 	for c in wrong-key reply-key revision-1 revision-128 markers crc pd-257 pd-256 \
@@ -73,7 +77,7 @@ if wait_for 20 cm_listening "$LPORT"; then
 		tap_check "listener: request '$c' ends in a reject or a close" peer_request "$c"
 	done
 	tap_check "listener: a good connection afterwards (rping, 10 round trips, validated)" \
-		timeout 60 rping -c -a "$IP_A" -I "$IP_B" -p "$LPORT" -C 10 -V
+		timeout "$(ksft_within 60)" rping -c -a "$IP_A" -I "$IP_B" -p "$LPORT" -C 10 -V
 else
 	tap_diag "rping -s -P did not listen: $(tr '\n' ';' <"$tmp/server")"
 	tap_check "listener: rping -s -P listens" false
@@ -93,7 +97,7 @@ open_conns "$LPORT" | while read -r l; do tap_diag "left: $l"; done
 # held request is harmless and no TCP connection is left.
 held_request() {
 	port=$((LPORT + 1))
-	timeout 90 python3 "$(dirname "$0")/cm_hold.py" "$IP_A" "$port" 30 >"$tmp/hold" 2>&1 &
+	timeout "$(ksft_within 90)" python3 "$(dirname "$0")/cm_hold.py" "$IP_A" "$port" 30 >"$tmp/hold" 2>&1 &
 	hpid=$!
 	if ! wait_for 20 cm_listening "$port"; then
 		tap_diag "cm_hold.py did not listen: $(tr '\n' ';' <"$tmp/hold")"
@@ -120,10 +124,10 @@ fi
 # must fail with PATTERN (not by its 40 s timeout).
 reply_case() {
 	port=$((APORT + $3))
-	timeout 90 $PEER reply "$IP_B" "$port" "$1" "$tmp/request.$1" >"$tmp/peer.$1" 2>&1 &
+	timeout "$(ksft_within 90)" $PEER reply "$IP_B" "$port" "$1" "$tmp/request.$1" >"$tmp/peer.$1" 2>&1 &
 	ppid=$!
 	wait_for 10 listening "$port" || { tap_diag "the peer did not listen"; return 1; }
-	timeout 40 rping -c -a "$IP_B" -I "$IP_A" -p "$port" -C 1 -V >"$tmp/client.$1" 2>&1
+	timeout "$(ksft_within 40)" rping -c -a "$IP_B" -I "$IP_A" -p "$port" -C 1 -V >"$tmp/client.$1" 2>&1
 	rc=$?
 	wait "$ppid"
 	out=$(tr '\n' ';' <"$tmp/client.$1" | tail -c 300)
@@ -181,7 +185,7 @@ tap_check "no rdma_cm ID is left" sh -c '[ -z "$(rdma resource show cm_id 2>&1)"
 [ -z "$objects" ] ||
 	tap_check "the model holds no more objects than before: $objects" model_no_more "$objects"
 
-if [ "$DRV" != erdma_rs ]; then
+if [ "$DRV" != erdma_rs ] || ! may_reconfigure; then
 	unload_and_finish "$DRV"
 fi
 
@@ -190,20 +194,21 @@ fi
 # every rping must end (rdma_cm tells it the device went away), and the
 # adapters must hold nothing.
 BPORT=19700
-timeout 150 rping -s -a "$IP_A" -p $BPORT -C 1000000 >"$tmp/busy.srv" 2>&1 &
+t=$(ksft_within 150)
+timeout "$t" rping -s -a "$IP_A" -p $BPORT -C 1000000 >"$tmp/busy.srv" 2>&1 &
 b1=$!
 wait_for 20 cm_listening $BPORT
-timeout 150 rping -c -a "$IP_A" -I "$IP_B" -p $BPORT -C 1000000 >"$tmp/busy.cli" 2>&1 &
+timeout "$t" rping -c -a "$IP_A" -I "$IP_B" -p $BPORT -C 1000000 >"$tmp/busy.cli" 2>&1 &
 b2=$!
-timeout 150 $PEER reply "$IP_B" $((BPORT + 1)) silent "$tmp/request.busy" >/dev/null 2>&1 &
+timeout "$t" $PEER reply "$IP_B" $((BPORT + 1)) silent "$tmp/request.busy" >/dev/null 2>&1 &
 b3=$!
 wait_for 10 listening $((BPORT + 1))
-timeout 150 rping -c -a "$IP_B" -I "$IP_A" -p $((BPORT + 1)) -C 1 >"$tmp/busy.pending" 2>&1 &
+timeout "$t" rping -c -a "$IP_B" -I "$IP_A" -p $((BPORT + 1)) -C 1 >"$tmp/busy.pending" 2>&1 &
 b4=$!
 sleep 3
 tap_diag "before rmmod: $(rdma resource show cm_id 2>&1 | sed 's/ pid.*//' | tr '\n' ';')"
 tap_check "rmmod erdma_rs with a listener, a connected QP moving data and a connection in progress" \
-	timeout 90 rmmod erdma_rs
+	timeout "$(ksft_within 90)" rmmod erdma_rs
 # rping_ended PID NAME: the rping ended by itself (not by its 150 s timeout).
 rping_ended() {
 	wait "$1"

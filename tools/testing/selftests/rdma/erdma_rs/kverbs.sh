@@ -8,22 +8,27 @@
 # Read, both atomics, local invalidate), checking bytes and completions, and
 # remote access errors (wrong rkey, another PD, missing rights, outside the
 # region, an invalidated key) on both sides. Its lines become TAP points here.
-# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
+# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma). The test
+# module is this test's own: it is loaded and unloaded on a real instance too
+# (with the driver bound and the adapters' own addresses: see "What a test
+# may change" in lib.sh).
 
 . "$(dirname "$0")/lib.sh"
 
-DRV=$ERDMA_DRIVER
 NET=55
+need_functions
+DRV=$ERDMA_DRIVER
 modinfo erdma_kverbs_test >/dev/null 2>&1 || ksft_skip_all "the erdma_kverbs_test module is not installed"
 
 tap_header
 nics_up $NET
-tap_check "modprobe $DRV" modprobe "$DRV"
+load_driver
 roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
 
-before=$(dmesg | wc -l)
-tap_check "modprobe erdma_kverbs_test" timeout 300 modprobe erdma_kverbs_test
-dmesg | tail -n +$((before + 1)) | sed -n 's/^\[[^]]*\] erdma_kverbs_test: //p' >/tmp/kverbs.out
+klog_mark mark
+undo_push "! grep -q '^erdma_kverbs_test ' /proc/modules || rmmod erdma_kverbs_test"
+tap_check "modprobe erdma_kverbs_test" timeout "$(ksft_within 300)" modprobe erdma_kverbs_test
+klog_since "$mark" | sed -n 's/^\[[^]]*\] erdma_kverbs_test: //p' >/tmp/kverbs.out
 while read -r line; do
 	case "$line" in
 	"ok "*) d=${line#ok }; tap_ok "${d#* - }" ;;

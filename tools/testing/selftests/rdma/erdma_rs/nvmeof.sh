@@ -22,9 +22,16 @@
 # connection manager. In a mixed pair (XGUEST_DRIVERS="TARGET HOST", see
 # xguest_driver in lib.sh) each guest runs its own driver.
 # Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
+# It loads storage modules and exports a RAM disk on the adapters' network:
+# only where the test may change the machine (see "What a test may change"
+# in lib.sh). What it set up goes when it exits; modules that were loaded
+# before it stay.
 
 . "$(dirname "$0")/lib.sh"
 
+need_functions
+[ "${NVMEOF_MODE:-local}" = local ] || need_peer_guest
+need_reconfigure "loads nvmet, nvme-rdma, null_blk and brd and exports a RAM disk on the adapters' network"
 [ "${NVMEOF_MODE:-local}" = local ] || xguest_driver
 DRV=$ERDMA_DRIVER
 PROTO=${CM_PROTO:-roce}
@@ -36,8 +43,6 @@ HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:0e4d0a5c-7f63-4c1a-9d2e-45e2b1a7c0de
 NVMET=/sys/kernel/config/nvmet
 SVC=4420
 DONE_PORT=18790
-functions=$(erdma_functions)
-[ -n "$functions" ] || ksft_skip_all "no eRDMA function (1ded:107f) present"
 command -v nvme >/dev/null || ksft_skip_all "nvme (nvme-cli) is missing"
 command -v fio >/dev/null || ksft_skip_all "fio is missing"
 modinfo nvme_rdma >/dev/null 2>&1 && modinfo nvmet_rdma >/dev/null 2>&1 ||
@@ -51,9 +56,10 @@ mkdir -p "$tmp"
 # target_up IP: nvmet exports subsystem $NQN with namespace 1 on null_blk and
 # namespace 2 on a 64 MiB RAM disk, on port 1 (RDMA, IP:4420).
 target_up() {
-	modprobe null_blk nr_devices=1 gb=1 && modprobe brd rd_nr=1 rd_size=65536 &&
-		modprobe nvmet_rdma || return 1
-	mountpoint -q /sys/kernel/config || mount -t configfs configfs /sys/kernel/config || return 1
+	modprobe_once null_blk nr_devices=1 gb=1 && modprobe_once brd rd_nr=1 rd_size=65536 &&
+		modprobe_once nvmet_rdma || return 1
+	mount_once configfs /sys/kernel/config || return 1
+	undo_push "target_down"
 	wait_for 10 test -b /dev/nullb0 && wait_for 10 test -b /dev/ram0 ||
 		{ tap_diag "no /dev/nullb0 or /dev/ram0"; return 1; }
 	s=$NVMET/subsystems/$NQN
@@ -94,7 +100,7 @@ target_down() {
 
 # discover IP HOST-IP: the discovery log lists $NQN on RDMA at IP:4420.
 discover() {
-	timeout 60 nvme discover -t rdma -a "$1" -s $SVC -w "$2" -q "$HOSTNQN" >"$tmp/discover" 2>&1
+	timeout "$(ksft_within 60)" nvme discover -t rdma -a "$1" -s $SVC -w "$2" -q "$HOSTNQN" >"$tmp/discover" 2>&1
 	rc=$?
 	grep -q "subnqn: *$NQN" "$tmp/discover" && grep -q "traddr: *$1" "$tmp/discover" &&
 		[ $rc = 0 ] && return 0
@@ -106,16 +112,21 @@ discover() {
 # one poll I/O queue; reconnect every second, give up after 60 s) and both
 # namespaces appear: sets CTRL, NS_NULL and NS_RAM.
 connect() {
-	timeout 90 nvme connect -t rdma -a "$1" -s $SVC -w "$2" -n "$NQN" -q "$HOSTNQN" \
+	undo_push "[ -z \"\$(nvme_ctrls)\" ] || nvme disconnect -n '$NQN'"
+	timeout "$(ksft_within 90)" nvme connect -t rdma -a "$1" -s $SVC -w "$2" -n "$NQN" -q "$HOSTNQN" \
 		-i 1 -W 1 -P 1 -c 1 -l 60 >"$tmp/connect" 2>&1 ||
 		{ tap_diag "nvme connect (exit $?): $(tr '\n' ';' <"$tmp/connect")"; return 1; }
-	CTRL=""
-	for _c in /sys/class/nvme/nvme*; do
-		read -r _q <"$_c/subsysnqn" 2>/dev/null && [ "$_q" = "$NQN" ] && CTRL=${_c##*/}
-	done
+	CTRL=$(nvme_ctrls)
 	[ -n "$CTRL" ] || { tap_diag "no controller of $NQN: $(tr '\n' ';' <"$tmp/connect")"; return 1; }
 	wait_for 30 namespaces || { tap_diag "$CTRL: namespaces: $(ls /sys/block)"; return 1; }
 	tap_diag "$CTRL: $(cat /sys/class/nvme/$CTRL/address), namespace 1 $NS_NULL, namespace 2 $NS_RAM"
+}
+
+# nvme_ctrls: the controllers connected to $NQN.
+nvme_ctrls() {
+	for _c in /sys/class/nvme/nvme*; do
+		read -r _q <"$_c/subsysnqn" 2>/dev/null && [ "$_q" = "$NQN" ] && echo "${_c##*/}"
+	done
 }
 
 # namespaces: both namespaces of $CTRL have their block devices.
@@ -169,7 +180,7 @@ on_devices() {
 fio_verify() {
 	_name=$1
 	shift
-	timeout 600 fio --thread --name="$_name" --filename="/dev/$NS_RAM" --direct=1 --rw=randwrite \
+	timeout "$(ksft_within 600)" fio --thread --name="$_name" --filename="/dev/$NS_RAM" --direct=1 --rw=randwrite \
 		--verify=crc32c --verify_fatal=1 --do_verify=1 --group_reporting "$@" \
 		>"$tmp/$_name" 2>&1
 	_rc=$?
@@ -193,7 +204,7 @@ written_or_gone() { written_past "$1" || ! kill -0 "$2" 2>/dev/null; }
 disrupted() {
 	_name=$1 _action=$2
 	_start=$(writes "$NS_RAM")
-	timeout 600 fio --thread --name="$_name" --filename="/dev/$NS_RAM" --direct=1 --rw=randwrite \
+	timeout "$(ksft_within 600)" fio --thread --name="$_name" --filename="/dev/$NS_RAM" --direct=1 --rw=randwrite \
 		--ioengine=libaio --iodepth=8 --bs=4k --size=8M --offset=32M \
 		--verify=crc32c --verify_fatal=1 --do_verify=1 >"$tmp/$_name" 2>&1 &
 	_fio=$!
@@ -227,21 +238,21 @@ do_reset() {
 # the host's queues and stops listening); the host's reconnect loop fails
 # until the subsystem comes back 3 s later, then reconnects.
 port_loss() {
-	_before=$(dmesg | grep -c "$CTRL: Successfully reconnected")
+	klog_mark _mark
 	port_unlink || return 1
 	wait_for 30 ctrl_is connecting ||
 		{ tap_diag "$CTRL is $(cat /sys/class/nvme/$CTRL/state), not connecting"; port_link; return 1; }
 	sleep 3
 	port_link || return 1
 	wait_for 60 ctrl_is live || { tap_diag "$CTRL is $(cat /sys/class/nvme/$CTRL/state) 60 s after the port came back"; return 1; }
-	_after=$(dmesg | grep -c "$CTRL: Successfully reconnected")
-	tap_diag "$(dmesg | grep "$CTRL: Successfully reconnected" | tail -n 1)"
-	[ "$_after" -gt "$_before" ]
+	_after=$(klog_since "$_mark" | grep "$CTRL: Successfully reconnected")
+	tap_diag "$(echo "$_after" | tail -n 1)"
+	[ -n "$_after" ]
 }
 
 # disconnect: nvme disconnect removes the controller.
 disconnect() {
-	timeout 60 nvme disconnect -n "$NQN" >"$tmp/disconnect" 2>&1 &&
+	timeout "$(ksft_within 60)" nvme disconnect -n "$NQN" >"$tmp/disconnect" 2>&1 &&
 		grep -q 'disconnected 1 controller' "$tmp/disconnect" ||
 		{ tap_diag "nvme disconnect: $(tr '\n' ';' <"$tmp/disconnect")"; return 1; }
 	wait_for 30 sh -c "[ ! -e /sys/class/nvme/$CTRL ]"
@@ -249,7 +260,7 @@ disconnect() {
 
 # null_reads: random reads of the null_blk namespace complete without error.
 null_reads() {
-	timeout 120 fio --thread --name=null --filename="/dev/$NS_NULL" --direct=1 --rw=randread \
+	timeout "$(ksft_within 120)" fio --thread --name=null --filename="/dev/$NS_NULL" --direct=1 --rw=randread \
 		--ioengine=libaio --iodepth=8 --bs=4k --size=8M >"$tmp/null" 2>&1 && grep -q 'err= 0' "$tmp/null" ||
 		{ tap_diag "fio null: $(tail -n 20 "$tmp/null" | tr '\n' ';')"; return 1; }
 }
@@ -270,18 +281,22 @@ host_tests() {
 }
 
 
-# unload MODULE... : modprobe -r each (with the modules only it used).
+# unload MODULE... : modprobe -r each (with the modules only it used) that
+# was not loaded before the test.
 unload_mods() {
 	for _m in "$@"; do
 		grep -q "^$_m " /proc/modules || continue
+		case " $mods_before " in *" $_m "*) continue ;; esac
 		modprobe -r "$_m" || { tap_diag "modprobe -r $_m: $(grep "^$_m " /proc/modules)"; return 1; }
 	done
 }
 
+# The storage modules loaded before the test: they stay.
+mods_before=$(awk '$1 ~ /^(nvme_rdma|nvmet_rdma|nvmet|null_blk|brd)$/ { printf "%s ", $1 }' /proc/modules)
 tap_header
 nics_up $NET
-tap_check "modprobe $DRV" modprobe "$DRV"
-mountpoint -q /sys/kernel/config || mount -t configfs configfs /sys/kernel/config
+load_driver
+mount_once configfs /sys/kernel/config
 
 role=""
 if [ "$MODE" = local ]; then
@@ -294,7 +309,7 @@ else
 	ib=$IB server_ip=$SERVER_IP my_ip=$MY_IP
 fi
 objects=$(model_objects)
-tap_check "modprobe nvme_rdma" modprobe nvme_rdma
+tap_check "modprobe nvme_rdma" modprobe_once nvme_rdma
 
 case $role in
 both)
@@ -312,15 +327,15 @@ both)
 target)
 	tap_check "nvmet-rdma target on $ib ($server_ip:$SVC): null_blk and brd namespaces" target_up "$server_ip"
 	# The host says it is done (or gave up) with one rping.
-	timeout 900 rping -s -a "$server_ip" -p $DONE_PORT -C 1 >"$tmp/done" 2>&1
+	timeout "$(ksft_within 900)" rping -s -a "$server_ip" -p $DONE_PORT -C 1 >"$tmp/done" 2>&1
 	tap_check "the host reported the end of its tests" [ $? = 0 ]
 	tap_check "nvmet configuration removed" target_down
 	;;
 host)
 	# The target guest may still be setting up: discover until it answers.
 	tries=40
-	until timeout 30 nvme discover -t rdma -a "$server_ip" -s $SVC -w "$my_ip" -q "$HOSTNQN" >/dev/null 2>&1 ||
-		[ $tries = 0 ]; do
+	until timeout "$(ksft_within 30)" nvme discover -t rdma -a "$server_ip" -s $SVC -w "$my_ip" -q "$HOSTNQN" >/dev/null 2>&1 ||
+		[ $tries = 0 ] || ! ksft_has_time 10; do
 		tries=$((tries - 1))
 		sleep 5
 	done
@@ -330,7 +345,8 @@ host)
 		tap_check "nvme disconnect $NQN" disconnect
 	fi
 	tries=30
-	until timeout 20 rping -c -a "$server_ip" -I "$my_ip" -p $DONE_PORT -C 1 >"$tmp/done" 2>&1 || [ $tries = 0 ]; do
+	until timeout "$(ksft_within 20)" rping -c -a "$server_ip" -I "$my_ip" -p $DONE_PORT -C 1 >"$tmp/done" 2>&1 ||
+		[ $tries = 0 ] || ! ksft_has_time 5; do
 		tries=$((tries - 1))
 		sleep 2
 	done

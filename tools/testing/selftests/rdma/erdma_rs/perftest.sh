@@ -10,7 +10,9 @@
 # On iWARP adapters (CM_PROTO=iwarp) only rdma_cm can connect a QP (erdma-hw
 # 7.1: RTS comes from the driver's connection manager alone): the -R runs, the
 # atomics only where the adapters report atomic support.
-# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
+# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma). On a real
+# instance, between the adapters' own addresses, with the driver bound (see
+# "What a test may change" in lib.sh).
 
 . "$(dirname "$0")/lib.sh"
 
@@ -18,8 +20,7 @@ DRV=$ERDMA_DRIVER
 PROTO=${CM_PROTO:-roce}
 NET=51
 [ "$PROTO" = iwarp ] && NET=52
-functions=$(erdma_functions)
-[ -n "$functions" ] || ksft_skip_all "no eRDMA function (1ded:107f) present"
+need_functions
 command -v ib_write_bw >/dev/null || ksft_skip_all "perftest is missing"
 tmp=/tmp/perftest
 rm -rf "$tmp"
@@ -82,7 +83,7 @@ snapshot_at() {
 
 tap_header
 nics_up $NET
-tap_check "modprobe $DRV" modprobe "$DRV"
+load_driver
 adapter_pair "$PROTO" || ksft_skip_all "fewer than two $PROTO adapters bound"
 
 # loop_hang NAME: both ends of run NAME stopped inside the latency loop: each

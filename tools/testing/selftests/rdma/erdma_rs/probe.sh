@@ -31,7 +31,6 @@ nzero=$((nfunc - nfunctional))
 info_line() {
 	dmesg | grep -E "$DRV $1: eRDMA adapter version 0x[0-9a-f]+, protocol [A-Za-z0-9]+, MAC [0-9a-f:]{17}\$" | tail -n 1
 }
-info_count() { dmesg | grep -c "$DRV $1: eRDMA adapter version" || true; }
 
 # Checks function $1's info line against the adapter with the same MAC.
 info_matches() {
@@ -76,7 +75,7 @@ refused_nonfunctional() {
 }
 
 cycle() {
-	before=$(info_count "$1")
+	klog_mark cycle_mark
 	i=0
 	while [ $i -lt "$CYCLES" ]; do
 		echo "$1" >"$SYSDRV/unbind" || { tap_diag "unbind $1 failed (cycle $i)"; return 1; }
@@ -85,9 +84,9 @@ cycle() {
 		is_bound "$1" || { tap_diag "$1 not bound after bind (cycle $i)"; return 1; }
 		i=$((i + 1))
 	done
-	after=$(info_count "$1")
-	[ $((after - before)) -eq "$CYCLES" ] ||
-		{ tap_diag "$1: $((after - before)) probes logged for $CYCLES binds"; return 1; }
+	n=$(klog_since "$cycle_mark" | grep -c "$DRV $1: eRDMA adapter version")
+	[ "$n" -eq "$CYCLES" ] ||
+		{ tap_diag "$1: $n probes logged for $CYCLES binds"; return 1; }
 }
 
 # Every KUnit suite of the module (erdma_rs_*) ran and passed, and so did the

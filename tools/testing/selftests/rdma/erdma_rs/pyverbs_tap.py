@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Runs rdma-core's pyverbs tests on an erdma device and prints TAP points.
 
-Usage: pyverbs_tap.py TESTS_DIR --driver erdma_rs|erdma --dev IBDEV --gid N [MODULE...]
+Usage: pyverbs_tap.py TESTS_DIR --driver erdma_rs|erdma [--seconds S] --dev IBDEV --gid N [MODULE...]
 
 TESTS_DIR is the tests/ directory of the rdma-core release the guest's
 libraries come from. Without MODULEs every test module of the suite runs, as
@@ -21,6 +21,11 @@ our driver's, named with the issue that lifts them). Such a failure is a skip
 that gives the reason. A listed case that fails any other way is a failure, and
 one that passes is ok with a diagnostic saying so (its entry is stale).
 Exits 1 if any case failed or errored other than as allowed.
+
+With --seconds S the run ends within S seconds: no case starts with less than
+MIN_CASE_S left, a case gets at most what is left, and the cases that did not
+run are counted in the last line ("N not run: out of time"). pyverbs.sh
+passes the time the kselftest runner leaves it.
 """
 
 import fnmatch
@@ -38,6 +43,10 @@ from dataclasses import dataclass
 CASE_TIMEOUT_S = 120
 # Cases slower than this are named, with their time.
 SLOW_CASE_S = 10
+# With --seconds, no case starts with less time than this left.
+MIN_CASE_S = 15
+# The end of the run (time.monotonic()), with --seconds.
+DEADLINE = None
 
 BOTH = ("erdma_rs", "erdma")
 
@@ -97,7 +106,17 @@ class CaseTimeout(Exception):
 
 
 def on_alarm(_signum, _frame):
-    raise CaseTimeout(f"the case took more than {CASE_TIMEOUT_S} s")
+    raise CaseTimeout(f"the case took more than {case_seconds()} s")
+
+
+def time_left():
+    return None if DEADLINE is None else DEADLINE - time.monotonic()
+
+
+def case_seconds():
+    """The time a case may take: CASE_TIMEOUT_S, or what is left of the run."""
+    left = time_left()
+    return CASE_TIMEOUT_S if left is None else max(1, min(CASE_TIMEOUT_S, int(left)))
 
 
 def first_line(exc):
@@ -126,7 +145,7 @@ class TapResult(unittest.TestResult):
         super().startTest(test)
         self.started = time.monotonic()
         self.capture()
-        signal.alarm(CASE_TIMEOUT_S)
+        signal.alarm(case_seconds())
 
     def capture(self):
         """Sends what the case and its child processes print to a file."""
@@ -164,6 +183,9 @@ class TapResult(unittest.TestResult):
         if took >= SLOW_CASE_S:
             print(f"# {self.name(test)} took {took:.0f} s")
         super().stopTest(test)
+        left = time_left()
+        if left is not None and left < MIN_CASE_S:
+            self.shouldStop = True
 
     def entry(self, test):
         name = self.name(test)
@@ -233,6 +255,11 @@ def main():
         del argv[i:i + 2]
     if driver not in BOTH:
         sys.exit(f"pyverbs_tap.py: --driver must be one of {BOTH}")
+    global DEADLINE
+    if "--seconds" in argv:
+        i = argv.index("--seconds")
+        DEADLINE = time.monotonic() + int(argv[i + 1])
+        del argv[i:i + 2]
     modules = [a for a in argv if a.startswith("test_")]
     sys.argv = [sys.argv[0]] + [a for a in argv if not a.startswith("test_")]
     # args_parser is imported as a top-level module by the suite, the test
@@ -251,10 +278,16 @@ def main():
     signal.signal(signal.SIGALRM, on_alarm)
     result = TapResult(driver)
     start = time.monotonic()
+    left = time_left()
+    if left is not None and left < MIN_CASE_S:
+        result.shouldStop = True
+    total = suite.countTestCases()
     suite.run(result)
+    not_run = total - result.testsRun
     print(f"# pyverbs: {result.testsRun} run, {result.passed} passed, {len(result.skipped)} "
           f"skipped by the suite, {result.allowed} allowed failures, {result.bad} failed, "
-          f"in {time.monotonic() - start:.0f} s ({driver})")
+          f"in {time.monotonic() - start:.0f} s ({driver})"
+          + (f", {not_run} not run: out of time" if not_run else ""))
     return 1 if result.bad else 0
 
 

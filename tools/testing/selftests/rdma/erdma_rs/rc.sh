@@ -7,14 +7,15 @@
 # receiver validating the bytes (-c).
 # The out-of-band exchange runs over TCP on the adapters' netdevs; the data
 # moves through the model's fabric, addressed by GID and QPN.
-# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
+# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma). On a real
+# instance, between the adapters' own addresses, with the driver bound (see
+# "What a test may change" in lib.sh).
 
 . "$(dirname "$0")/lib.sh"
 
 DRV=$ERDMA_DRIVER
 NET=50
-functions=$(erdma_functions)
-[ -n "$functions" ] || ksft_skip_all "no eRDMA function (1ded:107f) present"
+need_functions
 command -v ibv_rc_pingpong >/dev/null || ksft_skip_all "ibv_rc_pingpong (ibverbs-utils) is missing"
 tmp=/tmp/rc
 rm -rf "$tmp"
@@ -38,7 +39,7 @@ pingpong() {
 
 tap_header
 nics_up $NET
-tap_check "modprobe $DRV" modprobe "$DRV"
+load_driver
 roce_pair || ksft_skip_all "fewer than two RoCEv2 adapters bound"
 
 tap_check "rc_pingpong $IB_A -> $IB_B, 4096 bytes x 100" \

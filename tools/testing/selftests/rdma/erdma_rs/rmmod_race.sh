@@ -22,8 +22,8 @@
 DRV=$ERDMA_DRIVER
 NET=56
 CYCLES=${RACE_CYCLES:-8}
-functions=$(erdma_functions)
-[ -n "$functions" ] || ksft_skip_all "no eRDMA function (1ded:107f) present"
+need_functions
+need_reconfigure "loads and unloads the driver $CYCLES times"
 
 # The RoCEv2 functions (as the harness made them; all, run by hand).
 roce=""

@@ -15,13 +15,20 @@
 #   - erdma_rs only: unbinding with a context open revokes it; the netdev can
 #     unregister under a bound adapter and is reattached when it returns; and
 #     without its netdev the probe is deferred until the netdev appears.
-# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
+# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma), on the model's
+# adapters only (it changes the machine and asks the model; see "What a test
+# may change" in lib.sh). What it changes is undone when it exits.
 
 . "$(dirname "$0")/lib.sh"
 
+need_functions
+need_reconfigure "changes MTUs, addresses, links and bindings, and injects faults"
 DRV=$ERDMA_DRIVER
-functions=$(erdma_functions)
-[ -n "$functions" ] || ksft_skip_all "no eRDMA function (1ded:107f) present"
+paged=""
+for f in $functions; do
+	has_test_page "$f" && paged=1 && break
+done
+[ -n "$paged" ] || ksft_skip_all "needs an adapter with the model's test page (test_page=on): it asks the model"
 command -v ibv_asyncwatch >/dev/null || ksft_skip_all "ibv_asyncwatch (ibverbs-utils) is missing"
 tmp=/tmp/verbs
 rm -rf "$tmp"
@@ -84,13 +91,13 @@ alloc_db_failure() {
 
 mtu_reaches_model() {
 	bdf=$1 ibdev=$2 netdev=$3
-	ip link set "$netdev" mtu 2000 || return 1
+	mtu_set "$netdev" 2000 || return 1
 	expect_model "$bdf" mtu mtu=2000 || return 1
 	wait_for 5 active_mtu_is "$ibdev" 3 || { tap_diag "active_mtu not 1024 at MTU 2000"; return 1; }
-	ip link set "$netdev" mtu 4200 || return 1
+	mtu_set "$netdev" 4200 || return 1
 	expect_model "$bdf" mtu mtu=4200 || return 1
 	wait_for 5 active_mtu_is "$ibdev" 5 || { tap_diag "active_mtu not 4096 at MTU 4200"; return 1; }
-	ip link set "$netdev" mtu 1500 || return 1
+	mtu_set "$netdev" 1500 || return 1
 	expect_model "$bdf" mtu mtu=1500
 }
 
@@ -98,7 +105,12 @@ link_down_up() {
 	ibdev=$1 netdev=$2
 	watch_start "$ibdev" events || { watch_stop events; return 1; }
 	ip link set "$netdev" down
-	wait_for 10 port_state_is "$ibdev" DOWN || { tap_diag "port not DOWN"; watch_stop events; return 1; }
+	wait_for 10 port_state_is "$ibdev" DOWN || {
+		tap_diag "port not DOWN"
+		ip link set "$netdev" up
+		watch_stop events
+		return 1
+	}
 	ip link set "$netdev" up
 	wait_for 10 port_state_is "$ibdev" ACTIVE || { tap_diag "port not ACTIVE again"; watch_stop events; return 1; }
 	ok=0
@@ -123,6 +135,7 @@ gids_follow_addresses() {
 		{ tap_diag "ip addr add: $(cat "$tmp/ip.err")"; return 1; }
 	wait_for 10 gid_in_model "$bdf" "$gid" || {
 		tap_diag "GID $gid not in the model: $(model_cmd "$bdf" "query gids")"
+		ip addr del "169.254.30.$host/16" dev "$netdev"
 		return 1
 	}
 	ip addr del "169.254.30.$host/16" dev "$netdev" || return 1
@@ -178,6 +191,12 @@ unbind_with_context_open() {
 	wait_for 10 is_bound "$bdf"
 }
 
+# virtio_back DEVICE: virtio device DEVICE (a NIC the test unbinds) is bound
+# to virtio_net again when the test exits, should the test not have done it.
+virtio_back() {
+	undo_push "[ -e /sys/bus/virtio/drivers/virtio_net/$1 ] || echo $1 >/sys/bus/virtio/drivers/virtio_net/bind"
+}
+
 # Loading the driver while the netdev of function BDF is gone defers that
 # function's probe; the netdev's return completes it. (A bind through sysfs is
 # not retried by the driver core: the module load is the path that defers.)
@@ -185,6 +204,7 @@ probe_waits_for_netdev() {
 	bdf=$1 netdev=$2
 	mac=$(mac_of "$bdf")
 	virtio=$(basename "$(readlink "/sys/class/net/$netdev/device")")
+	virtio_back "$virtio"
 	rmmod "$DRV" || return 1
 	echo "$virtio" >/sys/bus/virtio/drivers/virtio_net/unbind || return 1
 	modprobe "$DRV" || return 1
@@ -205,6 +225,7 @@ probe_waits_for_netdev() {
 netdev_goes_and_returns() {
 	bdf=$1 netdev=$2 ibdev=$3
 	virtio=$(basename "$(readlink "/sys/class/net/$netdev/device")")
+	virtio_back "$virtio"
 	timeout 30 sh -c "echo $virtio >/sys/bus/virtio/drivers/virtio_net/unbind" ||
 		{ tap_diag "the netdev could not unregister"; return 1; }
 	wait_for 10 port_state_is "$ibdev" DOWN || { tap_diag "port not DOWN"; return 1; }
@@ -216,7 +237,7 @@ netdev_goes_and_returns() {
 
 tap_header
 nics_up 40
-tap_check "modprobe $DRV" modprobe "$DRV"
+load_driver
 
 n=0
 for bdf in $functions; do

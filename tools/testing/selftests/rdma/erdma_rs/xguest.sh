@@ -5,7 +5,9 @@
 # model process: ibv_rc_pingpong (polling and completion events) and
 # ib_write_bw. The guest whose adapter has the lower MAC serves, the other
 # connects to 169.254.NET.<server MAC byte>; both run this script.
-# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma).
+# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma). Needs the peer
+# guest (ERDMA_GUESTS, set by scripts/vmrun.py) and the link-local addresses
+# nics_up gives: elsewhere it skips (xguest_begin in lib.sh).
 
 . "$(dirname "$0")/lib.sh"
 
@@ -21,15 +23,15 @@ xrun() {
 	name=$1 port=$2 done=$3
 	shift 3
 	if [ $role = server ]; then
-		timeout 240 "$@" >"$tmp/$name" 2>&1
+		timeout "$(ksft_within 240)" "$@" >"$tmp/$name" 2>&1
 		rc=$?
 	else
 		tries=120
 		while :; do
-			timeout 240 "$@" "$server_ip" >"$tmp/$name" 2>&1
+			timeout "$(ksft_within 240)" "$@" "$server_ip" >"$tmp/$name" 2>&1
 			rc=$?
 			[ $rc != 0 ] && grep -qi "couldn't connect\|unable to connect\|connection refused" "$tmp/$name" &&
-				[ $tries -gt 0 ] || break
+				[ $tries -gt 0 ] && ksft_has_time 2 || break
 			tries=$((tries - 1))
 			sleep 1
 		done
@@ -53,4 +55,5 @@ else
 		xrun write_bw 18603 'RDMA_Write' ib_write_bw -d "$ib" -x "$gid" -p 18603 -F -s 65536 -n 50
 fi
 
+xguest_end 18699
 unload_and_finish "$DRV"

@@ -77,8 +77,9 @@ if [ "$PROTO" = iwarp ] && [ "$cli_drv" = erdma ]; then
 	verdicts=1
 	if [ $role = client ]; then
 		T=/sys/kernel/tracing
-		[ -d $T/instances ] || mount -t tracefs nodev $T
+		[ -d $T/instances ] || mount_once tracefs $T
 		race_trace=$T/instances/xguest_cm
+		[ -d $race_trace ] || undo_push "[ ! -d $race_trace ] || rmdir $race_trace"
 		{ mkdir -p $race_trace && echo 1 >$race_trace/events/tcp/tcp_send_reset/enable; } ||
 			tap_diag "the tcp_send_reset tracepoint is not available: the C driver's MPA reply race will fail its run"
 	fi
@@ -94,10 +95,10 @@ reply_lost() {
 }
 
 xrun_server() {
-	eval "timeout 150 $srv" >"$tmp/$name" 2>&1 &
+	eval "timeout $(ksft_within 150) $srv" >"$tmp/$name" 2>&1 &
 	pid=$!
 	if wait_for 60 "${XRUN_READY:-cm_listening}" "$port"; then
-		ready_beacon "$server_ip" $((port + 100)) 150 ||
+		ready_beacon "$server_ip" $((port + 100)) "$(ksft_within 150)" ||
 			tap_diag "$name: no client came to the beacon"
 	fi
 	wait $pid
@@ -107,18 +108,18 @@ xrun_server() {
 # xrun_client: sets rc, and lost when the last try was the C driver's race.
 xrun_client() {
 	start=$(uptime) lost=""
-	await_beacon "$server_ip" $((port + 100)) 200 ||
+	await_beacon "$server_ip" $((port + 100)) "$(ksft_within 200)" ||
 		tap_diag "$name: the server's beacon did not answer in 200 s"
 	while :; do
 		[ -z "$race_trace" ] || : >"$race_trace/trace"
-		eval "timeout 60 $cli" >"$tmp/$name" 2>&1
+		eval "timeout $(ksft_within 60) $cli" >"$tmp/$name" 2>&1
 		rc=$?
 		# Every try's output, for the diagnosis of a failure retried.
 		{ echo "-- try (exit $rc):"; cat "$tmp/$name"; } >>"$tmp/$name.tries"
 		[ $rc != 0 ] && reply_lost "$port" && lost=1 && break
 		# (cmtime says nothing when its sync socket is refused.)
 		[ $rc != 0 ] && { grep -q "$NOT_YET" "$tmp/$name" || [ ! -s "$tmp/$name" ]; } &&
-			[ $(($(uptime) - start)) -lt 200 ] || break
+			[ $(($(uptime) - start)) -lt 200 ] && ksft_has_time 2 || break
 		sleep 1
 	done
 }
@@ -140,11 +141,11 @@ xrun() {
 		if [ $role = server ]; then
 			xrun_server
 			# The client's verdict: its tries take 200 s at most, a try 60 s.
-			[ -z "$verdicts" ] || verdict=$(ready_beacon "$server_ip" $((port + 200)) 270)
+			[ -z "$verdicts" ] || verdict=$(ready_beacon "$server_ip" $((port + 200)) "$(ksft_within 270)")
 		else
 			xrun_client
 			[ -n "$lost" ] && [ -n "$again" ] && verdict=again
-			[ -z "$verdicts" ] || await_beacon "$server_ip" $((port + 200)) 160 $verdict ||
+			[ -z "$verdicts" ] || await_beacon "$server_ip" $((port + 200)) "$(ksft_within 160)" $verdict ||
 				tap_diag "$name: the server did not hear the verdict ($verdict)"
 		fi
 		[ "$verdict" = again ] || break
@@ -252,7 +253,7 @@ if [ "$PROTO" = iwarp ] && [ -z "${XGUEST_DRIVERS:-}" ] && [ "${XGUEST_ALL_PERFT
 	fi
 fi
 if [ $role = client ]; then
-	timeout 90 rping -c -a "$server_ip" -I "$my_ip" -p 18899 -C 1 >"$tmp/nolistener" 2>&1
+	timeout "$(ksft_within 90)" rping -c -a "$server_ip" -I "$my_ip" -p 18899 -C 1 >"$tmp/nolistener" 2>&1
 	rc=$?
 	tap_diag "rping to port 18899 (exit $rc): $(tr '\n' ';' <"$tmp/nolistener")"
 	# RoCEv2: ib_cm's reject (invalid service ID); iWARP: the TCP reset
@@ -265,6 +266,8 @@ if [ $role = client ]; then
 else
 	tap_skip "$role: rping to a port nobody listens on fails" "the client's test"
 fi
+# The server keeps its address until the client's last rping is done.
+xguest_end 18898
 
 if [ -n "$race_trace" ]; then
 	echo 0 >"$race_trace/events/tcp/tcp_send_reset/enable"
