@@ -286,6 +286,16 @@ lane_rest() {
 	guest two-guests-one-model --smp 1 --timeout 1200 \
 		--dev proto=roce --dev proto=iwarp --guest 0 --guest 1 \
 		--run 'CYCLES=3 erdma_rs/run_tests.sh probe.sh'
+	# The selftests the kernel developers' way (issue 12,
+	# tests/kselftest-standard.sh): a kselftest install from the kernel's own
+	# selftests tree, run by its run_kselftest.sh in one guest: as the harness
+	# has the adapters, as on a real instance (nothing may change), and opted in.
+	say "guest-kselftest-standard: booting (console: $TOP/out/vm/kselftest-standard/guest0.console.log)"
+	local rc=0 start
+	start=$(date +%s)
+	"$TOP/tests/kselftest-standard.sh" >"$LOGS/guest-kselftest-standard.log" 2>&1 || rc=$?
+	echo $rc >"$LOGS/guest-kselftest-standard.rc"
+	say "guest-kselftest-standard: finished in $(($(date +%s) - start))s (exit $rc)"
 }
 lane_ours &
 ours_pid=$!
@@ -334,7 +344,7 @@ else
 	fail "rehearsal: no packages (the package step failed; see $LOGS/package.log)"
 fi
 for name in three-adapters control-plane smp32 upstream-c-driver data-path data-path-c-driver \
-	two-guests-data-path iwarp-cm two-guests-iwarp two-guests-one-model "${rehearsed[@]}"; do
+	two-guests-data-path iwarp-cm two-guests-iwarp two-guests-one-model kselftest-standard "${rehearsed[@]}"; do
 	count "$name"
 done
 
