@@ -271,10 +271,11 @@ link_up() {
 }
 
 # addr_add ADDRESS/LEN NETDEV: NETDEV has the address until the test exits
-# (an address it had already stays).
+# (an address it had already stays; undoing fails only if the address is
+# still there: a NIC unbound and bound again has lost it).
 addr_add() {
 	ip addr add "$1" dev "$2" 2>/dev/null || return 0
-	undo_push "ip addr del '$1' dev '$2'"
+	undo_push "ip addr del '$1' dev '$2' 2>/dev/null || ! ip -o addr show dev '$2' 2>/dev/null | grep -q ' ${1%/*}/'"
 }
 
 # mtu_set NETDEV MTU: sets NETDEV's MTU; the first one it had comes back
