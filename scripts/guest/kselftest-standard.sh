@@ -13,20 +13,25 @@
 #      two adapters of one machine need), and run_kselftest.sh without
 #      anything of the harness (no adapters file, the model's test page tool
 #      not on the PATH), so that the tests take the adapters for real ones
-#      and may not change the machine: results/kselftest-safe.tap.
+#      and may not change the machine: results/kselftest-safe.tap;
+#   3. the same, with the user's opt-in (ERDMA_RECONFIGURE=1): the tests may
+#      change the machine, and must leave it as they found it, the driver
+#      they unloaded loaded again: results/kselftest-optin.tap.
 #
 # results/restore.tap checks that the standard run left the network
-# configuration as it found it, and that the safe run changed nothing: the
-# addresses, links, MTUs and sysctls, the modules, the mounts and the
-# adapters' drivers are the same before and after.
+# configuration as it found it, and that the other two left everything as
+# they found it: the addresses, links, MTUs and sysctls, the modules, the
+# mounts and the adapters' drivers are the same before and after.
 #
-# KSFT_STANDARD_TESTS and KSFT_SAFE_TESTS name the tests of each run (the
-# runner's TEST for -t rdma/erdma_rs:TEST); "all" runs the whole list.
+# KSFT_STANDARD_TESTS, KSFT_SAFE_TESTS and KSFT_OPTIN_TESTS name the tests of
+# each run (the runner's TEST for -t rdma/erdma_rs:TEST); "all" runs the
+# whole list.
 
 K=$PWD/kselftest_install
 R=${ERDMA_RESULTS:-/tmp}
 STANDARD=${KSFT_STANDARD_TESTS:-all}
 SAFE=${KSFT_SAFE_TESTS:-all}
+OPTIN=${KSFT_OPTIN_TESTS:-kverbs.sh}
 
 # tests_args LIST: the runner's arguments for LIST.
 tests_args() {
@@ -115,13 +120,17 @@ snapshot >/tmp/s2
 run "$R/kselftest-safe.tap" "$SAFE" -u ERDMA_PAYLOAD -u ERDMA_RESULTS -u ERDMA_GUESTS \
 	PATH=/usr/sbin:/usr/bin:/sbin:/bin || rc=1
 snapshot >/tmp/s3
+run "$R/kselftest-optin.tap" "$OPTIN" -u ERDMA_PAYLOAD -u ERDMA_RESULTS -u ERDMA_GUESTS \
+	PATH=/usr/sbin:/usr/bin:/sbin:/bin ERDMA_RECONFIGURE=1 || rc=1
+snapshot >/tmp/s4
 rmmod erdma_rs
 
 {
 	echo "TAP version 13"
 	same 1 "the standard run left the network configuration as it found it" /tmp/s0 /tmp/s1
 	same 2 "the run as on a real instance changed nothing (network, modules, mounts, drivers)" /tmp/s2 /tmp/s3
-	echo "1..2"
+	same 3 "the run with ERDMA_RECONFIGURE=1 there left everything as it found it" /tmp/s3 /tmp/s4
+	echo "1..3"
 } >"$R/restore.tap"
 cat "$R/restore.tap"
 grep -q '^not ok' "$R/restore.tap" && rc=1
