@@ -146,11 +146,8 @@ kmake() {
 
 cfgfiles=()
 for f in "${fragments[@]}"; do
-	if [ -f "$TOP/kernel/configs/$f" ]; then
-		cfgfiles+=("$TOP/kernel/configs/$f")
-	else
-		cfgfiles+=("$KSRC/kernel/configs/$f")
-	fi
+	# As overlaid (step 1), or copied there (KERNEL_EXTRA_CONFIG).
+	cfgfiles+=("$KSRC/kernel/configs/$f")
 done
 cfgkey=$(key_of "$FLAVOR" "${cfgfiles[@]}" "$TOP/Kconfig" "$TOP/drivers/infiniband/hw/erdma_rs/Kconfig")
 if [ ! -f "$KOUT/.config" ] || ! stamp_ok "$KOUT/.fragment.key" "$cfgkey"; then

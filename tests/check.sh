@@ -119,17 +119,25 @@ package_again() {
 # ---- 4. guest tests ---------------------------------------------------------------
 SELFTESTS=$TOP/tools/testing/selftests/rdma/erdma_rs
 
-# guest NAME VMRUN-ARGS...: one VM run; its exit status goes to
-# out/check/guest-NAME.rc, its TAP totals to out/vm/NAME/totals.
-guest() {
-	local name=$1 out=$TOP/out/vm/$1 rc=0 start
+# scenario NAME COMMAND...: one guest scenario, whose VM run is out/vm/NAME;
+# its output goes to out/check/guest-NAME.log, its exit status to
+# out/check/guest-NAME.rc (vmrun writes its TAP totals to out/vm/NAME/totals).
+scenario() {
+	local name=$1 rc=0 start
 	shift
 	start=$(date +%s)
-	say "guest-$name: booting (console: $out/guest*.console.log)"
-	"$TOP/scripts/vmrun.py" --quiet --out "$out" --emu "$EMU" --copy "$SELFTESTS" --copy "$CMTIME_DIR" "$@" \
-		>"$LOGS/guest-$name.log" 2>&1 || rc=$?
+	say "guest-$name: booting (console: $TOP/out/vm/$name/guest*.console.log)"
+	"$@" >"$LOGS/guest-$name.log" 2>&1 || rc=$?
 	echo $rc >"$LOGS/guest-$name.rc"
 	say "guest-$name: finished in $(($(date +%s) - start))s (exit $rc)"
+}
+
+# guest NAME VMRUN-ARGS...: a scenario of one VM run with the selftests.
+guest() {
+	local name=$1
+	shift
+	scenario "$name" "$TOP/scripts/vmrun.py" --quiet --out "$TOP/out/vm/$name" --emu "$EMU" \
+		--copy "$SELFTESTS" --copy "$CMTIME_DIR" "$@"
 }
 
 # tap_failures DIR: each failing TAP test point under DIR, one line each: the
@@ -290,12 +298,7 @@ lane_rest() {
 	# tests/kselftest-standard.sh): a kselftest install from the kernel's own
 	# selftests tree, run by its run_kselftest.sh in one guest: as the harness
 	# has the adapters, as on a real instance (nothing may change), and opted in.
-	say "guest-kselftest-standard: booting (console: $TOP/out/vm/kselftest-standard/guest0.console.log)"
-	local rc=0 start
-	start=$(date +%s)
-	"$TOP/tests/kselftest-standard.sh" >"$LOGS/guest-kselftest-standard.log" 2>&1 || rc=$?
-	echo $rc >"$LOGS/guest-kselftest-standard.rc"
-	say "guest-kselftest-standard: finished in $(($(date +%s) - start))s (exit $rc)"
+	scenario kselftest-standard "$TOP/tests/kselftest-standard.sh"
 }
 lane_ours &
 ours_pid=$!

@@ -8,7 +8,8 @@
 #   1. The instance: a Debian trixie disk image with systemd, udev, an
 #      initramfs, Debian's cloud kernel and the distribution's rdma-core
 #      (scripts/build-ecs-image.sh, cached). It boots Debian's kernel and
-#      installs the packages with apt (scripts/guest/rehearsal.sh install).
+#      installs the packages with apt (scripts/guest/rehearsal.sh, run by the
+#      selftests' run_tests.sh with REHEARSAL_PHASE=install).
 #   2. The "reboot": the guest powers off; the kernel and initramfs the
 #      packages put in its /boot are read from its disk (debugfs) and booted
 #      directly, as a bootloader would boot them.
@@ -17,7 +18,7 @@
 #      the driver loads by itself, rdma link, ibv_devinfo, ibv_rc_pingpong and
 #      rping between them; the out-of-tree build of erdma_rs against the
 #      installed headers, loaded into the installed kernel; the driver choice
-#      undone and redone (rehearsal.sh check).
+#      undone and redone (REHEARSAL_PHASE=check).
 #
 # The guests' TAP files are in out/vm/rehearsal-{install,check}/guest*/results,
 # each phase's vmrun exit status in out/vm/rehearsal-{install,check}.rc.
@@ -44,6 +45,9 @@ trap 'rm -rf "$W"' EXIT
 cp "$PKG"/linux-image-"$krel"_*.deb "$PKG"/linux-headers-"$krel"_*.deb "$PKG"/erdma-rs_*.deb "$W/package/"
 echo "$krel" >"$W/package/kernel-release"
 cp -r "$TOP/drivers/infiniband/hw/erdma_rs" "$W/erdma_rs-src"
+# The guest's side runs beside the selftests, with their lib.sh and run_tests.sh.
+cp -r "$TOP/tools/testing/selftests/rdma/erdma_rs" "$W/erdma_rs"
+cp "$TOP/scripts/guest/rehearsal.sh" "$W/erdma_rs/"
 
 # vmrun_phase NAME VMRUN-ARGS...: one boot of the rehearsal; fails the script
 # with the guest's own words when it fails.
@@ -53,7 +57,7 @@ vmrun_phase() {
 	start=$(date +%s)
 	say "$name: booting (console: $VMS/rehearsal-$name/guest*.console.log)"
 	"$TOP/scripts/vmrun.py" --quiet --out "$VMS/rehearsal-$name" --emu "$EMU" --memory 2G \
-		--copy "$TOP/scripts/guest/rehearsal.sh" --copy "$W/package" "$@" || rc=$?
+		--copy "$W/erdma_rs" --copy "$W/package" "$@" || rc=$?
 	echo $rc >"$VMS/rehearsal-$name.rc"
 	say "$name: done in $(($(date +%s) - start)) s (exit $rc)"
 	return $rc
@@ -63,7 +67,7 @@ vmrun_phase() {
 qemu-img create -q -f qcow2 -b "$image/disk.raw" -F raw "$W/install.qcow2"
 vmrun_phase install --smp 2 --timeout 1800 --disk "$W/install.qcow2" \
 	--kernel "$image/vmlinuz" --initrd "$image/initrd" \
-	--dev proto=roce --run 'sh rehearsal.sh install' ||
+	--dev proto=roce --run 'REHEARSAL_PHASE=install erdma_rs/run_tests.sh rehearsal.sh' ||
 	die "installing the packages failed; read $VMS/rehearsal-install/guest0/results/"
 
 # 2. The kernel and initramfs the packages installed, from the disk.
@@ -83,6 +87,6 @@ vmrun_phase check --smp 1 --timeout 2400 \
 	--disk "$W/instance0.qcow2" --disk "$W/instance1.qcow2" \
 	--kernel "$W/vmlinuz-$krel" --initrd "$W/initrd.img-$krel" \
 	--dev proto=roce,link=2 --dev proto=iwarp,link=3 --dev proto=roce,link=0 --dev proto=iwarp,link=1 \
-	--guest 0,1 --guest 2,3 --copy "$W/erdma_rs-src" --run 'sh rehearsal.sh check' ||
+	--guest 0,1 --guest 2,3 --copy "$W/erdma_rs-src" --run 'REHEARSAL_PHASE=check erdma_rs/run_tests.sh rehearsal.sh' ||
 	die "the installed instances failed; read $VMS/rehearsal-check/guest*/results/"
 say "the rehearsal passed: kernel $krel installed, booted and used in two instances"
