@@ -3,7 +3,8 @@
 //! The device's view of the outside world: guest memory (DMA) and MSI-X interrupts.
 //!
 //! The model never touches guest memory or interrupt lines directly; the transport (the
-//! vfio-user server) implements these traits, and tests use [`crate::testing`].
+//! vfio-user server) implements these traits, and tests use `crate::testing` (the `testing`
+//! feature).
 
 use core::fmt;
 

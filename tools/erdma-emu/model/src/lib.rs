@@ -23,7 +23,8 @@
 //! * [`caps`]: the capabilities reported by QUERY_DEVICE.
 //! * [`io`], [`clock`]: the traits through which the device reaches guest memory, interrupts
 //!   and time.
-//! * [`testing`]: simple implementations of those traits, and a driver double, for tests.
+//! * `testing` (only with `cfg(test)` or the `testing` feature, never in a release build of
+//!   the server): simple implementations of those traits, and a driver double, for tests.
 //!
 //! Facts about the hardware interface come from `shared/docs/erdma-hw.md`; section numbers in
 //! comments (§2.2, ...) refer to it.
@@ -45,6 +46,7 @@ pub mod pci;
 pub mod regs;
 pub mod roce;
 pub mod stats;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod wire;
 
