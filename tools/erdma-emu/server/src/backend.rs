@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The vfio-user side of one device: region and IRQ descriptions, and the `ServerBackend` that
-//! forwards protocol messages to the model.
+//! forwards protocol messages to the model (the [`crate::state::DeviceState`] it works on).
 
 use std::fs::File;
 use std::io;
 use std::mem::size_of;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use erdma_model::regs::{BAR0_SIZE, BAR2_SIZE, MSIX_VECTORS};
-use erdma_model::{pci, Device, DeviceConfig, Io, IrqSink};
+use erdma_model::{pci, Io, IrqSink};
 use vfio_bindings::bindings::vfio::{
     vfio_region_info, VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR0_REGION_INDEX,
     VFIO_PCI_BAR2_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_ERR_IRQ_INDEX,
@@ -18,52 +18,8 @@ use vfio_bindings::bindings::vfio::{
 };
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, ServerBackend, ServerRegion};
 
-use crate::guest_mem::MappedMemory;
-use crate::irqs::EventFdIrqs;
+use crate::state::{lock, SharedState};
 use crate::timer::Timer;
-
-/// Everything one device owns: the model and its connection to the VM.
-pub struct DeviceState {
-    /// The device model.
-    pub device: Device,
-    /// Guest memory mapped by the current client.
-    pub mem: MappedMemory,
-    /// MSI-X eventfds of the current client.
-    pub irqs: EventFdIrqs,
-    warned_fdless_map: bool,
-}
-
-impl DeviceState {
-    /// A device at power-on with no client.
-    pub fn new(config: DeviceConfig) -> Self {
-        DeviceState {
-            device: Device::new(config),
-            mem: MappedMemory::new(),
-            irqs: EventFdIrqs::new(),
-            warned_fdless_map: false,
-        }
-    }
-
-    /// Forgets the client (mappings, eventfds, pending interrupts) and returns the device and
-    /// its control state (fault rules, ...) to power-on, with the start-up rules of the command
-    /// line.
-    pub fn disconnect(&mut self) {
-        self.device.reset();
-        self.device.reset_harness();
-        self.mem.unmap_all();
-        self.irqs.disconnect();
-        self.warned_fdless_map = false;
-    }
-}
-
-/// The device state shared between its server thread, its timer thread and the control socket.
-pub type SharedState = Arc<Mutex<DeviceState>>;
-
-/// Locks the device state. A panic while holding the lock is a model bug that the panic hook
-/// reports; the state is still used rather than wedging the device.
-pub fn lock(state: &Mutex<DeviceState>) -> MutexGuard<'_, DeviceState> {
-    state.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// The regions the device exposes: config space, BAR0 and BAR2; the others have size 0.
 pub fn regions() -> Vec<ServerRegion> {

@@ -14,7 +14,8 @@ use std::thread;
 
 use erdma_model::{control, Io};
 
-use crate::backend::{lock, SharedState};
+use crate::sockets::clear_stale_socket;
+use crate::state::{lock, SharedState};
 use crate::timer::Timer;
 
 /// Longest request line accepted (bytes, without the newline).
@@ -33,7 +34,7 @@ pub struct Target {
 
 /// Binds the control socket at `path` (a stale socket file is removed first).
 pub fn bind(path: &Path) -> Result<UnixListener, String> {
-    crate::runner::clear_stale_socket(path)?;
+    clear_stale_socket(path)?;
     UnixListener::bind(path).map_err(|e| e.to_string())
 }
 

@@ -6,7 +6,8 @@
 //! The transport is kept apart from the device state machine: [`backend`] turns vfio-user
 //! messages into model calls, [`guest_mem`] and [`irqs`] implement the model's
 //! [`erdma_model::GuestMemory`] and [`erdma_model::IrqSink`] over QEMU's shared memory and
-//! eventfds, [`timer`] runs a device's delayed work, [`control`] serves the control socket, and
+//! eventfds, [`state`] is what a device's threads share, [`timer`] runs a device's delayed work,
+//! [`control`] serves the control socket, [`sockets`] frees and removes socket files, and
 //! [`runner`] runs one server thread and one timer thread per device.
 //!
 //! `unsafe` is confined to this crate (mmap/munmap of guest RAM, signal masks, raw copies); every
@@ -24,6 +25,8 @@ pub mod irqs;
 pub mod logging;
 pub mod runner;
 pub mod signals;
+pub mod sockets;
+pub mod state;
 pub mod timer;
 
 #[cfg(test)]

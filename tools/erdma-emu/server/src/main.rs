@@ -13,6 +13,7 @@ use erdma_emu::cli::{self, format_mac, Command, DeviceSpec};
 use erdma_emu::logging;
 use erdma_emu::runner::{self, Running};
 use erdma_emu::signals::{self, TerminationSignals};
+use erdma_emu::sockets::remove_sockets;
 
 /// Exit status for bad arguments.
 const EXIT_USAGE: u8 = 2;
@@ -111,7 +112,7 @@ fn exit_on_panic(running: &Running) {
     std::panic::set_hook(Box::new(move |info| {
         default_hook(info);
         log::error!("internal error (panic), exiting with status {EXIT_INTERNAL}");
-        runner::remove_sockets(&sockets);
+        remove_sockets(&sockets);
         std::process::exit(EXIT_INTERNAL);
     }));
 }

@@ -21,12 +21,12 @@ use vfio_bindings::bindings::vfio::{
 };
 use vfio_user::Client;
 
-use crate::backend::lock;
 use crate::cli::DeviceSpec;
 use crate::control;
 use crate::guest_mem::tests::memfd;
 use crate::irqs::tests::{eventfd, take_count};
 use crate::runner;
+use crate::state::lock;
 
 const CONFIG: u32 = VFIO_PCI_CONFIG_REGION_INDEX;
 const BAR0: u32 = VFIO_PCI_BAR0_REGION_INDEX;

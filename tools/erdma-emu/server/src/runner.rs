@@ -4,10 +4,8 @@
 //! that serves one client at a time (resetting the device when the client goes away) and one
 //! timer thread for its delayed work; plus, optionally, the control socket's thread.
 
-use std::fs;
 use std::io;
-use std::os::unix::fs::FileTypeExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -16,10 +14,12 @@ use std::time::Duration;
 use erdma_model::fabric::Fabric;
 use vfio_user::Server;
 
-use crate::backend::{self, lock, Backend, DeviceState, SharedState};
+use crate::backend::{self, Backend};
 use crate::cli::{format_mac, DeviceSpec};
 use crate::control;
 use crate::logging;
+use crate::sockets::{clear_stale_socket, remove_sockets};
+use crate::state::{lock, DeviceState, SharedState};
 use crate::timer::{self, Timer};
 
 /// Devices whose sockets are bound and listening, not yet served.
@@ -49,28 +49,6 @@ pub fn bind(specs: &[DeviceSpec], control_path: Option<&Path>) -> Result<Listeni
         None => None,
     };
     Ok(Listening { devices, control })
-}
-
-/// Makes `path` free for binding: removes a socket file nobody listens on (left over by a killed
-/// process); refuses a live socket or any other kind of file.
-pub(crate) fn clear_stale_socket(path: &Path) -> Result<(), String> {
-    let md = match fs::symlink_metadata(path) {
-        Ok(md) => md,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e.to_string()),
-    };
-    if !md.file_type().is_socket() {
-        return Err("exists and is not a socket".into());
-    }
-    match UnixStream::connect(path) {
-        Ok(_) => Err("another process is listening on it".into()),
-        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-            fs::remove_file(path).map_err(|e| format!("cannot remove stale socket: {e}"))?;
-            log::info!("removed stale socket {}", path.display());
-            Ok(())
-        }
-        Err(e) => Err(format!("exists and cannot be probed: {e}")),
-    }
 }
 
 impl Listening {
@@ -214,16 +192,5 @@ impl Running {
     /// Removes the socket files (at shutdown; the threads keep running until the process exits).
     pub fn remove_sockets(&self) {
         remove_sockets(&self.sockets());
-    }
-}
-
-/// Removes socket files, logging failures other than "already gone".
-pub fn remove_sockets(paths: &[PathBuf]) {
-    for p in paths {
-        match fs::remove_file(p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => log::error!("cannot remove {}: {e}", p.display()),
-        }
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use erdma_model::Io;
 
-use crate::backend::{lock, SharedState};
+use crate::state::{lock, SharedState};
 
 /// Longest the timer sleeps without a deadline or a kick.
 const IDLE_WAIT: Duration = Duration::from_secs(3600);
