@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Completion generation: data CQEs (with the owner bit of the lap, CQ events, CQ overflow),
+//! completing requests in SQ order, and moving a QP to ERROR with everything posted flushed.
+
+use crate::device::objects::Pending;
+use crate::device::{Device, Oddity};
+use crate::io::Io;
+use crate::wire::{
+    self, op, wc, AeqEvent, CqeExtra, DataCqe, QpState, SqeHeader, UdInfo, CQE_QTYPE_RQ,
+    CQE_QTYPE_SQ, SQ_WQEBB_SIZE,
+};
+
+/// AE type: CQ error.
+const AE_CQ: u8 = 3;
+
+impl Device {
+    /// Writes a CQE into CQ `cqn` and raises its event if armed for it.
+    fn post_cqe(&mut self, cqn: u32, mut cqe: DataCqe, solicited: bool, io: &mut Io<'_>) {
+        let Some(cq) = self.func.rdma.cqs.get_mut(&cqn) else {
+            if self.warned.first(Oddity::MissingCq, u64::from(cqn)) {
+                log::warn!(
+                    "completion for QP {} dropped: CQ {cqn} does not exist",
+                    cqe.qpn
+                );
+            }
+            return;
+        };
+        if cq.error {
+            return;
+        }
+        if cq.ci_fresh && cq.pi.wrapping_sub(cq.ci) & 0xff_ffff >= cq.depth {
+            cq.error = true;
+            log::warn!(
+                "CQ {cqn} overflow: {} CQEs beyond the consumer index {:#x}; CQ error",
+                cq.depth,
+                cq.ci
+            );
+            let ev = AeqEvent {
+                ty: AE_CQ,
+                subtype: 0,
+                data0: cqn,
+                data1: 0,
+            };
+            if let Err(e) = self.post_aeqe(ev, io) {
+                log::warn!("CQ {cqn}: AEQE dropped: {e}");
+            }
+            return;
+        }
+        let slot = cq.pi & (cq.depth - 1);
+        cqe.owner = cq.pi & cq.depth == 0;
+        let bytes = cqe.encode();
+        let off = u64::from(slot) * wire::CQE_SIZE as u64;
+        let written = wire::write_owner_last(&bytes, |at, b| cq.buf.write(off + at, b, io.mem));
+        if let Err(e) = written {
+            if self
+                .warned
+                .first(Oddity::CqeWrite, u64::from(cqn) | 1 << 32)
+            {
+                log::warn!("CQ {cqn}: CQE not writable ({e:?}), dropped");
+            }
+            return;
+        }
+        cq.pi = cq.pi.wrapping_add(1);
+        let fire = match cq.armed {
+            Some(sol_only) => !sol_only || solicited || cqe.status != wc::SUCCESS,
+            None => false,
+        };
+        if fire {
+            cq.armed = None;
+            cq.ci_fresh = false;
+            let eqn = cq.eqn;
+            self.cq_event(eqn, cqn, io);
+        }
+    }
+
+    fn sq_cqe(&mut self, qpn: u32, p: &Pending, status: u8, io: &mut Io<'_>) {
+        let Some(qp) = self.func.rdma.qps.get(&qpn) else {
+            return;
+        };
+        let cqn = qp.send_cqn;
+        let cqe = DataCqe {
+            owner: false,
+            opcode: p.opcode,
+            qtype: CQE_QTYPE_SQ,
+            status,
+            wqe_index: u32::from(p.wqe_index),
+            qpn,
+            extra: CqeExtra::None,
+            byte_len: if status == wc::SUCCESS { p.byte_len } else { 0 },
+            ud: UdInfo::NONE,
+        };
+        self.post_cqe(cqn, cqe, false, io);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rq_cqe(
+        &mut self,
+        qpn: u32,
+        index: u16,
+        opcode: u8,
+        status: u8,
+        extra: CqeExtra,
+        byte_len: u32,
+        solicited: bool,
+        ud: UdInfo,
+        io: &mut Io<'_>,
+    ) {
+        let Some(qp) = self.func.rdma.qps.get(&qpn) else {
+            return;
+        };
+        let cqn = qp.recv_cqn;
+        let cqe = DataCqe {
+            owner: false,
+            opcode,
+            qtype: CQE_QTYPE_RQ,
+            status,
+            wqe_index: u32::from(index),
+            qpn,
+            extra,
+            byte_len,
+            ud,
+        };
+        self.post_cqe(cqn, cqe, solicited, io);
+    }
+
+    /// Completes finished requests from the front of the SQ, in order. An error moves the QP to
+    /// ERROR.
+    pub(in crate::device) fn drain_completions(&mut self, qpn: u32, io: &mut Io<'_>) {
+        loop {
+            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                return;
+            };
+            let Some(status) = qp.outstanding.front().and_then(|p| p.status) else {
+                return;
+            };
+            let Some(p) = qp.outstanding.pop_front() else {
+                return;
+            };
+            let in_error = qp.state == QpState::Error;
+            if p.signaled || status != wc::SUCCESS {
+                self.sq_cqe(qpn, &p, status, io);
+            }
+            if status != wc::SUCCESS && !in_error {
+                log::debug!(
+                    "QP {qpn}: WQE at {:#x} (opcode {}) completed with status {status}; QP to ERROR",
+                    p.wqe_index,
+                    p.opcode
+                );
+                self.enter_error(qpn, io);
+            }
+        }
+    }
+
+    /// Moves a QP to ERROR and flushes everything.
+    pub(in crate::device) fn enter_error(&mut self, qpn: u32, io: &mut Io<'_>) {
+        self.enter_error_with(qpn, None, io);
+    }
+
+    /// [`Device::enter_error`]; an iWARP QP's live stream ends with a Terminate that gives the
+    /// peer's oldest unanswered request `peer_status` (`None`: flushed).
+    pub(in crate::device) fn enter_error_with(
+        &mut self,
+        qpn: u32,
+        peer_status: Option<u8>,
+        io: &mut Io<'_>,
+    ) {
+        self.iw_close(qpn, peer_status);
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        qp.state = QpState::Error;
+        for p in qp.outstanding.iter_mut().filter(|p| p.status.is_none()) {
+            p.status = Some(wc::FLUSHED);
+        }
+        let held = std::mem::take(&mut qp.held);
+        self.nak_held(held);
+        self.drain_completions(qpn, io);
+        self.flush_queues(qpn, io);
+    }
+
+    /// Flushes every posted SQ WQE and RQE of a QP in ERROR (status 15).
+    pub(in crate::device) fn flush_queues(&mut self, qpn: u32, io: &mut Io<'_>) {
+        // SQ: one CQE per WQE, in order, after any outstanding completions.
+        for p in self
+            .func
+            .rdma
+            .qps
+            .get_mut(&qpn)
+            .map(|q| std::mem::take(&mut q.outstanding))
+            .unwrap_or_default()
+        {
+            let status = p.status.unwrap_or(wc::FLUSHED);
+            if p.signaled || status != wc::SUCCESS {
+                self.sq_cqe(qpn, &p, status, io);
+            }
+        }
+        loop {
+            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                return;
+            };
+            let ci = qp.sq.ci;
+            let avail = qp.sq.pi.wrapping_sub(ci);
+            if avail == 0 {
+                break;
+            }
+            let off = u64::from(u32::from(ci) & (qp.sq.depth - 1)) * SQ_WQEBB_SIZE as u64;
+            let mut h = [0u8; SqeHeader::SIZE];
+            let hdr = qp
+                .sq
+                .buf
+                .read(off, &mut h, io.mem)
+                .ok()
+                .map(|()| SqeHeader::read(&h));
+            let (opcode, count) = hdr.map_or((op::SEND, avail), |h| (h.opcode, h.wqebbs));
+            qp.sq.ci = ci.wrapping_add(count.clamp(1, avail));
+            let p = Pending {
+                seq: None,
+                wqe_index: ci,
+                opcode,
+                signaled: true,
+                status: None,
+                byte_len: 0,
+                sink: None,
+                inv_after: None,
+            };
+            self.sq_cqe(qpn, &p, wc::FLUSHED, io);
+        }
+        loop {
+            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                return;
+            };
+            if qp.rq.pi == qp.rq.ci {
+                break;
+            }
+            let index = qp.rq.ci;
+            qp.rq.ci = index.wrapping_add(1);
+            self.rq_cqe(
+                qpn,
+                index,
+                op::RECEIVE,
+                wc::FLUSHED,
+                CqeExtra::None,
+                0,
+                false,
+                UdInfo::NONE,
+                io,
+            );
+        }
+    }
+}

@@ -1,0 +1,437 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The responder: incoming requests on RC QPs (SEND, WRITE, READ, atomics), held while no
+//! receive WQE is posted, checked against the MR table, and answered.
+
+use std::collections::VecDeque;
+
+use super::mr::{read_pieces, write_pieces, AccessErr};
+use super::{trace_data, MAX_HELD};
+use crate::device::Device;
+use crate::fabric::{AtomicOp, Body, Nak, Packet, PortId, Reply, Request};
+use crate::io::Io;
+use crate::wire::{access, op, wc, AeqEvent, CqeExtra, QpState, Rqe, UdInfo, QP_TYPE_UD, RQE_SIZE};
+
+/// AE type: access error.
+const AE_ACCESS: u8 = 2;
+
+impl Device {
+    /// Drops held requests (their QP is going away or failed).
+    pub(in crate::device) fn nak_held(&mut self, held: VecDeque<Packet>) {
+        for pkt in held {
+            self.drop_request(pkt);
+        }
+    }
+
+    /// Drops a request this device cannot take: it goes back to its requester as lost.
+    fn drop_request(&mut self, pkt: Packet) {
+        if let Body::Request { seq, req } = pkt.body {
+            let body = Body::Lost { seq, req };
+            self.send_back(pkt.src_port, pkt.dst_qpn, pkt.src_qpn, body);
+        }
+    }
+
+    /// Answers request `seq` of `to`.
+    fn respond(&mut self, to: &Packet, seq: u64, result: Result<Reply, Nak>) {
+        if self.is_iwarp_qp(to.dst_qpn) {
+            self.iw_respond(to, seq, result);
+            return;
+        }
+        let body = Body::Response { seq, result };
+        self.send_back(to.src_port, to.dst_qpn, to.src_qpn, body);
+    }
+
+    /// Sends `body` from our QP `qpn` back to QP `requester` behind `port`.
+    pub(in crate::device) fn send_back(
+        &mut self,
+        port: PortId,
+        qpn: u32,
+        requester: u32,
+        body: Body,
+    ) {
+        let Some(own) = self.port.clone() else {
+            return;
+        };
+        let pkt = Packet {
+            src_port: 0,
+            src_qpn: qpn,
+            dst_qpn: requester,
+            body,
+        };
+        self.harness.stats.tx_packet(pkt.payload_len() as u64);
+        own.send_response(port, pkt);
+    }
+
+    /// An incoming request.
+    pub(super) fn incoming(&mut self, pkt: Packet, seq: u64, io: &mut Io<'_>) {
+        let qpn = pkt.dst_qpn;
+        let ok = self.func.rdma.qps.get(&qpn).is_some_and(|q| {
+            q.qp_type != QP_TYPE_UD
+                && q.iw.is_none()
+                && matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        });
+        if !ok {
+            self.drop_request(pkt);
+            return;
+        }
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        if !qp.held.is_empty() {
+            if qp.held.len() >= MAX_HELD {
+                self.respond(&pkt, seq, Err(Nak::RnrExceeded));
+            } else {
+                qp.held.push_back(pkt);
+            }
+            return;
+        }
+        if let Some(pkt) = self.execute_request(pkt, io) {
+            if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+                qp.held.push_back(pkt);
+            }
+        }
+    }
+
+    /// Retries held requests after receive WQEs were posted.
+    pub(super) fn drain_held(&mut self, qpn: u32, io: &mut Io<'_>) {
+        loop {
+            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                return;
+            };
+            if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+                return;
+            }
+            let Some(pkt) = qp.held.pop_front() else {
+                return;
+            };
+            if let Some(pkt) = self.execute_request(pkt, io) {
+                if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+                    qp.held.push_front(pkt);
+                }
+                return;
+            }
+        }
+    }
+
+    /// Executes a request on an able QP. Returns the packet back if it needs a receive WQE that
+    /// is not there yet.
+    pub(in crate::device) fn execute_request(
+        &mut self,
+        pkt: Packet,
+        io: &mut Io<'_>,
+    ) -> Option<Packet> {
+        let qpn = pkt.dst_qpn;
+        let Body::Request { seq, req } = &pkt.body else {
+            return None;
+        };
+        let seq = *seq;
+        let qp = self.func.rdma.qps.get(&qpn)?;
+        let pdn = qp.pdn;
+        let needs_rqe = matches!(
+            req,
+            Request::Send { .. } | Request::Write { imm: Some(_), .. }
+        );
+        if needs_rqe && qp.rq.pi == qp.rq.ci {
+            return Some(pkt);
+        }
+        let result = match req {
+            Request::Write {
+                addr,
+                rkey,
+                data,
+                imm,
+                solicited,
+            } => match self.remote_write(qpn, pdn, *addr, *rkey, data, io) {
+                Ok(()) => match imm {
+                    Some(imm) => self.consume_rqe(
+                        qpn,
+                        op::RECV_IMM,
+                        &[],
+                        CqeExtra::Imm(*imm),
+                        data.len() as u32,
+                        *solicited,
+                        io,
+                    ),
+                    None => Ok(Reply::Ack),
+                },
+                Err(e) => Err(e),
+            },
+            Request::Send {
+                data,
+                imm,
+                inv,
+                solicited,
+            } => {
+                let (opcode, extra) = match (imm, inv) {
+                    (Some(i), _) => (op::RSP_SEND_IMM, CqeExtra::Imm(*i)),
+                    (None, Some(k)) => (op::RECV_INV, CqeExtra::InvRkey(*k)),
+                    (None, None) => (op::RECEIVE, CqeExtra::None),
+                };
+                let inv_ok = match inv {
+                    Some(k) => self.invalidate(*k, pdn, true).map_err(|_| wc::RECV_STAG),
+                    None => Ok(()),
+                };
+                match inv_ok {
+                    Ok(()) => self.consume_rqe(
+                        qpn,
+                        opcode,
+                        data,
+                        extra,
+                        data.len() as u32,
+                        *solicited,
+                        io,
+                    ),
+                    Err(code) => {
+                        // The RQE is consumed with the error.
+                        self.consume_rqe_error(qpn, code, io);
+                        Err(Nak::Remote(code))
+                    }
+                }
+            }
+            Request::Read { addr, rkey, len } => self.remote_read(qpn, pdn, *addr, *rkey, *len, io),
+            Request::Atomic { addr, rkey, op } => {
+                self.remote_atomic(qpn, pdn, *addr, *rkey, *op, io)
+            }
+        };
+        if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+            qp.rq_psn = (qp.rq_psn + 1) & 0xff_ffff;
+        }
+        self.respond(&pkt, seq, result);
+        None
+    }
+
+    /// A remote access error detected by the responder: AEQE type 2 and QP to ERROR.
+    fn remote_access_error(&mut self, qpn: u32, e: AccessErr, io: &mut Io<'_>) -> Nak {
+        if self.warned.dp_error() {
+            log::warn!("QP {qpn}: remote access refused ({e:?}); QP to ERROR");
+        }
+        let ev = AeqEvent {
+            ty: AE_ACCESS,
+            subtype: 0,
+            data0: qpn,
+            data1: 0,
+        };
+        if let Err(err) = self.post_aeqe(ev, io) {
+            log::warn!("QP {qpn}: AEQE dropped: {err}");
+        }
+        self.enter_error_with(qpn, Some(e.remote()), io);
+        Nak::Remote(e.remote())
+    }
+
+    fn remote_write(
+        &mut self,
+        qpn: u32,
+        pdn: u32,
+        addr: u64,
+        rkey: u32,
+        data: &[u8],
+        io: &mut Io<'_>,
+    ) -> Result<(), Nak> {
+        // A zero-length RDMA Write touches no memory: its key and address are not checked
+        // (InfiniBand, and what rsockets' control messages rely on).
+        if data.is_empty() {
+            return Ok(());
+        }
+        let pieces = self.mr_access(
+            rkey,
+            pdn,
+            addr,
+            data.len() as u64,
+            access::REMOTE_WRITE,
+            io.mem,
+        );
+        match pieces {
+            Ok(p) => {
+                trace_data(qpn, "WRITE in", addr, rkey, &p, data);
+                write_pieces(io.mem, &p, data)
+                    .map_err(|()| self.remote_access_error(qpn, AccessErr::Bounds, io))
+            }
+            Err(e) => Err(self.remote_access_error(qpn, e, io)),
+        }
+    }
+
+    fn remote_read(
+        &mut self,
+        qpn: u32,
+        pdn: u32,
+        addr: u64,
+        rkey: u32,
+        len: u32,
+        io: &mut Io<'_>,
+    ) -> Result<Reply, Nak> {
+        // Nor is that of a zero-length RDMA Read.
+        if len == 0 {
+            return Ok(Reply::Read(Vec::new()));
+        }
+        let pieces = self.mr_access(rkey, pdn, addr, u64::from(len), access::REMOTE_READ, io.mem);
+        match pieces {
+            Ok(p) => {
+                let mut data = Vec::new();
+                match read_pieces(io.mem, &p, &mut data) {
+                    Ok(()) => {
+                        trace_data(qpn, "READ out", addr, rkey, &p, &data);
+                        Ok(Reply::Read(data))
+                    }
+                    Err(()) => Err(self.remote_access_error(qpn, AccessErr::Bounds, io)),
+                }
+            }
+            Err(e) => Err(self.remote_access_error(qpn, e, io)),
+        }
+    }
+
+    fn remote_atomic(
+        &mut self,
+        qpn: u32,
+        pdn: u32,
+        addr: u64,
+        rkey: u32,
+        aop: AtomicOp,
+        io: &mut Io<'_>,
+    ) -> Result<Reply, Nak> {
+        if addr % 8 != 0 {
+            return Err(self.remote_access_error(qpn, AccessErr::Bounds, io));
+        }
+        let pieces = match self.mr_access(rkey, pdn, addr, 8, access::REMOTE_ATOMIC, io.mem) {
+            Ok(p) => p,
+            Err(e) => return Err(self.remote_access_error(qpn, e, io)),
+        };
+        let mut old = Vec::new();
+        if read_pieces(io.mem, &pieces, &mut old).is_err() || old.len() != 8 {
+            return Err(self.remote_access_error(qpn, AccessErr::Bounds, io));
+        }
+        let old = u64::from_le_bytes([
+            old[0], old[1], old[2], old[3], old[4], old[5], old[6], old[7],
+        ]);
+        let new = match aop {
+            AtomicOp::Cas { compare, swap } => (old == compare).then_some(swap),
+            AtomicOp::Faa { add } => Some(old.wrapping_add(add)),
+        };
+        if let Some(new) = new {
+            if write_pieces(io.mem, &pieces, &new.to_le_bytes()).is_err() {
+                return Err(self.remote_access_error(qpn, AccessErr::Bounds, io));
+            }
+        }
+        Ok(Reply::Atomic(old))
+    }
+
+    /// Reads and checks the RQE at the RQ's CI. `Err(code)` for a format error.
+    pub(super) fn fetch_rqe(&self, qpn: u32, io: &Io<'_>) -> Option<Result<Rqe, u8>> {
+        let qp = self.func.rdma.qps.get(&qpn)?;
+        let ci = qp.rq.ci;
+        let off = u64::from(u32::from(ci) & (qp.rq.depth - 1)) * RQE_SIZE as u64;
+        let mut b = [0u8; RQE_SIZE];
+        if qp.rq.buf.read(off, &mut b, io.mem).is_err() {
+            return Some(Err(wc::RECV_FORMAT));
+        }
+        let rqe = Rqe::decode(&b);
+        if rqe.index != ci.wrapping_add(1) || rqe.qpn != qpn {
+            return Some(Err(wc::RECV_FORMAT));
+        }
+        Some(Ok(rqe))
+    }
+
+    /// Consumes the RQE at the CI with error status `code`, in a CQE carrying `info`; returns
+    /// its index, `None` if the QP does not exist.
+    pub(super) fn fail_rqe(
+        &mut self,
+        qpn: u32,
+        code: u8,
+        info: UdInfo,
+        io: &mut Io<'_>,
+    ) -> Option<u16> {
+        let qp = self.func.rdma.qps.get_mut(&qpn)?;
+        let index = qp.rq.ci;
+        qp.rq.ci = index.wrapping_add(1);
+        self.rq_cqe(
+            qpn,
+            index,
+            op::RECEIVE,
+            code,
+            CqeExtra::None,
+            0,
+            false,
+            info,
+            io,
+        );
+        Some(index)
+    }
+
+    /// Consumes the RQE at the CI with an error status and moves the QP to ERROR.
+    fn consume_rqe_error(&mut self, qpn: u32, code: u8, io: &mut Io<'_>) {
+        let Some(index) = self.fail_rqe(qpn, code, UdInfo::NONE, io) else {
+            return;
+        };
+        if self.warned.dp_error() {
+            log::warn!(
+                "QP {qpn}: receive WQE at {index:#x} failed with status {code}; QP to ERROR"
+            );
+        }
+        if self.is_iwarp_qp(qpn) {
+            self.qp_event(qpn, crate::device::AE_RQ_ERROR, io);
+        }
+        self.enter_error_with(qpn, Some(code), io);
+    }
+
+    /// Consumes the RQE at the CI for an incoming message: scatters `data` into its buffer and
+    /// completes it.
+    #[allow(clippy::too_many_arguments)]
+    fn consume_rqe(
+        &mut self,
+        qpn: u32,
+        opcode: u8,
+        data: &[u8],
+        extra: CqeExtra,
+        byte_len: u32,
+        solicited: bool,
+        io: &mut Io<'_>,
+    ) -> Result<Reply, Nak> {
+        let rqe = match self.fetch_rqe(qpn, io) {
+            Some(Ok(r)) => r,
+            Some(Err(code)) => {
+                self.consume_rqe_error(qpn, code, io);
+                return Err(Nak::Remote(code));
+            }
+            None => return Err(Nak::NoQp),
+        };
+        let pdn = self.func.rdma.qps.get(&qpn).map_or(0, |q| q.pdn);
+        if !data.is_empty() {
+            if data.len() as u64 > u64::from(rqe.sge.len) {
+                self.consume_rqe_error(qpn, wc::RECV_BOUNDS, io);
+                return Err(Nak::Remote(wc::RECV_BOUNDS));
+            }
+            let pieces = self.mr_access(
+                rqe.sge.key,
+                pdn,
+                rqe.sge.addr,
+                data.len() as u64,
+                access::LOCAL_WRITE,
+                io.mem,
+            );
+            let written = match pieces {
+                Ok(p) => write_pieces(io.mem, &p, data).map_err(|()| wc::RECV_BOUNDS),
+                Err(e) => Err(e.remote()),
+            };
+            if let Err(code) = written {
+                self.consume_rqe_error(qpn, code, io);
+                return Err(Nak::Remote(code));
+            }
+        }
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return Err(Nak::NoQp);
+        };
+        let index = qp.rq.ci;
+        qp.rq.ci = index.wrapping_add(1);
+        self.rq_cqe(
+            qpn,
+            index,
+            opcode,
+            wc::SUCCESS,
+            extra,
+            byte_len,
+            solicited,
+            UdInfo::NONE,
+            io,
+        );
+        Ok(Reply::Ack)
+    }
+}
