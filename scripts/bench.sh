@@ -107,13 +107,15 @@ snapshot || { sleep 5 && snapshot; } ||
 say "kernel $(ls "$OUT/kernel/modules") from $KOUT, copied to $OUT/kernel"
 
 # ---- 3. the guest run -------------------------------------------------------------
-# The one kernel report the run lets pass: rdma_rxe (the outside reference,
-# not ours and not the C driver) can WARN_ON_ONCE in rxe_completer, a state
-# its completer does not expect, under ib_read_bw with 4 QPs (seen once in 5
-# rounds on 7.3.4: rxe_comp.c:827). The guest goes on, the report is shown
-# below the table, and rxe's measurements that failed are left out of its
-# medians. Any other report, and every report of ours or C, ends the run.
-TOLERATE='WARNING: drivers/infiniband/sw/rxe/rxe_comp\.c:[0-9]+ at rxe_completer\+'
+# The kernel reports the run lets pass: rdma_rxe's own WARNs (the outside
+# reference, not ours and not the C driver). It WARNs in states its tasks do
+# not expect: in rxe_completer under ib_read_bw with 4 QPs (seen once in 5
+# rounds on 7.3.4: rxe_comp.c:827), in rxe_sched_task from rxe_rcv on a busy
+# host (2026-11-27: rxe_task.c:249, then rxe_task.c:38). vmrun records them and
+# lets the guest go on (panic_on_warn off, every other report still ends it);
+# rxe's figures are then left out of the table, which says why. Any other
+# report, and every report of ours or C, ends the run.
+TOLERATE='WARNING: drivers/infiniband/sw/rxe/[a-z_]+\.c:[0-9]+ at rxe_[a-z_]+\+'
 
 KNOBS="BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_PAIRS=$PAIRS BENCH_PAIR_SECONDS=$PAIR_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS BENCH_CM_CONNS=$CM_CONNS BENCH_RPING_COUNT=$RPING_COUNT BENCH_RXE_RPING_COUNT=$RXE_RPING_COUNT BENCH_FIO_SECONDS=$FIO_SECONDS"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -182,7 +184,12 @@ cat "$VM_IW/guest0/results/bench.raw" >>"$OUT/bench.raw" 2>/dev/null ||
 tolerated=$(sed -n 's/^vmrun: guest0: tolerated kernel report (--tolerate): //p' "$OUT/vm.log")
 notes=()
 if [ -n "$tolerated" ]; then
-	notes=(--note "Tolerated kernel report of the reference rdma_rxe (console: $CONSOLE):" --note "  $tolerated")
+	# rxe misbehaved: its figures are not a reference any more.
+	grep -v '^rxe ' "$OUT/bench.raw" >"$OUT/bench.raw.new" && mv "$OUT/bench.raw.new" "$OUT/bench.raw"
+	notes=(--note "rdma_rxe (the reference) made kernel reports, so its figures are left out (console: $CONSOLE):")
+	while IFS= read -r line; do
+		notes+=(--note "  $line")
+	done <<<"$tolerated"
 fi
 report_rc=0
 python3 "$TOP/scripts/bench_report.py" "$OUT/bench.raw" --out "$OUT/results.txt" \
