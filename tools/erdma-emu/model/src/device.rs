@@ -34,6 +34,10 @@
 //! validates and latches the admin queue registers, creates the CMDQ EQ and the AEQ (armed) and
 //! sets `DEV_STATUS.INIT_DONE`.
 //!
+//! The register page's state (what was programmed, DEV_STATUS, the latched admin queues, the
+//! doorbell staging and records) is its own part, the `registers` submodule: it stores values and
+//! says what a write asks of the device (DEV_CTRL bits, a complete doorbell), which dispatches.
+//!
 //! # Engines
 //!
 //! * The command queue (`cmdq_engine` submodule, formats in [`crate::cmdq`]): CMDQ_SQ_DB fetches
@@ -76,7 +80,7 @@ use crate::extdb::DbPages;
 use crate::fabric::{Fabric, Port, Waker};
 use crate::io::Io;
 use crate::pci::{self, ConfigSpace};
-use crate::regs::{self, AdminQueue, Bar0Area, Doorbell, Reg, RegSlot};
+use crate::regs::{self, Bar0Area, Doorbell, Reg, RegSlot};
 use crate::roce::{AhTable, GidTable};
 use crate::stats::{TrafficCounters, UdDrops};
 
@@ -86,9 +90,12 @@ mod events;
 mod harness;
 mod iwarp;
 mod objects;
+mod registers;
 
 pub use engine::{MAX_HELD, MAX_MESSAGE, RETRY_COUNT, RETRY_TIMEOUT};
 pub use iwarp::{IwarpQpInfo, AE_QP_FATAL, AE_RQ_ERROR};
+pub use registers::{AdminQueues, DbSpaceWrite, InitProblem, RingConfig};
+use registers::{RegWrite, Registers};
 
 pub use cmdq_engine::{CEQ_DEPTH_LOG2_RANGE, CEQ_RANGE, MTU_RANGE};
 
@@ -181,179 +188,6 @@ impl Default for DeviceConfig {
     }
 }
 
-/// One admin ring as latched by `DEV_CTRL.INIT`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RingConfig {
-    /// DMA address of the ring (aligned to the entry size).
-    pub addr: u64,
-    /// Number of entries (WQEBBs for the CMDQ SQ): a power of two.
-    pub depth: u32,
-    /// DMA address of the doorbell record (8-byte aligned).
-    pub dbrec: u64,
-}
-
-/// The admin queues latched by `DEV_CTRL.INIT`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AdminQueues {
-    /// CMDQ submission queue (32-byte WQEBBs).
-    pub cmdq_sq: RingConfig,
-    /// CMDQ completion queue (32-byte CQEs, depth = CMDQ_DEPTH).
-    pub cmdq_cq: RingConfig,
-    /// CMDQ event queue (16-byte EQEs).
-    pub cmdq_eq: RingConfig,
-    /// Asynchronous event queue (16-byte EQEs).
-    pub aeq: RingConfig,
-}
-
-impl AdminQueues {
-    /// The ring of queue `q`.
-    pub fn get(&self, q: AdminQueue) -> &RingConfig {
-        match q {
-            AdminQueue::CmdqSq => &self.cmdq_sq,
-            AdminQueue::CmdqCq => &self.cmdq_cq,
-            AdminQueue::CmdqEq => &self.cmdq_eq,
-            AdminQueue::Aeq => &self.aeq,
-        }
-    }
-}
-
-/// Why `DEV_CTRL.INIT` was refused: one programmed register holds an unusable value.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InitProblem {
-    /// The offending register (for a ring address, its `_L` half).
-    pub reg: Reg,
-    /// The programmed value (for a ring address, both halves combined).
-    pub value: u64,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-impl fmt::Display for InitProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.reg {
-            Reg::RingAddrL(q) => write!(f, "{}:{}", Reg::RingAddrH(q), self.reg)?,
-            reg => write!(f, "{reg}")?,
-        }
-        write!(f, " = {:#x}: {}", self.value, self.reason)
-    }
-}
-
-/// The last write into a doorbell space.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DbSpaceWrite {
-    /// Which doorbell space.
-    pub area: Bar0Area,
-    /// BAR0 offset of the write.
-    pub offset: u64,
-    /// Length of the write in bytes.
-    pub len: usize,
-    /// The first (up to) 8 bytes written, little-endian.
-    pub value: u64,
-}
-
-/// The admin queue registers as programmed (readable back, reset 0).
-#[derive(Clone, Debug, Default)]
-struct Programmed {
-    ring_addr: [u64; 4],
-    cmdq_depth: u32,
-    cmdq_eq_depth: u32,
-    aeq_depth: u32,
-    dbrec: [u64; 4],
-}
-
-impl Programmed {
-    fn depth_reg(q: AdminQueue) -> Reg {
-        match q {
-            AdminQueue::CmdqSq | AdminQueue::CmdqCq => Reg::CmdqDepth,
-            AdminQueue::CmdqEq => Reg::CmdqEqDepth,
-            AdminQueue::Aeq => Reg::AeqDepth,
-        }
-    }
-
-    fn depth(&self, q: AdminQueue) -> u32 {
-        match q {
-            AdminQueue::CmdqSq | AdminQueue::CmdqCq => self.cmdq_depth,
-            AdminQueue::CmdqEq => self.cmdq_eq_depth,
-            AdminQueue::Aeq => self.aeq_depth,
-        }
-    }
-
-    /// The admin queues, if everything programmed is usable.
-    fn validate(&self) -> Result<AdminQueues, Vec<InitProblem>> {
-        let mut problems = Vec::new();
-        let mut ring = |q: AdminQueue| {
-            let (entry, min_depth) = match q {
-                AdminQueue::CmdqSq => (regs::CMDQ_WQEBB_SIZE, regs::CMDQ_WQEBBS_PER_CMD),
-                AdminQueue::CmdqCq => (regs::CMDQ_CQE_SIZE, regs::CMDQ_WQEBBS_PER_CMD),
-                AdminQueue::CmdqEq | AdminQueue::Aeq => (regs::EQE_SIZE, 1),
-            };
-            let addr = self.ring_addr[q.index()];
-            let depth = self.depth(q);
-            let dbrec = self.dbrec[q.index()];
-            let mut bad = |reg, value, reason: String| {
-                problems.push(InitProblem { reg, value, reason });
-            };
-            if addr == 0 {
-                bad(Reg::RingAddrL(q), addr, "ring address is 0".into());
-            } else if addr % entry != 0 {
-                bad(
-                    Reg::RingAddrL(q),
-                    addr,
-                    format!("ring address not aligned to the {entry}-byte entry size"),
-                );
-            }
-            let depth_ok =
-                depth.is_power_of_two() && (min_depth..=regs::MAX_RING_DEPTH).contains(&depth);
-            // The CMDQ CQ has no depth register of its own: CMDQ_DEPTH is reported once, for the SQ.
-            if !depth_ok && q != AdminQueue::CmdqCq {
-                bad(
-                    Self::depth_reg(q),
-                    depth.into(),
-                    format!(
-                        "depth must be a power of two in {min_depth}..={}",
-                        regs::MAX_RING_DEPTH
-                    ),
-                );
-            }
-            if depth_ok && addr.checked_add(u64::from(depth) * entry).is_none() {
-                bad(
-                    Reg::RingAddrL(q),
-                    addr,
-                    "ring wraps the 64-bit address space".into(),
-                );
-            }
-            if dbrec == 0 {
-                bad(
-                    Reg::DbrecAddr(q),
-                    dbrec,
-                    "doorbell record address is 0".into(),
-                );
-            } else if dbrec % regs::DBREC_ALIGN != 0 {
-                bad(
-                    Reg::DbrecAddr(q),
-                    dbrec,
-                    format!(
-                        "doorbell record address not {}-byte aligned",
-                        regs::DBREC_ALIGN
-                    ),
-                );
-            }
-            RingConfig { addr, depth, dbrec }
-        };
-        let admin = AdminQueues {
-            cmdq_sq: ring(AdminQueue::CmdqSq),
-            cmdq_cq: ring(AdminQueue::CmdqCq),
-            cmdq_eq: ring(AdminQueue::CmdqEq),
-            aeq: ring(AdminQueue::Aeq),
-        };
-        if problems.is_empty() {
-            Ok(admin)
-        } else {
-            Err(problems)
-        }
-    }
-}
-
 /// The queues that exist after `DEV_CTRL.INIT`.
 #[derive(Clone, Debug)]
 struct Queues {
@@ -398,14 +232,8 @@ struct Delayed {
 /// Everything `DEV_CTRL.RESET` returns to power-on.
 #[derive(Clone, Debug)]
 struct Function {
-    programmed: Programmed,
-    status: u32,
-    admin: Option<AdminQueues>,
-    init_problems: Vec<InitProblem>,
-    db_last: [Option<u64>; Doorbell::COUNT],
-    db_staged: [u64; Doorbell::COUNT],
-    db_space_last: Option<DbSpaceWrite>,
-    db_space_writes: u64,
+    /// The register page.
+    regs: Registers,
     queues: Option<Queues>,
     /// The last CONF_MTU (0: none yet).
     mtu: u32,
@@ -423,14 +251,7 @@ struct Function {
 impl Function {
     fn power_on(config: &DeviceConfig) -> Self {
         Function {
-            programmed: Programmed::default(),
-            status: 0,
-            admin: None,
-            init_problems: Vec::new(),
-            db_last: [None; Doorbell::COUNT],
-            db_staged: [0; Doorbell::COUNT],
-            db_space_last: None,
-            db_space_writes: 0,
+            regs: Registers::power_on(),
             queues: None,
             mtu: 0,
             dbs: DbPages::new(config.test_page),
@@ -665,32 +486,32 @@ impl Device {
 
     /// The DEV_STATUS register.
     pub fn dev_status(&self) -> u32 {
-        self.func.status
+        self.func.regs.status()
     }
 
     /// The admin queues latched by the last successful `DEV_CTRL.INIT`, if any.
     pub fn admin_queues(&self) -> Option<&AdminQueues> {
-        self.func.admin.as_ref()
+        self.func.regs.admin()
     }
 
     /// Why the last `DEV_CTRL.INIT` was refused (empty if it was not).
     pub fn init_problems(&self) -> &[InitProblem] {
-        &self.func.init_problems
+        self.func.regs.init_problems()
     }
 
     /// The last value written to doorbell `db` since the last reset.
     pub fn last_doorbell(&self, db: Doorbell) -> Option<u64> {
-        self.func.db_last[db.index()]
+        self.func.regs.last_doorbell(db)
     }
 
     /// The last write into a doorbell space since the last reset.
     pub fn last_db_space_write(&self) -> Option<DbSpaceWrite> {
-        self.func.db_space_last
+        self.func.regs.last_db_space_write()
     }
 
     /// Number of writes into the doorbell spaces since the last reset.
     pub fn db_space_writes(&self) -> u64 {
-        self.func.db_space_writes
+        self.func.regs.db_space_writes()
     }
 
     // --------------------------------------------------------------------------------------------
@@ -798,7 +619,10 @@ impl Device {
         while a < end {
             match regs::decode(a) {
                 Some(slot) => {
-                    let value = self.reg_value(slot.reg);
+                    let value = self
+                        .func
+                        .regs
+                        .read(slot.reg, &self.config, &self.harness.stats);
                     let stop = end.min(slot.base + slot.width);
                     for x in a..stop {
                         data[(x - offset) as usize] = (value >> (8 * (x - slot.base))) as u8;
@@ -844,46 +668,12 @@ impl Device {
         }
     }
 
-    /// The current value of a register (what a full-width read returns).
-    fn reg_value(&self, reg: Reg) -> u64 {
-        let p = &self.func.programmed;
-        let mac = self.config.mac.map(u64::from);
-        match reg {
-            Reg::Version => self.config.version.into(),
-            Reg::DevProto => self.config.protocol.value().into(),
-            Reg::DevCtrl => 0,
-            Reg::DevStatus => self.func.status.into(),
-            Reg::NetdevMacL => mac[2] << 24 | mac[3] << 16 | mac[4] << 8 | mac[5],
-            Reg::NetdevMacH => mac[0] << 8 | mac[1],
-            Reg::RingAddrL(q) => p.ring_addr[q.index()] & 0xffff_ffff,
-            Reg::RingAddrH(q) => p.ring_addr[q.index()] >> 32,
-            Reg::CmdqDepth => p.cmdq_depth.into(),
-            Reg::CmdqEqDepth => p.cmdq_eq_depth.into(),
-            Reg::AeqDepth => p.aeq_depth.into(),
-            Reg::GrpNum => self.config.grp_num.into(),
-            Reg::DbrecAddr(q) => p.dbrec[q.index()],
-            Reg::Stats(n) => regs::STATS
-                .get(usize::from(n))
-                .map_or(0, |s| self.harness.stats.get(s.counter)),
-            // Doorbells are write-only.
-            Reg::Doorbell(_) => 0,
-        }
-    }
-
     /// Writes the bytes selected by `mask` of `value` (both positioned within the register) to the
-    /// register in `slot`.
+    /// register in `slot`, and does what the write asks for.
     fn write_reg(&mut self, slot: RegSlot, value: u64, mask: u64, io: &mut Io<'_>) {
-        let merge = |old: u64| (old & !mask) | (value & mask);
-        let merge32 = |old: u32| merge(old.into()) as u32;
-        let p = &mut self.func.programmed;
-        match slot.reg {
-            Reg::Version
-            | Reg::DevProto
-            | Reg::DevStatus
-            | Reg::NetdevMacL
-            | Reg::NetdevMacH
-            | Reg::GrpNum
-            | Reg::Stats(_) => {
+        match self.func.regs.write(slot.reg, value, mask) {
+            RegWrite::Stored => {}
+            RegWrite::ReadOnly => {
                 if self.warned.first(Oddity::ReadOnlyWrite, slot.base) {
                     log::warn!(
                         "write of {value:#x} to read-only register {} ({:#x}) ignored",
@@ -892,27 +682,8 @@ impl Device {
                     );
                 }
             }
-            Reg::DevCtrl => self.dev_ctrl((value & mask) as u32, io),
-            Reg::RingAddrL(q) => {
-                let a = &mut p.ring_addr[q.index()];
-                *a = (*a & !0xffff_ffff) | u64::from(merge32(*a as u32));
-            }
-            Reg::RingAddrH(q) => {
-                let a = &mut p.ring_addr[q.index()];
-                *a = (*a & 0xffff_ffff) | u64::from(merge32((*a >> 32) as u32)) << 32;
-            }
-            Reg::CmdqDepth => p.cmdq_depth = merge32(p.cmdq_depth),
-            Reg::CmdqEqDepth => p.cmdq_eq_depth = merge32(p.cmdq_eq_depth),
-            Reg::AeqDepth => p.aeq_depth = merge32(p.aeq_depth),
-            Reg::DbrecAddr(q) => p.dbrec[q.index()] = merge(p.dbrec[q.index()]),
-            Reg::Doorbell(db) => {
-                let staged = &mut self.func.db_staged[db.index()];
-                *staged = merge(*staged);
-                if mask >> 56 != 0 {
-                    let value = std::mem::take(staged);
-                    self.doorbell(db, value, io);
-                }
-            }
+            RegWrite::DevCtrl(bits) => self.dev_ctrl(bits, io),
+            RegWrite::Doorbell(db, value) => self.doorbell(db, value, io),
         }
     }
 
@@ -927,7 +698,7 @@ impl Device {
                 log::warn!("DEV_CTRL: RESET and INIT written together; RESET wins");
             }
             self.power_on_function();
-            self.func.status = regs::DEV_STATUS_RESET_DONE;
+            self.func.regs.set_reset_done();
             // Interrupts raised before the reset must not reach the next driver instance.
             io.irq.cancel_pending();
             log::info!("function reset (DEV_CTRL.RESET)");
@@ -938,7 +709,7 @@ impl Device {
 
     /// `DEV_CTRL.INIT`: latch the admin queues if what was programmed is usable.
     fn init(&mut self) {
-        if self.func.status & regs::DEV_STATUS_INIT_DONE != 0 {
+        if self.func.regs.initialized() {
             log::warn!("DEV_CTRL.INIT while already initialized, ignored (write RESET first)");
             return;
         }
@@ -946,31 +717,8 @@ impl Device {
             log::info!("DEV_CTRL.INIT refused (fault injection: refuse-init), INIT_DONE stays 0");
             return;
         }
-        match self.func.programmed.validate() {
-            Ok(admin) => {
-                log::info!(
-                    "initialized: CMDQ SQ {:#x}/{} CQ {:#x} EQ {:#x}/{}, AEQ {:#x}/{}",
-                    admin.cmdq_sq.addr,
-                    admin.cmdq_sq.depth,
-                    admin.cmdq_cq.addr,
-                    admin.cmdq_eq.addr,
-                    admin.cmdq_eq.depth,
-                    admin.aeq.addr,
-                    admin.aeq.depth
-                );
-                self.func.admin = Some(admin);
-                self.func.queues = Some(Queues::new(admin));
-                self.func.init_problems.clear();
-                self.func.status |= regs::DEV_STATUS_INIT_DONE;
-            }
-            Err(problems) => {
-                let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
-                log::warn!(
-                    "DEV_CTRL.INIT refused, INIT_DONE stays 0: {}",
-                    list.join("; ")
-                );
-                self.func.init_problems = problems;
-            }
+        if let Some(admin) = self.func.regs.latch_admin() {
+            self.func.queues = Some(Queues::new(admin));
         }
     }
 
@@ -978,7 +726,7 @@ impl Device {
     /// doorbell.
     fn doorbell(&mut self, db: Doorbell, value: u64, io: &mut Io<'_>) {
         log::trace!("doorbell {} = {value:#x}", Reg::Doorbell(db));
-        self.func.db_last[db.index()] = Some(value);
+        self.func.regs.record_doorbell(db, value);
         if self.func.queues.is_none() {
             if self.warned.first(Oddity::DoorbellBeforeInit, db.offset()) {
                 log::warn!(
@@ -1010,13 +758,12 @@ impl Device {
             area.name(),
             data.len()
         );
-        self.func.db_space_last = Some(DbSpaceWrite {
+        self.func.regs.record_db_space_write(DbSpaceWrite {
             area,
             offset,
             len: data.len(),
             value,
         });
-        self.func.db_space_writes = self.func.db_space_writes.wrapping_add(1);
         if self.func.queues.is_none() {
             if self.warned.first(Oddity::DoorbellBeforeInit, offset >> 12) {
                 log::warn!("{} write before DEV_CTRL.INIT, ignored", area.name());

@@ -6,7 +6,7 @@
 use super::{Device, Harness, Oddity, TestPage};
 use crate::control::{self, ControlCommand, FaultRules, Query};
 use crate::io::Io;
-use crate::regs::{self, test_page, test_page::Field};
+use crate::regs::{test_page, test_page::Field};
 use crate::roce;
 use crate::stats::{Counter, TrafficCounters, UdDrops};
 
@@ -100,10 +100,7 @@ impl Device {
                 format!("eqs={}", eqs.join(","))
             }
             Query::Cmds => format!("cmds={}", self.harness.cmds),
-            Query::InitDone => format!(
-                "init_done={}",
-                u8::from(self.func.status & regs::DEV_STATUS_INIT_DONE != 0)
-            ),
+            Query::InitDone => format!("init_done={}", u8::from(self.func.regs.initialized())),
             Query::Dbs => format!("dbs={}", self.func.dbs.contexts().len()),
             Query::Gids => {
                 let gids: Vec<String> = self
