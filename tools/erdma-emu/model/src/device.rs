@@ -69,11 +69,9 @@ use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::caps::Caps;
 use crate::clock::{Clock, MonotonicClock};
-use crate::cmdq::Cqe;
 use crate::control::{ControlCommand, FaultRules};
 use crate::eq::{EventQueue, EventQueues};
 use crate::extdb::DbPages;
@@ -85,6 +83,7 @@ use crate::roce::{AhTable, GidTable};
 use crate::stats::{TrafficCounters, UdDrops};
 
 mod cmdq_engine;
+mod cmdq_ring;
 mod engine;
 mod events;
 mod harness;
@@ -92,6 +91,7 @@ mod iwarp;
 mod objects;
 mod registers;
 
+use cmdq_ring::{CmdRing, DelayedCqes};
 pub use engine::{MAX_HELD, MAX_MESSAGE, RETRY_COUNT, RETRY_TIMEOUT};
 pub use iwarp::{IwarpQpInfo, AE_QP_FATAL, AE_RQ_ERROR};
 pub use registers::{AdminQueues, DbSpaceWrite, InitProblem, RingConfig};
@@ -191,15 +191,8 @@ impl Default for DeviceConfig {
 /// The queues that exist after `DEV_CTRL.INIT`.
 #[derive(Clone, Debug)]
 struct Queues {
-    admin: AdminQueues,
-    /// Device consumer index of the CMDQ SQ (WQEBBs, 16-bit wrapping like the header index).
-    sq_ci: u16,
-    /// CMDQ CQEs written (wrapping counter; slot and owner bit derive from it).
-    cq_pi: u32,
-    /// The CI of the last CMDQ CQ doorbell.
-    cq_ci: u32,
-    /// The next CQE produces an EQE (CMDQ_CQ_DB with ARM, one event per arm).
-    cq_armed: bool,
+    /// The CMDQ SQ and CQ.
+    cmdq: CmdRing,
     /// The CMDQ EQ, the AEQ and the CEQs.
     eqs: EventQueues,
 }
@@ -207,11 +200,7 @@ struct Queues {
 impl Queues {
     fn new(admin: AdminQueues) -> Self {
         Queues {
-            admin,
-            sq_ci: 0,
-            cq_pi: 0,
-            cq_ci: 0,
-            cq_armed: false,
+            cmdq: CmdRing::new(&admin),
             eqs: EventQueues::new(
                 EventQueue::new(admin.cmdq_eq.addr, admin.cmdq_eq.depth, 0),
                 EventQueue::new(admin.aeq.addr, admin.aeq.depth, 0),
@@ -219,14 +208,6 @@ impl Queues {
             ),
         }
     }
-}
-
-/// A command completion held back by a `delay` rule.
-#[derive(Clone, Debug)]
-struct Delayed {
-    due: Duration,
-    seq: u64,
-    cqe: Cqe,
 }
 
 /// Everything `DEV_CTRL.RESET` returns to power-on.
@@ -242,8 +223,8 @@ struct Function {
     gids: GidTable,
     /// Address handles (CREATE_AH / DESTROY_AH; RoCEv2 only).
     ahs: AhTable,
-    delayed: Vec<Delayed>,
-    delayed_seq: u64,
+    /// Command completions held back by `delay` rules.
+    delayed: DelayedCqes,
     /// QPs, CQs and MRs.
     rdma: objects::Rdma,
 }
@@ -257,8 +238,7 @@ impl Function {
             dbs: DbPages::new(config.test_page),
             gids: GidTable::new(config.caps.max_gid_log2),
             ahs: AhTable::new(config.caps.max_ah_log2),
-            delayed: Vec::new(),
-            delayed_seq: 0,
+            delayed: DelayedCqes::default(),
             rdma: objects::Rdma::default(),
         }
     }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The command queue engine (erdma-hw.md §3) and the COMMON commands it executes; the CMDQ EQE
-//! it posts on an armed CMDQ CQ goes through [`crate::eq::EventQueues`].
+//! it posts on an armed CMDQ CQ goes through [`crate::eq::EventQueues`]. The rings (fetching,
+//! CQEs, the CQ arm) and the delayed completions are the `cmdq_ring` part; this drives them.
 //!
 //! # Fetching
 //!
@@ -32,11 +33,12 @@
 
 use std::time::Duration;
 
-use super::{Delayed, Device, Oddity, Protocol};
+use super::cmdq_ring::BadCommand;
+use super::{Device, Oddity, Protocol};
 use crate::cmdq::{
     self, AllocDb, Command, ConfDevice, ConfMtu, Cqe, CreateAh, CreateEq, DestroyAh, DestroyEq,
-    FreeDb, GetStats, GidOp, Header, OpCode, Request, SetGid, Status, CQE_QTYPE_CMDQ, EQ_TYPE_CEQ,
-    MAX_CMD_SIZE, MAX_CMD_WQEBBS, WQEBB_SIZE,
+    FreeDb, GetStats, GidOp, OpCode, Request, SetGid, Status, CQE_QTYPE_CMDQ, EQ_TYPE_CEQ,
+    MAX_CMD_SIZE, WQEBB_SIZE,
 };
 use crate::control::FaultAction;
 use crate::eq::{Ceq, EventQueue};
@@ -46,8 +48,6 @@ use crate::regs::{self, CqDoorbell};
 use crate::roce::{self, AddressHandle, AhTable, GidEntry, GidTable};
 use crate::wire;
 
-/// Most completions a device holds back for `delay` rules; beyond that they complete at once.
-const MAX_DELAYED: usize = 65536;
 /// MTUs CONF_MTU accepts (an Ethernet netdev's range).
 pub const MTU_RANGE: core::ops::RangeInclusive<u32> = 68..=65535;
 /// log2 depths CREATE_EQ accepts (2..65536 entries; the driver's EQ counter is 16 bits).
@@ -57,25 +57,6 @@ pub const CEQ_RANGE: core::ops::RangeInclusive<u8> = 1..=(regs::EQ_DB_COUNT - 1)
 
 /// A command's result: `(resp0, resp1)` or a failure status.
 type Outcome = Result<(u64, u64), Status>;
-
-/// A command that could not be fetched: how to complete it and how far to move on.
-struct BadCommand {
-    code: OpCode,
-    status: Status,
-    why: String,
-    extent: u16,
-}
-
-impl BadCommand {
-    fn new(code: OpCode, status: Status, why: impl Into<String>, extent: u16) -> Self {
-        BadCommand {
-            code,
-            status,
-            why: why.into(),
-            extent,
-        }
-    }
-}
 
 impl Device {
     // --------------------------------------------------------------------------------------------
@@ -87,15 +68,7 @@ impl Device {
         let Some(q) = self.func.queues.as_mut() else {
             return;
         };
-        let depth = q.admin.cmdq_sq.depth;
-        let ahead = pi.wrapping_sub(q.sq_ci);
-        if u32::from(ahead) > depth {
-            let msg = format!(
-                "CMDQ_SQ_DB: producer index {pi:#x} is {ahead} WQEBBs ahead of the device's \
-                 consumer index {:#x} (ring depth {depth}); resynchronised, nothing executed",
-                q.sq_ci
-            );
-            q.sq_ci = pi;
+        if let Err(msg) = q.cmdq.check_producer_index(pi) {
             if self.warned.cmd_error() {
                 log::warn!("{msg}");
             } else {
@@ -105,12 +78,12 @@ impl Device {
         }
         loop {
             let ci = match self.func.queues.as_ref() {
-                Some(q) if q.sq_ci != pi => q.sq_ci,
+                Some(q) if q.cmdq.consumer_index() != pi => q.cmdq.consumer_index(),
                 _ => break,
             };
             let extent = self.process_command(ci, pi.wrapping_sub(ci), io);
             if let Some(q) = self.func.queues.as_mut() {
-                q.sq_ci = ci.wrapping_add(extent);
+                q.cmdq.set_consumer_index(ci.wrapping_add(extent));
             }
         }
     }
@@ -153,73 +126,15 @@ impl Device {
         remaining: u16,
         io: &mut Io<'_>,
     ) -> Result<(OpCode, u16, [u8; MAX_CMD_SIZE]), BadCommand> {
-        let sq = match self.func.queues.as_ref() {
-            Some(q) => q.admin.cmdq_sq,
-            None => {
-                return Err(BadCommand::new(
-                    OpCode { sub: 0, op: 0 },
-                    Status::DmaError,
-                    "",
-                    remaining,
-                ))
-            }
-        };
-        let wqebb_addr = |i: u16| {
-            let slot = u64::from(u32::from(i) & (sq.depth - 1));
-            sq.addr + slot * WQEBB_SIZE as u64
-        };
-        let header = match io.mem.read_u64_le(wqebb_addr(start)) {
-            Ok(h) => Header::decode(h),
-            Err(e) => {
-                if self.warned.first(Oddity::SqUnreadable, 0) {
-                    log::warn!("CMDQ SQ ring unreadable: {e}");
-                }
-                let extent = remaining.min(MAX_CMD_WQEBBS);
-                let code = OpCode { sub: 0, op: 0 };
-                return Err(BadCommand::new(
-                    code,
-                    Status::DmaError,
-                    e.to_string(),
-                    extent,
-                ));
-            }
-        };
-        let code = header.code;
-        let count = header.wqebbs;
-        if count > MAX_CMD_WQEBBS {
-            let why = format!("header {:#x}: {count} WQEBBs (at most 4)", header.encode());
-            return Err(BadCommand::new(
-                code,
-                Status::Malformed,
-                why,
-                count.min(remaining),
-            ));
+        match self.func.queues.as_ref() {
+            Some(q) => q.cmdq.fetch(start, remaining, io.mem, &mut self.warned),
+            None => Err(BadCommand::new(
+                OpCode { sub: 0, op: 0 },
+                Status::DmaError,
+                "",
+                remaining,
+            )),
         }
-        if count > remaining {
-            let why = format!("{count} WQEBBs, but only {remaining} before the doorbell's PI");
-            return Err(BadCommand::new(code, Status::Malformed, why, remaining));
-        }
-        let expected = start.wrapping_add(count);
-        if header.wqebb_index != expected {
-            let why = format!(
-                "header index {:#x}, expected {expected:#x} (start {start:#x} + {count} WQEBBs)",
-                header.wqebb_index
-            );
-            return Err(BadCommand::new(code, Status::Malformed, why, count));
-        }
-        let mut buf = [0u8; MAX_CMD_SIZE];
-        let len = usize::from(count) * WQEBB_SIZE;
-        for (i, chunk) in (0u16..).zip(buf[..len].chunks_exact_mut(WQEBB_SIZE)) {
-            if let Err(e) = io.mem.read(wqebb_addr(start.wrapping_add(i)), chunk) {
-                return Err(BadCommand::new(
-                    code,
-                    Status::DmaError,
-                    e.to_string(),
-                    count,
-                ));
-            }
-        }
-        Ok((code, count, buf))
     }
 
     fn log_cmd_error(&mut self, start: u16, code: OpCode, status: u8, why: &str) {
@@ -516,16 +431,14 @@ impl Device {
             resp1,
         };
         match delay {
-            Some(d) if self.func.delayed.len() < MAX_DELAYED => {
+            Some(d) => {
                 let due = self.clock.now().saturating_add(d);
-                let seq = self.func.delayed_seq;
-                self.func.delayed_seq += 1;
-                log::debug!("CMDQ {code} at {start:#x}: completion delayed by {d:?}");
-                self.func.delayed.push(Delayed { due, seq, cqe });
-            }
-            Some(_) => {
-                log::warn!("too many delayed completions; completing {code} at once");
-                self.write_cqe(cqe, io);
+                if self.func.delayed.hold(due, cqe) {
+                    log::debug!("CMDQ {code} at {start:#x}: completion delayed by {d:?}");
+                } else {
+                    log::warn!("too many delayed completions; completing {code} at once");
+                    self.write_cqe(cqe, io);
+                }
             }
             None => self.write_cqe(cqe, io),
         }
@@ -533,26 +446,18 @@ impl Device {
 
     /// Writes a CQE (owner bit from the producer index) into the CMDQ CQ and, if the CQ is
     /// armed, an EQE into the CMDQ EQ.
-    fn write_cqe(&mut self, mut cqe: Cqe, io: &mut Io<'_>) {
+    fn write_cqe(&mut self, cqe: Cqe, io: &mut Io<'_>) {
         let Some(q) = self.func.queues.as_mut() else {
             return;
         };
-        let cq = q.admin.cmdq_cq;
-        cqe.owner = q.cq_pi & cq.depth == 0;
-        let slot = u64::from(q.cq_pi & (cq.depth - 1));
-        let gpa = cq.addr + slot * cmdq::CQE_SIZE as u64;
-        let bytes = cqe.encode();
-        let written = wire::write_owner_last(&bytes, |at, b| io.mem.write(gpa + at, b));
-        if let Err(e) = written {
-            if self.warned.first(Oddity::CqeWrite, 0) {
-                log::warn!("CMDQ CQE for the command at {:#x} dropped: {e}", cqe.start);
+        match q.cmdq.write_cqe(cqe, io.mem) {
+            Ok(true) => self.post_cmdq_eqe(io),
+            Ok(false) => {}
+            Err(e) => {
+                if self.warned.first(Oddity::CqeWrite, 0) {
+                    log::warn!("CMDQ CQE for the command at {:#x} dropped: {e}", cqe.start);
+                }
             }
-            return;
-        }
-        q.cq_pi = q.cq_pi.wrapping_add(1);
-        if q.cq_armed {
-            q.cq_armed = false;
-            self.post_cmdq_eqe(io);
         }
     }
 
@@ -579,16 +484,8 @@ impl Device {
         let Some(q) = self.func.queues.as_mut() else {
             return;
         };
-        q.cq_ci = db.ci;
-        if !db.arm {
-            return;
-        }
-        let pending = q.cq_pi.wrapping_sub(db.ci) & 0xffff;
-        if pending != 0 && pending <= q.admin.cmdq_cq.depth {
-            // CQEs the driver has not seen yet: the event is due now.
+        if q.cmdq.cq_doorbell(db) {
             self.post_cmdq_eqe(io);
-        } else {
-            q.cq_armed = true;
         }
     }
 
@@ -599,7 +496,7 @@ impl Device {
     /// When the earliest delayed work is due (a delayed completion, or a QP's retransmission
     /// timer), on [`Device::clock`].
     pub fn next_deadline(&self) -> Option<Duration> {
-        let delayed = self.func.delayed.iter().map(|d| d.due).min();
+        let delayed = self.func.delayed.next_due();
         match (delayed, self.next_retransmit()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -617,21 +514,12 @@ impl Device {
     pub fn run_due(&mut self, io: &mut Io<'_>) -> usize {
         let now = self.clock.now();
         let mut n = 0;
-        while let Some(i) = self
-            .func
-            .delayed
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| d.due <= now)
-            .min_by_key(|(_, d)| (d.due, d.seq))
-            .map(|(i, _)| i)
-        {
-            let d = self.func.delayed.remove(i);
+        while let Some(cqe) = self.func.delayed.take_due(now) {
             log::debug!(
                 "CMDQ: delayed completion of the command at {:#x}",
-                d.cqe.start
+                cqe.start
             );
-            self.write_cqe(d.cqe, io);
+            self.write_cqe(cqe, io);
             n += 1;
         }
         n + self.run_retransmits(now, io)
@@ -663,10 +551,7 @@ impl Device {
 
     /// CMDQ state: `(SQ consumer index, CQ producer index, CQ armed)` (after INIT).
     pub fn cmdq_state(&self) -> Option<(u16, u32, bool)> {
-        self.func
-            .queues
-            .as_ref()
-            .map(|q| (q.sq_ci, q.cq_pi, q.cq_armed))
+        self.func.queues.as_ref().map(|q| q.cmdq.state())
     }
 
     /// Delayed completions not yet written.
