@@ -89,6 +89,7 @@ mod events;
 mod harness;
 mod iwarp;
 mod objects;
+mod rdma_cmds;
 mod registers;
 
 use cmdq_ring::{CmdRing, DelayedCqes};

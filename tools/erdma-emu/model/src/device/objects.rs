@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The RDMA objects (QPs, CQs, MRs) and their commands (erdma-hw.md §3.5, §6).
+//! The RDMA object tables (QPs, CQs, MRs) and what their commands do to them (erdma-hw.md §3.5,
+//! §6). [`Rdma`] checks and changes itself with only what each command needs besides the tables
+//! (the capabilities, the protocol, guest memory for queue MTTs, whether a CEQ exists); what a
+//! command does beyond the tables (starting or stopping the engines, iWARP streams) is the
+//! device's (`rdma_cmds`).
 //!
 //! * Every command works on both protocols. On an iWARP function QPs are RC only (a UD QP is
 //!   [`Status::Unsupported`]), start in IDLE, and MODIFY_QP uses the iWARP layout (the `iwarp`
@@ -15,18 +19,19 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use super::iwarp::Iwarp;
-use super::{Device, Protocol};
+use super::Protocol;
+use crate::caps::Caps;
 use crate::cmdq::{AddressVector, Status};
 use crate::fabric::{Packet, Request};
-use crate::io::Io;
+use crate::io::GuestMemory;
 use crate::mtt::{Mtt, QueueBuf, MAX_MTT_PAGE_SHIFT};
 use crate::wire::{
-    self, qp_mask, CreateCq, CreateQp, DeregMr, ModifyQpRoce, MrType, QpState, QueueMttCfg,
-    Reflush, RegMr, U32Arg, CQE_SIZE, QP_TYPE_RC, QP_TYPE_UD, RQE_SIZE, SQ_WQEBB_SIZE,
+    self, CreateCq, CreateQp, DeregMr, MrType, QpState, QueueMttCfg, Reflush, RegMr, U32Arg,
+    CQE_SIZE, QP_TYPE_RC, QP_TYPE_UD, RQE_SIZE, SQ_WQEBB_SIZE,
 };
 
 /// A command's result.
-type Outcome = Result<(u64, u64), Status>;
+pub(super) type Outcome = Result<(u64, u64), Status>;
 
 /// Largest page-size code of queue buffers (4 bits: up to 128 MiB "pages").
 const MAX_QUEUE_PAGE_SHIFT: u8 = 12 + 15;
@@ -149,18 +154,18 @@ pub(super) struct Rdma {
 }
 
 /// Reads `count` u64 entries at `addr` (a level-1 queue MTT).
-fn read_entries(addr: u64, count: u32, io: &Io<'_>) -> Result<Vec<u64>, Status> {
+fn read_entries(addr: u64, count: u32, mem: &dyn GuestMemory) -> Result<Vec<u64>, Status> {
     let n = usize::try_from(count).map_err(|_| Status::InvalidParam)?;
     let bytes = n.checked_mul(8).ok_or(Status::InvalidParam)?;
     let mut b = vec![0u8; bytes];
-    io.mem.read(addr, &mut b).map_err(|_| Status::DmaError)?;
+    mem.read(addr, &mut b).map_err(|_| Status::DmaError)?;
     Ok(b.chunks_exact(8)
         .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
         .collect())
 }
 
 /// Builds a queue buffer of `size` bytes from an MTT description.
-fn queue_buf(m: &QueueMttCfg, size: u64, io: &Io<'_>) -> Result<QueueBuf, Status> {
+fn queue_buf(m: &QueueMttCfg, size: u64, mem: &dyn GuestMemory) -> Result<QueueBuf, Status> {
     if m.page_shift > MAX_QUEUE_PAGE_SHIFT {
         return Err(Status::InvalidParam);
     }
@@ -174,41 +179,49 @@ fn queue_buf(m: &QueueMttCfg, size: u64, io: &Io<'_>) -> Result<QueueBuf, Status
             if m.count == 0 {
                 return Err(Status::InvalidParam);
             }
-            read_entries(m.addr, m.count, io)?
+            read_entries(m.addr, m.count, mem)?
         }
     };
     QueueBuf::new(pages, m.page_shift, m.offset, size).ok_or(Status::InvalidParam)
 }
 
-impl Device {
-    fn max_cq(&self) -> u32 {
-        self.config.caps.max_qp().saturating_mul(2)
+impl Rdma {
+    /// CQNs (and MPT indices) below this are valid: twice the QPs.
+    fn max_cq(caps: &Caps) -> u32 {
+        caps.max_qp().saturating_mul(2)
     }
 
-    fn max_mr(&self) -> u32 {
-        self.max_cq()
+    fn max_mr(caps: &Caps) -> u32 {
+        Self::max_cq(caps)
     }
 
     // --------------------------------------------------------------------------------------------
     // CQs
     // --------------------------------------------------------------------------------------------
 
-    pub(super) fn cmd_create_cq(&mut self, r: CreateCq, io: &mut Io<'_>) -> Outcome {
-        if r.cqn == 0 || r.cqn >= self.max_cq() {
+    /// CREATE_CQ; `ceq_exists` says whether a CEQ has that EQN.
+    pub(super) fn create_cq(
+        &mut self,
+        r: CreateCq,
+        caps: &Caps,
+        ceq_exists: impl FnOnce(u8) -> bool,
+        mem: &dyn GuestMemory,
+    ) -> Outcome {
+        if r.cqn == 0 || r.cqn >= Self::max_cq(caps) {
             return Err(Status::InvalidParam);
         }
-        if r.depth_log2 == 0 || r.depth_log2 > u32::from(self.config.caps.max_cqe_log2) {
+        if r.depth_log2 == 0 || r.depth_log2 > u32::from(caps.max_cqe_log2) {
             return Err(Status::InvalidParam);
         }
         let eqn = u8::try_from(r.eqn).map_err(|_| Status::InvalidParam)?;
-        if eqn == 0 || self.ceq(eqn).is_none() {
+        if eqn == 0 || !ceq_exists(eqn) {
             return Err(Status::InvalidParam);
         }
-        if self.func.rdma.cqs.contains_key(&r.cqn) {
+        if self.cqs.contains_key(&r.cqn) {
             return Err(Status::Exists);
         }
         let depth = 1u32 << r.depth_log2;
-        let buf = queue_buf(&r.buf, u64::from(depth) * CQE_SIZE as u64, io)?;
+        let buf = queue_buf(&r.buf, u64::from(depth) * CQE_SIZE as u64, mem)?;
         log::debug!(
             "CQ {} created: {depth} CQEs, CEQ {eqn}, {} page(s) of {} KiB, dbrec {:#x}{}",
             r.cqn,
@@ -221,7 +234,7 @@ impl Device {
                 String::new()
             }
         );
-        self.func.rdma.cqs.insert(
+        self.cqs.insert(
             r.cqn,
             Cq {
                 cqn: r.cqn,
@@ -238,11 +251,10 @@ impl Device {
         Ok((0, 0))
     }
 
-    pub(super) fn cmd_destroy_cq(&mut self, r: U32Arg) -> Outcome {
-        self.func.rdma.cqs.remove(&r.0).ok_or(Status::NotFound)?;
+    /// DESTROY_CQ.
+    pub(super) fn destroy_cq(&mut self, r: U32Arg) -> Outcome {
+        self.cqs.remove(&r.0).ok_or(Status::NotFound)?;
         let users = self
-            .func
-            .rdma
             .qps
             .values()
             .filter(|q| q.send_cqn == r.0 || q.recv_cqn == r.0)
@@ -259,14 +271,21 @@ impl Device {
     // QPs
     // --------------------------------------------------------------------------------------------
 
-    pub(super) fn cmd_create_qp(&mut self, r: CreateQp, io: &mut Io<'_>) -> Outcome {
-        if r.qpn == 0 || r.qpn >= self.config.caps.max_qp() {
+    /// CREATE_QP on a function of `protocol`.
+    pub(super) fn create_qp(
+        &mut self,
+        r: CreateQp,
+        caps: &Caps,
+        protocol: Protocol,
+        mem: &dyn GuestMemory,
+    ) -> Outcome {
+        if r.qpn == 0 || r.qpn >= caps.max_qp() {
             return Err(Status::InvalidParam);
         }
         if r.qp_type != QP_TYPE_RC && r.qp_type != QP_TYPE_UD {
             return Err(Status::InvalidParam);
         }
-        let iwarp = self.config.protocol == Protocol::Iwarp;
+        let iwarp = protocol == Protocol::Iwarp;
         if iwarp && r.qp_type != QP_TYPE_RC {
             log::warn!(
                 "CREATE_QP {}: QP type {} on an iWARP function, which has RC QPs only",
@@ -275,23 +294,20 @@ impl Device {
             );
             return Err(Status::Unsupported);
         }
-        if r.sq_depth_log2 > MAX_SQ_DEPTH_LOG2
-            || r.rq_depth_log2 > u32::from(self.config.caps.max_recv_wr_log2)
+        if r.sq_depth_log2 > MAX_SQ_DEPTH_LOG2 || r.rq_depth_log2 > u32::from(caps.max_recv_wr_log2)
         {
             return Err(Status::InvalidParam);
         }
-        if !self.func.rdma.cqs.contains_key(&r.send_cqn)
-            || !self.func.rdma.cqs.contains_key(&r.recv_cqn)
-        {
+        if !self.cqs.contains_key(&r.send_cqn) || !self.cqs.contains_key(&r.recv_cqn) {
             return Err(Status::NotFound);
         }
-        if self.func.rdma.qps.contains_key(&r.qpn) {
+        if self.qps.contains_key(&r.qpn) {
             return Err(Status::Exists);
         }
         let sq_depth = 1u32 << r.sq_depth_log2;
         let rq_depth = 1u32 << r.rq_depth_log2;
-        let sq = queue_buf(&r.sq, u64::from(sq_depth) * SQ_WQEBB_SIZE as u64, io)?;
-        let rq = queue_buf(&r.rq, u64::from(rq_depth) * RQE_SIZE as u64, io)?;
+        let sq = queue_buf(&r.sq, u64::from(sq_depth) * SQ_WQEBB_SIZE as u64, mem)?;
+        let rq = queue_buf(&r.rq, u64::from(rq_depth) * RQE_SIZE as u64, mem)?;
         log::debug!(
             "QP {} created: {}, PD {}, SQ {sq_depth} WQEBBs (CQ {}), RQ {rq_depth} (CQ {}), \
              dbrecs {:#x}/{:#x}{}",
@@ -314,7 +330,7 @@ impl Device {
             pi: 0,
             ci: 0,
         };
-        self.func.rdma.qps.insert(
+        self.qps.insert(
             r.qpn,
             Qp {
                 qpn: r.qpn,
@@ -343,95 +359,16 @@ impl Device {
         Ok((u64::from(r.qpn), 0))
     }
 
-    pub(super) fn cmd_destroy_qp(&mut self, r: U32Arg) -> Outcome {
-        // A live iWARP stream ends (the peer hears of it) and its binding goes.
-        self.iw_close(r.0, None);
-        let qp = self.func.rdma.qps.remove(&r.0).ok_or(Status::NotFound)?;
-        self.func.rdma.retransmit.remove(&r.0);
-        self.nak_held(qp.held);
-        log::debug!("QP {} destroyed", r.0);
-        Ok((0, 0))
+    /// Removes QP `qpn` and its retransmission timer.
+    pub(super) fn remove_qp(&mut self, qpn: u32) -> Option<Qp> {
+        let qp = self.qps.remove(&qpn)?;
+        self.retransmit.remove(&qpn);
+        Some(qp)
     }
 
-    pub(super) fn cmd_modify_qp(&mut self, r: ModifyQpRoce, io: &mut Io<'_>) -> Outcome {
-        let target = if r.mask & qp_mask::STATE != 0 {
-            Some(QpState::from_u8(r.state).ok_or(Status::InvalidParam)?)
-        } else {
-            None
-        };
-        if r.mask & qp_mask::AV != 0 && !self.func.gids.in_range(r.av.sgid_index) {
-            return Err(Status::InvalidParam);
-        }
-        let qp = self.func.rdma.qps.get_mut(&r.qpn).ok_or(Status::NotFound)?;
-        let cur = qp.state;
-        if let Some(t) = target {
-            use QpState::*;
-            let ok = t == cur
-                || matches!(
-                    (cur, t),
-                    (_, Reset)
-                        | (_, Error)
-                        | (Reset, Init)
-                        | (Init, Rtr)
-                        | (Rtr, Rts)
-                        | (Rts, Sqd)
-                        | (Sqd, Rts)
-                        | (Sqe, Rts)
-                        | (Rts, Sqe)
-                );
-            if !ok {
-                return Err(Status::InvalidParam);
-            }
-        }
-        if r.mask & qp_mask::QKEY != 0 {
-            qp.qkey = r.qkey;
-        }
-        if r.mask & qp_mask::AV != 0 {
-            qp.av = Some(r.av);
-        }
-        if r.mask & qp_mask::SQ_PSN != 0 {
-            qp.sq_psn = r.sq_psn & 0xff_ffff;
-        }
-        if r.mask & qp_mask::RQ_PSN != 0 {
-            qp.rq_psn = r.rq_psn & 0xff_ffff;
-        }
-        if r.mask & qp_mask::DST_QPN != 0 {
-            qp.dst_qpn = r.dst_qpn;
-        }
-        let Some(t) = target else {
-            return Ok((0, 0));
-        };
-        if t != cur {
-            log::debug!("QP {}: {} -> {}", r.qpn, cur.name(), t.name());
-        }
-        match t {
-            QpState::Reset => {
-                qp.state = QpState::Reset;
-                qp.sq.pi = 0;
-                qp.sq.ci = 0;
-                qp.rq.pi = 0;
-                qp.rq.ci = 0;
-                qp.outstanding.clear();
-                qp.lost.clear();
-                qp.retries = 0;
-                let held = std::mem::take(&mut qp.held);
-                self.nak_held(held);
-            }
-            QpState::Error if cur != QpState::Error => self.enter_error(r.qpn, io),
-            QpState::Rts => {
-                qp.state = t;
-                self.process_sq(r.qpn, io);
-            }
-            _ => qp.state = t,
-        }
-        Ok((0, 0))
-    }
-
-    pub(super) fn cmd_query_qp(&mut self, r: U32Arg) -> Outcome {
-        if let Some(resp0) = self.iw_query(r.0) {
-            return Ok((resp0, 0));
-        }
-        let qp = self.func.rdma.qps.get(&r.0).ok_or(Status::NotFound)?;
+    /// QUERY_QP of a RoCEv2 QP.
+    pub(super) fn query_qp(&self, r: U32Arg) -> Outcome {
+        let qp = self.qps.get(&r.0).ok_or(Status::NotFound)?;
         let draining =
             qp.state == QpState::Sqd && qp.outstanding.iter().any(|p| p.status.is_none());
         Ok((
@@ -440,19 +377,18 @@ impl Device {
         ))
     }
 
-    /// REFLUSH (§3.5, §10.13): on a QP in ERROR, flushes (15) every WQE and RQE up to the
-    /// producer indices it carries. Doorbells in ERROR only record PIs, so this is how WQEs
-    /// posted after the transition complete. PIs more than a queue depth ahead of the device's
-    /// CI are ignored (that queue keeps its PI).
-    pub(super) fn cmd_reflush(&mut self, r: Reflush, io: &mut Io<'_>) -> Outcome {
-        let qp = self.func.rdma.qps.get_mut(&r.qpn).ok_or(Status::NotFound)?;
+    /// REFLUSH's producer indices: on a QP in ERROR, each queue takes its PI unless it is more
+    /// than a queue depth ahead of the device's CI. Returns whether the QP is in ERROR (then its
+    /// queues are to be flushed).
+    pub(super) fn reflush_pis(&mut self, r: &Reflush) -> Result<bool, Status> {
+        let qp = self.qps.get_mut(&r.qpn).ok_or(Status::NotFound)?;
         if qp.state != QpState::Error {
             log::debug!(
                 "REFLUSH of QP {} in {}: nothing to flush",
                 r.qpn,
                 qp.state.name()
             );
-            return Ok((0, 0));
+            return Ok(false);
         }
         let (sq_pi, rq_pi) = (r.sq_pi as u16, r.rq_pi as u16);
         if u32::from(sq_pi.wrapping_sub(qp.sq.ci)) <= qp.sq.depth {
@@ -461,16 +397,16 @@ impl Device {
         if u32::from(rq_pi.wrapping_sub(qp.rq.ci)) <= qp.rq.depth {
             qp.rq.pi = rq_pi;
         }
-        self.flush_queues(r.qpn, io);
-        Ok((0, 0))
+        Ok(true)
     }
 
     // --------------------------------------------------------------------------------------------
     // MRs
     // --------------------------------------------------------------------------------------------
 
-    pub(super) fn cmd_reg_mr(&mut self, r: RegMr, io: &mut Io<'_>) -> Outcome {
-        if r.index >= self.max_mr() {
+    /// REG_MR. A normal MR's MTT must be reachable in `mem` now (it is walked at use time).
+    pub(super) fn reg_mr(&mut self, r: RegMr, caps: &Caps, mem: &dyn GuestMemory) -> Outcome {
+        if r.index >= Self::max_mr(caps) {
             return Err(Status::InvalidParam);
         }
         let mr_type = match r.mr_type {
@@ -479,7 +415,7 @@ impl Device {
             2 => MrType::Dma,
             _ => return Err(Status::InvalidParam),
         };
-        if self.func.rdma.mrs.contains_key(&r.index) {
+        if self.mrs.contains_key(&r.index) {
             return Err(Status::Exists);
         }
         let access = r.access | wire::access::LOCAL_READ;
@@ -517,7 +453,7 @@ impl Device {
                     frmr: Some((r.entries[0], r.count)),
                 }
             }
-            MrType::Normal => self.normal_mr(&r, access, io)?,
+            MrType::Normal => normal_mr(&r, access, caps, mem)?,
         };
         log::debug!(
             "MR {:#x} registered: {mr_type:?}, PD {}, {:#x}+{:#x}, access {:#x}",
@@ -535,76 +471,14 @@ impl Device {
             r.count,
             r.entries
         );
-        self.func.rdma.mrs.insert(r.index, mr);
+        self.mrs.insert(r.index, mr);
         Ok((0, 0))
     }
 
-    fn normal_mr(&self, r: &RegMr, access: u8, io: &Io<'_>) -> Result<Mr, Status> {
-        let max_len = 1u64
-            .checked_shl(u32::from(self.config.caps.max_mr_size_log2))
-            .unwrap_or(u64::MAX);
-        if r.len == 0 || r.len > max_len || r.va.checked_add(r.len).is_none() {
-            return Err(Status::InvalidParam);
-        }
-        if !(12..=MAX_MR_PAGE_SHIFT).contains(&r.page_shift) || r.level > 3 {
-            return Err(Status::InvalidParam);
-        }
-        let s = r.page_shift;
-        // `va + len` does not overflow (checked above).
-        let pages = ((r.va + r.len - 1) >> s) - (r.va >> s) + 1;
-        if r.count < pages {
-            return Err(Status::InvalidParam);
-        }
-        let mtt = match r.level {
-            0 => {
-                if pages > 4 {
-                    return Err(Status::InvalidParam);
-                }
-                Mtt::Direct(r.entries[..pages as usize].to_vec())
-            }
-            levels => {
-                let mtt_shift = if r.version == 1 {
-                    12 + r.mtt_page_code
-                } else {
-                    12
-                };
-                if mtt_shift > MAX_MTT_PAGE_SHIFT {
-                    return Err(Status::InvalidParam);
-                }
-                // The upper levels must be able to name every page (the top is one page).
-                let per_page = 1u64 << (mtt_shift - 3);
-                let cap = (1..levels).fold(1u64, |c, _| c.saturating_mul(per_page));
-                if levels > 1 && cap.saturating_mul(per_page) < pages {
-                    return Err(Status::InvalidParam);
-                }
-                let mtt = Mtt::Indirect {
-                    levels,
-                    root: r.entries[0],
-                    count: pages,
-                    page_shift: mtt_shift,
-                };
-                // The table must be reachable now (it is walked at use time).
-                mtt.entry(0, io.mem).map_err(|_| Status::DmaError)?;
-                mtt
-            }
-        };
-        Ok(Mr {
-            key: r.key,
-            pdn: r.pdn,
-            mr_type: MrType::Normal,
-            access,
-            va: r.va,
-            len: r.len,
-            page_shift: s,
-            mtt,
-            valid: r.valid,
-            frmr: None,
-        })
-    }
-
-    pub(super) fn cmd_dereg_mr(&mut self, r: DeregMr) -> Outcome {
+    /// DEREG_MR.
+    pub(super) fn dereg_mr(&mut self, r: DeregMr) -> Outcome {
         let DeregMr { index, key } = r;
-        let mr = self.func.rdma.mrs.remove(&index).ok_or(Status::NotFound)?;
+        let mr = self.mrs.remove(&index).ok_or(Status::NotFound)?;
         if mr.key != key {
             // The driver frees its STag whatever the device says: deregister anyway.
             log::debug!(
@@ -621,26 +495,19 @@ impl Device {
     // --------------------------------------------------------------------------------------------
 
     /// QPNs of the live QPs with their states, in QPN order.
-    pub fn qps(&self) -> Vec<(u32, QpState)> {
-        self.func
-            .rdma
-            .qps
-            .values()
-            .map(|q| (q.qpn, q.state))
-            .collect()
+    pub(super) fn qp_states(&self) -> Vec<(u32, QpState)> {
+        self.qps.values().map(|q| (q.qpn, q.state)).collect()
     }
 
     /// CQNs of the live CQs, in order.
-    pub fn cqs(&self) -> Vec<u32> {
-        self.func.rdma.cqs.keys().copied().collect()
+    pub(super) fn cqns(&self) -> Vec<u32> {
+        self.cqs.keys().copied().collect()
     }
 
     /// `(STag, MTT levels, MTT entries)` of every MR: level 0 for page lists held by the
     /// device (inline, DMA MRs).
-    pub fn mr_layouts(&self) -> Vec<(u32, u8, u64)> {
-        self.func
-            .rdma
-            .mrs
+    pub(super) fn mr_layouts(&self) -> Vec<(u32, u8, u64)> {
+        self.mrs
             .iter()
             .map(|(&i, m)| {
                 let level = match &m.mtt {
@@ -653,30 +520,188 @@ impl Device {
     }
 
     /// STags of the registered MRs (valid or not), in MPT-index order.
-    pub fn mrs(&self) -> Vec<u32> {
-        self.func
-            .rdma
-            .mrs
+    pub(super) fn stags(&self) -> Vec<u32> {
+        self.mrs
             .iter()
             .map(|(&i, m)| wire::stag(i, m.key))
             .collect()
     }
 
     /// `(SQ PSN, RQ PSN, state)` of QP `qpn`.
-    pub fn qp_info(&self, qpn: u32) -> Option<(u32, u32, QpState)> {
-        self.func
-            .rdma
-            .qps
-            .get(&qpn)
-            .map(|q| (q.sq_psn, q.rq_psn, q.state))
+    pub(super) fn qp_info(&self, qpn: u32) -> Option<(u32, u32, QpState)> {
+        self.qps.get(&qpn).map(|q| (q.sq_psn, q.rq_psn, q.state))
     }
 
     /// Whether MR `stag`'s MPT entry exists and is valid with that key.
-    pub fn mr_valid(&self, stag: u32) -> bool {
-        self.func
-            .rdma
-            .mrs
+    pub(super) fn mr_valid(&self, stag: u32) -> bool {
+        self.mrs
             .get(&wire::stag_index(stag))
             .is_some_and(|m| m.valid && m.key == wire::stag_key(stag))
+    }
+}
+
+/// A normal MR from REG_MR: its length within the capabilities, its page size, and its MTT
+/// (inline, or a table reachable in `mem`).
+fn normal_mr(r: &RegMr, access: u8, caps: &Caps, mem: &dyn GuestMemory) -> Result<Mr, Status> {
+    let max_len = 1u64
+        .checked_shl(u32::from(caps.max_mr_size_log2))
+        .unwrap_or(u64::MAX);
+    if r.len == 0 || r.len > max_len || r.va.checked_add(r.len).is_none() {
+        return Err(Status::InvalidParam);
+    }
+    if !(12..=MAX_MR_PAGE_SHIFT).contains(&r.page_shift) || r.level > 3 {
+        return Err(Status::InvalidParam);
+    }
+    let s = r.page_shift;
+    // `va + len` does not overflow (checked above).
+    let pages = ((r.va + r.len - 1) >> s) - (r.va >> s) + 1;
+    if r.count < pages {
+        return Err(Status::InvalidParam);
+    }
+    let mtt = match r.level {
+        0 => {
+            if pages > 4 {
+                return Err(Status::InvalidParam);
+            }
+            Mtt::Direct(r.entries[..pages as usize].to_vec())
+        }
+        levels => {
+            let mtt_shift = if r.version == 1 {
+                12 + r.mtt_page_code
+            } else {
+                12
+            };
+            if mtt_shift > MAX_MTT_PAGE_SHIFT {
+                return Err(Status::InvalidParam);
+            }
+            // The upper levels must be able to name every page (the top is one page).
+            let per_page = 1u64 << (mtt_shift - 3);
+            let cap = (1..levels).fold(1u64, |c, _| c.saturating_mul(per_page));
+            if levels > 1 && cap.saturating_mul(per_page) < pages {
+                return Err(Status::InvalidParam);
+            }
+            let mtt = Mtt::Indirect {
+                levels,
+                root: r.entries[0],
+                count: pages,
+                page_shift: mtt_shift,
+            };
+            // The table must be reachable now (it is walked at use time).
+            mtt.entry(0, mem).map_err(|_| Status::DmaError)?;
+            mtt
+        }
+    };
+    Ok(Mr {
+        key: r.key,
+        pdn: r.pdn,
+        mr_type: MrType::Normal,
+        access,
+        va: r.va,
+        len: r.len,
+        page_shift: s,
+        mtt,
+        valid: r.valid,
+        frmr: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::VecMemory;
+
+    /// One page at `addr`, level 0.
+    fn page(addr: u64) -> QueueMttCfg {
+        QueueMttCfg {
+            page_shift: 12,
+            level: 0,
+            count: 1,
+            offset: 0,
+            addr,
+            more: [0; 3],
+        }
+    }
+
+    #[test]
+    fn tables_check_and_change_themselves() {
+        let caps = Caps::default();
+        let mem = VecMemory::new(0x1_0000, 0x1_0000);
+        let mut t = Rdma::default();
+        let cq = CreateCq {
+            cqn: 3,
+            depth_log2: 4,
+            buf: page(0x1_0000),
+            eqn: 1,
+            ext_db: false,
+            dbrec: 0,
+            db_page: 0,
+        };
+        assert_eq!(
+            t.create_cq(cq, &caps, |_| false, &mem),
+            Err(Status::InvalidParam),
+            "no such CEQ"
+        );
+        assert_eq!(t.create_cq(cq, &caps, |e| e == 1, &mem), Ok((0, 0)));
+        assert_eq!(t.create_cq(cq, &caps, |_| true, &mem), Err(Status::Exists));
+        let qp = CreateQp {
+            qpn: 5,
+            sq_depth_log2: 4,
+            rq_depth_log2: 4,
+            pdn: 1,
+            send_cqn: 3,
+            recv_cqn: 4,
+            ext_db: false,
+            sq: page(0x1_1000),
+            rq: page(0x1_2000),
+            sq_dbrec: 0,
+            rq_dbrec: 0,
+            db_pages: (0, 0),
+            qp_type: QP_TYPE_UD,
+        };
+        assert_eq!(
+            t.create_qp(qp, &caps, Protocol::RoceV2, &mem),
+            Err(Status::NotFound),
+            "CQ 4 does not exist"
+        );
+        let qp = CreateQp { recv_cqn: 3, ..qp };
+        assert_eq!(
+            t.create_qp(qp, &caps, Protocol::Iwarp, &mem),
+            Err(Status::Unsupported),
+            "iWARP has RC QPs only"
+        );
+        assert_eq!(
+            t.create_qp(qp, &caps, Protocol::RoceV2, &mem),
+            Ok((5, 0)),
+            "the cookie is the QPN"
+        );
+        assert_eq!(t.qp_states(), [(5, QpState::Reset)]);
+        assert_eq!(t.query_qp(U32Arg(5)).map(|r| r.0 >> 48 & 0xff), Ok(0));
+        t.retransmit.insert(5, Duration::from_secs(1));
+        assert!(t.remove_qp(5).is_some());
+        assert!(t.retransmit.is_empty(), "the QP's timer goes with it");
+        let dma = RegMr {
+            valid: false,
+            version: 1,
+            key: 7,
+            index: 2,
+            pdn: 1,
+            mr_type: 2,
+            access: 0,
+            va: 0,
+            len: 0,
+            page_shift: 12,
+            mtt_page_code: 0,
+            level: 0,
+            count: 0,
+            entries: [0; 4],
+        };
+        assert_eq!(t.reg_mr(dma, &caps, &mem), Ok((0, 0)));
+        let stag = wire::stag(2, 7);
+        assert!(t.mr_valid(stag), "DMA MRs are valid at once");
+        assert_eq!(t.stags(), [stag]);
+        assert_eq!(t.dereg_mr(DeregMr { index: 2, key: 9 }), Ok((0, 0)));
+        assert!(t.stags().is_empty(), "deregistered whatever the key");
+        assert_eq!(t.destroy_cq(U32Arg(3)), Ok((0, 0)));
+        assert_eq!(t.destroy_cq(U32Arg(3)), Err(Status::NotFound));
     }
 }
