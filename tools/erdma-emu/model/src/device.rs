@@ -49,7 +49,8 @@
 //!   data path (`engine` submodule: doorbells, requester, responder, CQEs), connected to other
 //!   devices through a [`crate::fabric::Fabric`] ([`Device::attach_fabric`],
 //!   [`Device::run_fabric`]); on iWARP functions the same engine runs over TCP streams handed
-//!   over at MODIFY_QP(RTS) (`iwarp` submodule).
+//!   over at MODIFY_QP(RTS) (`iwarp` submodule). What differs in moving RC messages is one
+//!   trait with an implementation per protocol (`transport` submodule).
 //! * Event queues ([`crate::eq`]): the CMDQ EQ, the AEQ and up to 31 CEQs created by CREATE_EQ.
 //!   [`Device::post_ceqe`] and [`Device::post_aeqe`] are the entry points for the engines that
 //!   produce events.
@@ -91,6 +92,7 @@ mod iwarp;
 mod objects;
 mod rdma_cmds;
 mod registers;
+mod transport;
 
 use cmdq_ring::{CmdRing, DelayedCqes};
 pub use engine::{MAX_HELD, MAX_MESSAGE, RETRY_COUNT, RETRY_TIMEOUT};

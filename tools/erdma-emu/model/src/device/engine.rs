@@ -85,7 +85,9 @@
 //! # Parts
 //!
 //! * `doorbells`: doorbell values, naming their queue, and CQ arms.
-//! * `requester`: SQ WQEs to requests and local operations, retransmission, responses.
+//! * `requester`: SQ WQEs to requests and local operations, retransmission timers, responses;
+//!   requests and answers travel by the QP's transport (`device::transport`: RoCEv2 packets or
+//!   the iWARP stream).
 //! * `responder`: incoming RC requests, held requests, RQE consumption.
 //! * `ud`: UD datagrams, out and in.
 //! * `mr`: MR and key checks, fast-register and invalidate, data across guest-memory pieces.

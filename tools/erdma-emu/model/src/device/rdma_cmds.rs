@@ -44,7 +44,7 @@ impl Device {
 
     pub(super) fn cmd_destroy_qp(&mut self, r: U32Arg) -> Outcome {
         // A live iWARP stream ends (the peer hears of it) and its binding goes.
-        self.iw_close(r.0, None);
+        self.transport(r.0).close(self, r.0, None);
         let qp = self.func.rdma.remove_qp(r.0).ok_or(Status::NotFound)?;
         self.nak_held(qp.held);
         log::debug!("QP {} destroyed", r.0);

@@ -165,7 +165,7 @@ impl Device {
         peer_status: Option<u8>,
         io: &mut Io<'_>,
     ) {
-        self.iw_close(qpn, peer_status);
+        self.transport(qpn).close(self, qpn, peer_status);
         let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
             return;
         };

@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The requester: SQ WQEs turned into requests or local operations, lost requests and their
-//! retransmission, and the responses to our requests (READ and atomic sinks).
+//! The requester: SQ WQEs turned into requests or local operations, handed to the QP's
+//! transport (`device::transport`), the retransmission timers, and the responses to our
+//! requests (READ and atomic sinks).
 
 use std::time::Duration;
 
 use super::mr::{write_pieces, AccessErr};
-use super::{trace_data, MAX_MESSAGE, RETRY_COUNT, RETRY_TIMEOUT};
+use super::{trace_data, MAX_MESSAGE};
 use crate::device::objects::Pending;
 use crate::device::{Device, Oddity};
-use crate::fabric::{AtomicOp, Body, Nak, Packet, Refused, Reply, Request, StreamMsg};
+use crate::fabric::{AtomicOp, Body, Nak, Packet, Reply, Request};
 use crate::io::{GuestMemory, Io};
 use crate::wire::{
     access, op, wc, AtomicSqe, LocalInvSqe, QpState, ReadSqe, SendSqe, Sgl, SqeHeader, WriteSqe,
@@ -112,76 +113,11 @@ impl Device {
                     qp.next_seq = qp.next_seq.wrapping_add(1);
                     qp.sq_psn = (qp.sq_psn + 1) & 0xff_ffff;
                     p.seq = Some(seq);
-                    let iwarp = qp.iw.is_some();
                     qp.outstanding.push_back(p);
-                    if iwarp {
-                        self.iw_send(qpn, StreamMsg::Request { id: seq, req });
-                    } else if let Err(req) = self.transmit(qpn, seq, req) {
-                        self.lose(qpn, seq, req);
-                    }
+                    self.transport(qpn).send_request(self, qpn, seq, req);
                 }
             }
             self.drain_completions(qpn, io);
-        }
-    }
-
-    /// Sends request `seq` of QP `qpn` to the QP's destination; gives it back if it cannot be
-    /// delivered (then it is lost).
-    fn transmit(&mut self, qpn: u32, seq: u64, req: Request) -> Result<(), Request> {
-        let Some(qp) = self.func.rdma.qps.get(&qpn) else {
-            return Err(req);
-        };
-        let (dst_qpn, dgid) = (qp.dst_qpn, qp.av.map(|a| a.dgid));
-        let (Some(port), Some(dgid)) = (self.port.clone(), dgid) else {
-            return Err(req);
-        };
-        let Some(to) = port.resolve(&dgid) else {
-            log::debug!(
-                "QP {qpn}: destination GID {} unknown on the fabric: request {seq} lost",
-                std::net::Ipv6Addr::from(dgid)
-            );
-            return Err(req);
-        };
-        let bytes = req.payload_len() as u64;
-        let pkt = Packet {
-            src_port: 0,
-            src_qpn: qpn,
-            dst_qpn,
-            body: Body::Request { seq, req },
-        };
-        match port.send_request(to, pkt) {
-            Ok(()) => {
-                self.harness.stats.tx_packet(bytes);
-                Ok(())
-            }
-            Err(Refused { why, packet }) => {
-                log::debug!("QP {qpn}: request {seq} not delivered ({why:?}): lost");
-                match packet.body {
-                    Body::Request { req, .. } => Err(req),
-                    _ => unreachable!("the fabric hands back the packet it was given"),
-                }
-            }
-        }
-    }
-
-    /// Request `seq` of QP `qpn`, still waiting for its answer, was lost: it waits for the
-    /// QP's retransmission timer, which starts now unless it runs already.
-    pub(super) fn lose(&mut self, qpn: u32, seq: u64, req: Request) {
-        let due = self.clock.now() + RETRY_TIMEOUT;
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
-            return;
-        };
-        let waiting = qp
-            .outstanding
-            .iter()
-            .any(|p| p.seq == Some(seq) && p.status.is_none());
-        if waiting {
-            log::info!(
-                "QP {qpn}: request {seq} lost (retransmission {} of {RETRY_COUNT} next)",
-                qp.retries + 1
-            );
-            qp.lost.insert(seq, req);
-            self.func.rdma.retransmit.entry(qpn).or_insert(due);
         }
     }
 
@@ -202,51 +138,9 @@ impl Device {
             .collect();
         for &qpn in &due {
             self.func.rdma.retransmit.remove(&qpn);
-            self.retransmit(qpn, io);
+            self.transport(qpn).retransmit(self, qpn, io);
         }
         due.len()
-    }
-
-    /// The retransmission timer of QP `qpn` fired: its lost requests go out again, in order,
-    /// or, after [`RETRY_COUNT`] retransmissions without an answer, the first of them
-    /// completes with "retry exceeded" (and the QP's move to ERROR flushes the rest).
-    fn retransmit(&mut self, qpn: u32, io: &mut Io<'_>) {
-        if self.is_iwarp_qp(qpn) {
-            self.iw_retransmit(qpn, io);
-            return;
-        }
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
-            return;
-        };
-        let lost = std::mem::take(&mut qp.lost);
-        let Some(&first) = lost.keys().next() else {
-            return;
-        };
-        if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
-            // Flushed already (ERROR), or starting over (RESET).
-            return;
-        }
-        if qp.retries >= RETRY_COUNT {
-            qp.retries = 0;
-            if let Some(p) = qp.outstanding.iter_mut().find(|p| p.seq == Some(first)) {
-                p.status = Some(wc::RETRY_EXCEEDED);
-            }
-            if self.warned.dp_error() {
-                log::warn!(
-                    "QP {qpn}: request {first} unanswered after {RETRY_COUNT} retransmissions \
-                     (no QP able to receive at the destination): retry exceeded"
-                );
-            }
-            self.drain_completions(qpn, io);
-            return;
-        }
-        qp.retries += 1;
-        for (seq, req) in lost {
-            if let Err(req) = self.transmit(qpn, seq, req) {
-                self.lose(qpn, seq, req);
-            }
-        }
-        self.process_sq(qpn, io);
     }
 
     /// The payload of a SEND/WRITE WQE: inline bytes or gathered SGEs.
@@ -411,7 +305,6 @@ impl Device {
         let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
             return;
         };
-        let iwarp = qp.iw.is_some();
         let backlog = qp
             .iw
             .as_ref()
@@ -433,10 +326,13 @@ impl Device {
             Ok(Reply::Ack) => wc::SUCCESS,
             // iWARP: a Read Response is a tagged write into the sink, which must grant remote
             // write.
-            Ok(Reply::Read(data)) if iwarp => {
-                let need = access::LOCAL_WRITE | access::REMOTE_WRITE;
+            Ok(Reply::Read(data)) => {
+                let need = self.transport(qpn).read_sink_access();
                 let status = self.deliver_sink(qpn, pdn, &p, &data, need, io);
-                if status == wc::SEND_ACCESS && self.warned.dp_error() {
+                if status == wc::SEND_ACCESS
+                    && need & access::REMOTE_WRITE != 0
+                    && self.warned.dp_error()
+                {
                     log::warn!(
                         "QP {qpn}: RDMA Read sink {:#x} does not grant remote write, which an \
                          iWARP Read Response (a tagged write) needs: status {status}",
@@ -444,9 +340,6 @@ impl Device {
                     );
                 }
                 status
-            }
-            Ok(Reply::Read(data)) => {
-                self.deliver_sink(qpn, pdn, &p, &data, access::LOCAL_WRITE, io)
             }
             Ok(Reply::Atomic(v)) => {
                 self.deliver_sink(qpn, pdn, &p, &v.to_le_bytes(), access::LOCAL_WRITE, io)

@@ -33,12 +33,7 @@ impl Device {
 
     /// Answers request `seq` of `to`.
     fn respond(&mut self, to: &Packet, seq: u64, result: Result<Reply, Nak>) {
-        if self.is_iwarp_qp(to.dst_qpn) {
-            self.iw_respond(to, seq, result);
-            return;
-        }
-        let body = Body::Response { seq, result };
-        self.send_back(to.src_port, to.dst_qpn, to.src_qpn, body);
+        self.transport(to.dst_qpn).respond(self, to, seq, result);
     }
 
     /// Sends `body` from our QP `qpn` back to QP `requester` behind `port`.
@@ -366,9 +361,7 @@ impl Device {
                 "QP {qpn}: receive WQE at {index:#x} failed with status {code}; QP to ERROR"
             );
         }
-        if self.is_iwarp_qp(qpn) {
-            self.qp_event(qpn, crate::device::AE_RQ_ERROR, io);
-        }
+        self.transport(qpn).receive_error(self, qpn, io);
         self.enter_error_with(qpn, Some(code), io);
     }
 
