@@ -606,12 +606,17 @@ fn normal_mr(r: &RegMr, access: u8, caps: &Caps, mem: &dyn GuestMemory) -> Resul
 }
 
 #[cfg(test)]
-mod tests {
+mod fixtures {
     use super::*;
     use crate::testing::VecMemory;
 
+    /// Guest memory for the fixtures' queues.
+    pub(in crate::device) fn memory() -> VecMemory {
+        VecMemory::new(0x1_0000, 0x1_0000)
+    }
+
     /// One page at `addr`, level 0.
-    fn page(addr: u64) -> QueueMttCfg {
+    pub(in crate::device) fn page(addr: u64) -> QueueMttCfg {
         QueueMttCfg {
             page_shift: 12,
             level: 0,
@@ -622,20 +627,65 @@ mod tests {
         }
     }
 
-    #[test]
-    fn tables_check_and_change_themselves() {
-        let caps = Caps::default();
-        let mem = VecMemory::new(0x1_0000, 0x1_0000);
-        let mut t = Rdma::default();
-        let cq = CreateCq {
-            cqn: 3,
+    /// CREATE_CQ of CQ `cqn` (16 CQEs, CEQ 1) in [`memory`].
+    pub(in crate::device) fn cq_request(cqn: u32) -> CreateCq {
+        CreateCq {
+            cqn,
             depth_log2: 4,
             buf: page(0x1_0000),
             eqn: 1,
             ext_db: false,
             dbrec: 0,
             db_page: 0,
-        };
+        }
+    }
+
+    /// CREATE_QP of RC QP `qpn` on CQ `cqn` (16-entry queues) in [`memory`].
+    pub(in crate::device) fn qp_request(qpn: u32, cqn: u32) -> CreateQp {
+        CreateQp {
+            qpn,
+            sq_depth_log2: 4,
+            rq_depth_log2: 4,
+            pdn: 1,
+            send_cqn: cqn,
+            recv_cqn: cqn,
+            ext_db: false,
+            sq: page(0x1_1000),
+            rq: page(0x1_2000),
+            sq_dbrec: 0,
+            rq_dbrec: 0,
+            db_pages: (0, 0),
+            qp_type: QP_TYPE_RC,
+        }
+    }
+
+    impl Qp {
+        /// A RoCEv2 RC QP in RTS with empty queues and nothing pending, for the unit tests of
+        /// the parts that work on one QP.
+        pub(in crate::device) fn for_test(qpn: u32) -> Self {
+            let (caps, mem) = (Caps::default(), memory());
+            let mut t = Rdma::default();
+            let cq = t.create_cq(cq_request(1), &caps, |_| true, &mem);
+            let qp = t.create_qp(qp_request(qpn, 1), &caps, Protocol::RoceV2, &mem);
+            assert_eq!((cq, qp.map(|r| r.0)), (Ok((0, 0)), Ok(u64::from(qpn))));
+            let mut qp = t.qps.remove(&qpn).expect("created");
+            qp.state = QpState::Rts;
+            qp
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{cq_request, memory, qp_request};
+    use super::*;
+
+    #[test]
+    fn tables_check_and_change_themselves() {
+        let caps = Caps::default();
+        let mem = memory();
+        let mut t = Rdma::default();
+        let cq = cq_request(3);
         assert_eq!(
             t.create_cq(cq, &caps, |_| false, &mem),
             Err(Status::InvalidParam),
@@ -644,19 +694,9 @@ mod tests {
         assert_eq!(t.create_cq(cq, &caps, |e| e == 1, &mem), Ok((0, 0)));
         assert_eq!(t.create_cq(cq, &caps, |_| true, &mem), Err(Status::Exists));
         let qp = CreateQp {
-            qpn: 5,
-            sq_depth_log2: 4,
-            rq_depth_log2: 4,
-            pdn: 1,
-            send_cqn: 3,
             recv_cqn: 4,
-            ext_db: false,
-            sq: page(0x1_1000),
-            rq: page(0x1_2000),
-            sq_dbrec: 0,
-            rq_dbrec: 0,
-            db_pages: (0, 0),
             qp_type: QP_TYPE_UD,
+            ..qp_request(5, 3)
         };
         assert_eq!(
             t.create_qp(qp, &caps, Protocol::RoceV2, &mem),

@@ -7,12 +7,20 @@
 //! numbers, backlog and Terminate). The engines ask [`Device::transport`] once per operation
 //! instead of testing what kind of QP they have.
 //!
-//! The implementations still work on the whole [`Device`]; giving each only what it needs
-//! (the QP, the fabric port, the clock, the counters) is the next step.
+//! RoCEv2's own work takes only what it needs: sending goes through a `RoceWire` (the fabric
+//! port and the traffic counters) for one QP, and keeping lost requests and deciding what the
+//! retransmission timer does are functions of the QP alone. The trait's methods still get the
+//! whole [`Device`], for what they hand back to the engines (completions, the SQ) and for the
+//! iWARP streams.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::objects::Qp;
 use super::{Device, RETRY_COUNT, RETRY_TIMEOUT};
-use crate::fabric::{Body, Nak, Packet, Refused, Reply, Request, StreamMsg};
+use crate::fabric::{Body, Nak, Packet, Port, Refused, Reply, Request, StreamMsg};
 use crate::io::Io;
+use crate::stats::TrafficCounters;
 use crate::wire::{access, wc, QpState};
 
 /// What differs between the protocols in moving RC messages.
@@ -46,7 +54,15 @@ pub(super) struct IwarpTransport;
 
 impl Transport for RoceTransport {
     fn send_request(&self, dev: &mut Device, qpn: u32, seq: u64, req: Request) {
-        if let Err(req) = dev.roce_transmit(qpn, seq, req) {
+        let sent = match dev.func.rdma.qps.get(&qpn) {
+            Some(qp) => RoceWire {
+                port: dev.port.as_ref(),
+                stats: &mut dev.harness.stats,
+            }
+            .transmit(qp, seq, req),
+            None => Err(req),
+        };
+        if let Err(req) = sent {
             dev.lose(qpn, seq, req);
         }
     }
@@ -108,15 +124,61 @@ impl Device {
             &RoceTransport
         }
     }
+}
 
-    /// Sends request `seq` of QP `qpn` to the QP's destination; gives it back if it cannot be
-    /// delivered (then it is lost).
-    fn roce_transmit(&mut self, qpn: u32, seq: u64, req: Request) -> Result<(), Request> {
-        let Some(qp) = self.func.rdma.qps.get(&qpn) else {
-            return Err(req);
+impl Device {
+    /// Request `seq` of QP `qpn` was lost: if it still waits for its answer, it waits for the
+    /// QP's retransmission timer, which starts now unless it runs already.
+    pub(super) fn lose(&mut self, qpn: u32, seq: u64, req: Request) {
+        let due = self.clock.now() + RETRY_TIMEOUT;
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
         };
+        if record_lost(qp, seq, req) {
+            self.func.rdma.retransmit.entry(qpn).or_insert(due);
+        }
+    }
+
+    /// The retransmission timer of RoCEv2 QP `qpn` fired: see [`on_timer`]; resent requests
+    /// that are lost again wait for the next round, and the SQ goes on.
+    fn roce_retransmit(&mut self, qpn: u32, io: &mut Io<'_>) {
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        match on_timer(qp) {
+            Retransmit::Nothing => {}
+            Retransmit::Exceeded(first) => {
+                if self.warned.dp_error() {
+                    log::warn!(
+                        "QP {qpn}: request {first} unanswered after {RETRY_COUNT} retransmissions \
+                         (no QP able to receive at the destination): retry exceeded"
+                    );
+                }
+                self.drain_completions(qpn, io);
+            }
+            Retransmit::Resend(lost) => {
+                for (seq, req) in lost {
+                    RoceTransport.send_request(self, qpn, seq, req);
+                }
+                self.process_sq(qpn, io);
+            }
+        }
+    }
+}
+
+/// What RoCEv2 requests travel through: the fabric port and the traffic counters.
+struct RoceWire<'a> {
+    port: Option<&'a Arc<Port>>,
+    stats: &'a mut TrafficCounters,
+}
+
+impl RoceWire<'_> {
+    /// Sends request `seq` of `qp` to the QP's destination; gives it back if it cannot be
+    /// delivered (then it is lost).
+    fn transmit(&mut self, qp: &Qp, seq: u64, req: Request) -> Result<(), Request> {
+        let qpn = qp.qpn;
         let (dst_qpn, dgid) = (qp.dst_qpn, qp.av.map(|a| a.dgid));
-        let (Some(port), Some(dgid)) = (self.port.clone(), dgid) else {
+        let (Some(port), Some(dgid)) = (self.port, dgid) else {
             return Err(req);
         };
         let Some(to) = port.resolve(&dgid) else {
@@ -135,7 +197,7 @@ impl Device {
         };
         match port.send_request(to, pkt) {
             Ok(()) => {
-                self.harness.stats.tx_packet(bytes);
+                self.stats.tx_packet(bytes);
                 Ok(())
             }
             Err(Refused { why, packet }) => {
@@ -147,63 +209,140 @@ impl Device {
             }
         }
     }
+}
 
-    /// Request `seq` of QP `qpn`, still waiting for its answer, was lost: it waits for the
-    /// QP's retransmission timer, which starts now unless it runs already.
-    pub(super) fn lose(&mut self, qpn: u32, seq: u64, req: Request) {
-        let due = self.clock.now() + RETRY_TIMEOUT;
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
-            return;
-        };
-        let waiting = qp
-            .outstanding
-            .iter()
-            .any(|p| p.seq == Some(seq) && p.status.is_none());
-        if waiting {
-            log::info!(
-                "QP {qpn}: request {seq} lost (retransmission {} of {RETRY_COUNT} next)",
-                qp.retries + 1
-            );
-            qp.lost.insert(seq, req);
-            self.func.rdma.retransmit.entry(qpn).or_insert(due);
+/// Keeps lost request `seq` of `qp` for retransmission if it still waits for its answer;
+/// returns whether it does (then the QP's timer must run).
+fn record_lost(qp: &mut Qp, seq: u64, req: Request) -> bool {
+    let waiting = qp
+        .outstanding
+        .iter()
+        .any(|p| p.seq == Some(seq) && p.status.is_none());
+    if waiting {
+        log::info!(
+            "QP {}: request {seq} lost (retransmission {} of {RETRY_COUNT} next)",
+            qp.qpn,
+            qp.retries + 1
+        );
+        qp.lost.insert(seq, req);
+    }
+    waiting
+}
+
+/// What a RoCEv2 QP's retransmission timer does.
+#[derive(Debug)]
+enum Retransmit {
+    /// Nothing lost, or the QP is not sending (flushed already in ERROR, or starting over
+    /// after RESET): the lost requests are dropped.
+    Nothing,
+    /// [`RETRY_COUNT`] retransmissions went unanswered: the first lost request (this
+    /// sequence number) completes with "retry exceeded" (and the QP's move to ERROR flushes
+    /// the rest).
+    Exceeded(u64),
+    /// Send these again, in order.
+    Resend(BTreeMap<u64, Request>),
+}
+
+/// The retransmission timer of `qp` fired: takes its lost requests and decides.
+fn on_timer(qp: &mut Qp) -> Retransmit {
+    let lost = std::mem::take(&mut qp.lost);
+    let Some(&first) = lost.keys().next() else {
+        return Retransmit::Nothing;
+    };
+    if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        // Flushed already (ERROR), or starting over (RESET).
+        return Retransmit::Nothing;
+    }
+    if qp.retries >= RETRY_COUNT {
+        qp.retries = 0;
+        if let Some(p) = qp.outstanding.iter_mut().find(|p| p.seq == Some(first)) {
+            p.status = Some(wc::RETRY_EXCEEDED);
+        }
+        return Retransmit::Exceeded(first);
+    }
+    qp.retries += 1;
+    Retransmit::Resend(lost)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::objects::Pending;
+
+    fn pending(seq: u64) -> Pending {
+        Pending {
+            seq: Some(seq),
+            wqe_index: 0,
+            opcode: 0,
+            signaled: true,
+            status: None,
+            byte_len: 0,
+            sink: None,
+            inv_after: None,
         }
     }
 
-    /// The retransmission timer of RoCEv2 QP `qpn` fired: its lost requests go out again, in
-    /// order, or, after [`RETRY_COUNT`] retransmissions without an answer, the first of them
-    /// completes with "retry exceeded" (and the QP's move to ERROR flushes the rest).
-    fn roce_retransmit(&mut self, qpn: u32, io: &mut Io<'_>) {
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
-            return;
+    fn send() -> Request {
+        Request::Send {
+            data: vec![1, 2, 3],
+            imm: None,
+            inv: None,
+            solicited: false,
+        }
+    }
+
+    #[test]
+    fn roce_keeps_lost_requests_and_gives_up_after_the_retries() {
+        let mut qp = Qp::for_test(7);
+        assert!(!record_lost(&mut qp, 0, send()), "not pending: dropped");
+        qp.outstanding.push_back(pending(0));
+        qp.outstanding.push_back(pending(1));
+        assert!(record_lost(&mut qp, 1, send()));
+        assert!(record_lost(&mut qp, 0, send()));
+        for round in 1..=RETRY_COUNT {
+            match on_timer(&mut qp) {
+                Retransmit::Resend(lost) => {
+                    assert_eq!(lost.keys().copied().collect::<Vec<_>>(), [0, 1], "in order");
+                    qp.lost = lost;
+                }
+                other => panic!("round {round}: {other:?}"),
+            }
+            assert_eq!(qp.retries, round);
+        }
+        assert!(matches!(on_timer(&mut qp), Retransmit::Exceeded(0)));
+        assert_eq!(qp.outstanding[0].status, Some(wc::RETRY_EXCEEDED));
+        assert_eq!(
+            qp.outstanding[1].status, None,
+            "flushed by the move to ERROR"
+        );
+        assert!(qp.lost.is_empty());
+        assert!(matches!(on_timer(&mut qp), Retransmit::Nothing));
+        qp.state = QpState::Error;
+        assert!(record_lost(&mut qp, 1, send()));
+        assert!(
+            matches!(on_timer(&mut qp), Retransmit::Nothing),
+            "not sending"
+        );
+        assert!(qp.lost.is_empty(), "dropped");
+    }
+
+    #[test]
+    fn roce_wire_without_fabric_or_destination_gives_the_request_back() {
+        let mut stats = TrafficCounters::default();
+        let mut qp = Qp::for_test(7);
+        let mut wire = RoceWire {
+            port: None,
+            stats: &mut stats,
         };
-        let lost = std::mem::take(&mut qp.lost);
-        let Some(&first) = lost.keys().next() else {
-            return;
+        assert!(wire.transmit(&qp, 0, send()).is_err(), "no fabric");
+        let fabric = crate::fabric::Fabric::new();
+        let port = fabric.attach(Arc::new(crate::fabric::NoWaker));
+        let mut wire = RoceWire {
+            port: Some(&port),
+            stats: &mut stats,
         };
-        if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
-            // Flushed already (ERROR), or starting over (RESET).
-            return;
-        }
-        if qp.retries >= RETRY_COUNT {
-            qp.retries = 0;
-            if let Some(p) = qp.outstanding.iter_mut().find(|p| p.seq == Some(first)) {
-                p.status = Some(wc::RETRY_EXCEEDED);
-            }
-            if self.warned.dp_error() {
-                log::warn!(
-                    "QP {qpn}: request {first} unanswered after {RETRY_COUNT} retransmissions \
-                     (no QP able to receive at the destination): retry exceeded"
-                );
-            }
-            self.drain_completions(qpn, io);
-            return;
-        }
-        qp.retries += 1;
-        for (seq, req) in lost {
-            if let Err(req) = self.roce_transmit(qpn, seq, req) {
-                self.lose(qpn, seq, req);
-            }
-        }
-        self.process_sq(qpn, io);
+        assert!(wire.transmit(&qp, 0, send()).is_err(), "no address vector");
+        qp.av = Some(crate::testing::ipv4_av(0, 9));
+        assert!(wire.transmit(&qp, 0, send()).is_err(), "GID unknown");
     }
 }
