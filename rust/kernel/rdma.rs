@@ -289,18 +289,6 @@ impl DriverId {
     }
 }
 
-c_enum! {
-    /// An event of a port the core and its clients are told about (`enum ib_event_type`).
-    pub enum PortEvent {
-        /// The port became active.
-        Active = bindings::ib_event_type_IB_EVENT_PORT_ACTIVE,
-        /// The port left the active state.
-        Error = bindings::ib_event_type_IB_EVENT_PORT_ERR,
-        /// The port's GID table changed.
-        GidChange = bindings::ib_event_type_IB_EVENT_GID_CHANGE,
-    }
-}
-
 #[macros::kunit_tests(rust_kernel_rdma)]
 mod tests {
     use super::*;

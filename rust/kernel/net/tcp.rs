@@ -47,16 +47,6 @@ pub struct SocketAddrV4 {
 }
 
 impl SocketAddrV4 {
-    /// The address `ip` (in network order: `[192, 168, 0, 1]`) and `port`.
-    pub const fn new(ip: [u8; 4], port: u16) -> Self {
-        Self { ip, port }
-    }
-
-    /// The IPv4 address, in network order.
-    pub const fn ip(&self) -> [u8; 4] {
-        self.ip
-    }
-
     /// The port.
     pub const fn port(&self) -> u16 {
         self.port
@@ -173,17 +163,6 @@ pub struct TcpSeq {
     pub snd_nxt: u32,
     /// The next sequence number this end expects (`RCV.NXT`).
     pub rcv_nxt: u32,
-}
-
-/// Which directions of a connection [`TcpSocket::shutdown`] closes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shutdown {
-    /// Receiving.
-    Read,
-    /// Sending (the peer sees the end of the stream).
-    Write,
-    /// Both.
-    Both,
 }
 
 /// An event of a watched socket.
@@ -482,17 +461,6 @@ impl TcpSocket {
         to_result(ret.min(0))?;
         // CAST: not negative.
         Ok(ret as usize)
-    }
-
-    /// Closes `how` of the connection's directions.
-    pub fn shutdown(&self, how: Shutdown) -> Result {
-        let how = match how {
-            Shutdown::Read => bindings::sock_shutdown_cmd_SHUT_RD,
-            Shutdown::Write => bindings::sock_shutdown_cmd_SHUT_WR,
-            Shutdown::Both => bindings::sock_shutdown_cmd_SHUT_RDWR,
-        };
-        // SAFETY: The socket is live.
-        to_result(unsafe { bindings::kernel_sock_shutdown(self.sock.as_ptr(), how) })
     }
 
     /// The local address.

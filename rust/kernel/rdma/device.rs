@@ -15,8 +15,7 @@ use super::{
         Driver, //
     },
     Guid,
-    NodeType,
-    PortEvent, //
+    NodeType, //
 };
 use crate::{
     bindings, device,
@@ -41,17 +40,14 @@ use core::{
 ///
 /// # Examples
 ///
-/// A port event from a driver's interrupt handler:
+/// Work a driver runs outside the core's callbacks reaches the device's data only while the
+/// device is registered:
 ///
 /// ```
-/// use kernel::rdma::{
-///     self,
-///     PortEvent, //
-/// };
+/// use kernel::rdma;
 ///
-/// fn link_changed<T: rdma::Driver>(dev: &rdma::Device<T>, up: bool) {
-///     let event = if up { PortEvent::Active } else { PortEvent::Error };
-///     dev.dispatch_port_event(1, event);
+/// fn still_registered<T: rdma::Driver>(dev: &rdma::Device<T>) -> bool {
+///     dev.with_registered(|_dev, _data| ()).is_some()
 /// }
 /// ```
 ///
@@ -202,16 +198,6 @@ impl<T: Driver> Device<T> {
             bindings::ib_get_eth_speed(self.as_raw(), port, &mut speed, &mut width)
         })?;
         Ok((speed, width))
-    }
-
-    /// Tells the core and its clients about an event of `port`. Callable from any context.
-    pub fn dispatch_port_event(&self, port: u32, event: PortEvent) {
-        let mut ev: bindings::ib_event = pin_init::zeroed();
-        ev.device = self.as_raw();
-        ev.element.port_num = port;
-        ev.event = event.to_raw();
-        // SAFETY: `ev` is a valid event for this device; the core copies what it needs.
-        unsafe { bindings::ib_dispatch_event(&ev) };
     }
 }
 

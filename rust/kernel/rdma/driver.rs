@@ -40,9 +40,8 @@
 //!   [`create_ah`], [`destroy_ah`] (the connection manager creates and destroys address handles
 //!   under spinlocks). Any context: [`query_ah`].
 //!
-//! The other direction, driver to core: [`CqEvents`](super::CqEvents),
-//! [`QpEvents`](super::QpEvents) and [`Device::dispatch_port_event`] may be called from any
-//! context, hard interrupts included.
+//! The other direction, driver to core: [`CqEvents`](super::CqEvents) and
+//! [`QpEvents`](super::QpEvents) may be called from any context, hard interrupts included.
 //!
 //! [`UnregisteredDevice::new`]: super::UnregisteredDevice::new
 //! [`UnregisteredDevice::add_ops`]: super::UnregisteredDevice::add_ops

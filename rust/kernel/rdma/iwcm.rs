@@ -27,7 +27,14 @@ use crate::{
     prelude::*,
     types::Opaque, //
 };
-use core::ptr::NonNull;
+use core::{
+    ffi::c_void,
+    ptr::NonNull,
+    sync::atomic::{
+        AtomicPtr,
+        Ordering, //
+    }, //
+};
 
 /// A connection identifier of the iWARP connection manager (`struct iw_cm_id`), as the
 /// device's operations receive it.
@@ -68,17 +75,25 @@ impl CmId {
         SocketAddrV4::from_storage(unsafe { &(*self.as_raw()).m_remote_addr })
     }
 
-    /// The device's token on this identifier (0 until set).
-    pub fn token(&self) -> usize {
-        // SAFETY: The identifier is alive; the field belongs to the device.
-        unsafe { (*self.as_raw()).provider_data as usize }
+    /// The device's token slot in the identifier, read and written only atomically.
+    fn token_slot(&self) -> &AtomicPtr<c_void> {
+        // SAFETY: The identifier is alive for as long as `self` is borrowed, and its
+        // `provider_data` is suitably aligned for an atomic pointer. The connection manager
+        // never touches the field (it belongs to the device), and this module reads and writes
+        // it only through this atomic view, so no access races a non-atomic one.
+        unsafe { AtomicPtr::from_ptr(&raw mut (*self.as_raw()).provider_data) }
     }
 
-    /// Sets the device's token on this identifier.
+    /// The device's token on this identifier (0 until set).
+    pub fn token(&self) -> usize {
+        self.token_slot().load(Ordering::Acquire) as usize
+    }
+
+    /// Sets the device's token on this identifier; sound from any thread, as the token is
+    /// written atomically.
     pub fn set_token(&self, token: usize) {
-        // SAFETY: The identifier is alive; the field belongs to the device, whose operations
-        // on one identifier the connection manager does not run concurrently.
-        unsafe { (*self.as_raw()).provider_data = token as *mut c_void };
+        self.token_slot()
+            .store(token as *mut c_void, Ordering::Release);
     }
 
     /// Takes a counted reference on the identifier, through which the device reports events.
@@ -111,12 +126,6 @@ unsafe impl Send for CmIdRef {}
 unsafe impl Sync for CmIdRef {}
 
 impl CmIdRef {
-    /// The identifier.
-    pub fn id(&self) -> &CmId {
-        // SAFETY: The reference keeps the identifier alive for as long as `self`.
-        unsafe { CmId::from_raw(self.0.as_ptr()) }
-    }
-
     /// Reports `event` to the connection manager; may be called in any context. Private data
     /// is limited to 255 bytes (`EINVAL` beyond).
     pub fn report(&self, event: &CmEvent<'_>) -> Result {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Address handles of RoCE adapters (erdma-hw 3.5, 7.2): the destinations of datagrams, kept by
+//! Address handles of RoCE adapters (erdma_rs_hw 3.5, 7.2): the destinations of datagrams, kept by
 //! the adapter under numbers (AHNs) the driver picks, and the RoCEv2 address vector that
 //! address handles and connected queue pairs share.
 //!
@@ -31,6 +31,10 @@ use crate::{
     formats::low32,
     ibdev::IbData,
     kverbs::AddressHandle,
+    object::{
+        retire,
+        Numbers, //
+    },
     pd::Pd,
 };
 
@@ -83,7 +87,7 @@ impl Ah {
         setup: &AhSetup<'_, T>,
         attr: &AhAttr<'_>,
     ) -> Result<Self> {
-        let ahs = data.ahs.as_ref().ok_or(EOPNOTSUPP)?;
+        let ahs = data.ahs()?;
         if !attr.is_roce() {
             return Err(EINVAL);
         }
@@ -114,7 +118,7 @@ impl Ah {
                 traffic_class: av.tclass,
                 dmac: av.dmac,
             };
-            data.hw.exec(&CreateAh { pdn, ahn, av }, wait)?;
+            data.hw.exec_with(&CreateAh { pdn, ahn, av }, wait)?;
             Ok(addr)
         });
         match created {
@@ -134,21 +138,17 @@ impl Ah {
             pdn: self.pdn,
             ahn: self.ahn,
         };
-        match data.hw.exec(&cmd, wait) {
-            Ok(_) => {
-                if let Some(ahs) = &data.ahs {
-                    ahs.lock().free(self.ahn);
-                }
-            }
-            Err(e) => data.hw.reports.note(
-                data.dev(),
-                fmt!(
-                    "DESTROY_AH {} failed ({}); its number stays taken\n",
-                    self.ahn,
-                    e.to_errno()
-                ),
-            ),
-        }
+        let ahs = data.ahs().ok();
+        retire(
+            &data.hw,
+            &cmd,
+            wait,
+            fmt!("DESTROY_AH {}", self.ahn),
+            // Nothing finds an address handle by its number.
+            || {},
+            ahs.map(|a| (&**a as &dyn Numbers, self.ahn)),
+            None::<()>,
+        );
     }
 
     /// Reports the address.

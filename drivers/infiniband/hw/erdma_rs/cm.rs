@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The iWARP connection manager (erdma-hw 7.1): MPA revision 129 over kernel TCP sockets.
+//! The iWARP connection manager (erdma_rs_hw 7.1): MPA revision 129 over kernel TCP sockets.
 //!
 //! On an iWARP adapter a queue pair reaches RTS only here. The RDMA core's iWARP connection
 //! manager (iw_cm) calls the device's `iw_*` operations; this module makes the TCP connection,
@@ -49,6 +49,7 @@ use kernel::{
     },
     new_condvar, new_mutex, new_spinlock_irq, new_work,
     prelude::*,
+    ratelimit::Ratelimit,
     rbtree::{
         RBTree,
         RBTreeNodeReservation, //
@@ -104,7 +105,7 @@ use crate::{
         Reflush, //
     },
     consts::{
-        iw_state,
+        IwState,
         CC_COMPROMISE,
         MAX_RD_ATOM, //
     },
@@ -121,7 +122,7 @@ use crate::{
     },
 };
 
-/// How long the active side waits for TCP, then for the MPA reply (erdma-hw 7.1).
+/// How long the active side waits for TCP, then for the MPA reply (erdma_rs_hw 7.1).
 const CONNECT_TIMEOUT: Delta = Delta::from_secs(10);
 /// How long an accepted TCP connection has to deliver its MPA request, in seconds.
 const REQUEST_TIMEOUT_SECS: i64 = 20;
@@ -242,8 +243,8 @@ fn send_all(sock: &TcpSocket, frame: &[u8]) -> Result {
 
 /// The connection state of an iWARP queue pair.
 struct Conn {
-    /// The adapter's state of the queue pair, [`iw_state`] (RTR is the driver's only: `rtr`).
-    state: u8,
+    /// The adapter's state of the queue pair (RTR is the driver's only: `rtr`).
+    state: IwState,
     /// Whether the verbs asked for RTR (reported as such until connected).
     rtr: bool,
     /// The connection's endpoint, while one is attached.
@@ -258,7 +259,7 @@ pub(crate) trait IwStateSink: Send + Sync {
     /// The queue pair is now in `state`, as the verbs name it.
     fn iw_state_changed(&self, state: QpState);
     /// The REFLUSH that completes, as flushed, what was posted before it: in a stopped state
-    /// the adapter only notes work posted after it got there (erdma-hw 10.13).
+    /// the adapter only notes work posted after it got there (erdma_rs_hw 10.13).
     fn reflush(&self) -> Reflush;
 }
 
@@ -294,7 +295,7 @@ impl IwQp {
             failed: AtomicBool::new(false),
             irq_ep <- new_spinlock_irq!(None),
             conn <- new_mutex!(Conn {
-                state: iw_state::IDLE,
+                state: IwState::Idle,
                 rtr: false,
                 ep: None,
                 alive: true,
@@ -313,7 +314,7 @@ impl IwQp {
         self.cookie.load(Ordering::Relaxed)
     }
 
-    /// The verbs state the queue pair is in (IDLE reads as INIT, erdma-hw 7.1).
+    /// The verbs state the queue pair is in (IDLE reads as INIT, erdma_rs_hw 7.1).
     pub(crate) fn state(&self) -> QpState {
         self.verbs_state(&self.conn.lock())
     }
@@ -323,17 +324,17 @@ impl IwQp {
             return QpState::Err;
         }
         match conn.state {
-            iw_state::IDLE if conn.rtr => QpState::Rtr,
-            iw_state::IDLE => QpState::Init,
-            iw_state::RTS => QpState::Rts,
-            iw_state::CLOSING => QpState::Sqd,
-            iw_state::TERMINATE => QpState::Sqe,
-            _ => QpState::Err,
+            IwState::Idle if conn.rtr => QpState::Rtr,
+            IwState::Idle => QpState::Init,
+            IwState::Rts => QpState::Rts,
+            IwState::Closing => QpState::Sqd,
+            IwState::Terminate => QpState::Sqe,
+            IwState::Error => QpState::Err,
         }
     }
 
     /// Records the adapter's new `state` and tells the sink.
-    fn set_state(&self, conn: &mut Conn, state: u8) {
+    fn set_state(&self, conn: &mut Conn, state: IwState) {
         conn.state = state;
         if let Some(sink) = &self.sink {
             sink.iw_state_changed(self.verbs_state(conn));
@@ -341,13 +342,13 @@ impl IwQp {
     }
 
     /// Sends the "stop" MODIFY_QP to `state` (CLOSING, TERMINATE or ERROR).
-    fn stop(&self, hw: &dyn CmHw, conn: &mut Conn, state: u8) -> Result {
+    fn stop(&self, hw: &dyn CmHw, conn: &mut Conn, state: IwState) -> Result {
         if !conn.alive {
             return Err(ENODEV);
         }
         let cmd = ModifyQpIwarp {
             cfg: ModifyQpIwarpCfg::zeroed()
-                .with_state(low32(state.into()))
+                .with_state(low32(state.to_raw()))
                 .with_qpn(low32(self.qpn)),
             ..ModifyQpIwarp::new_zeroed()
         };
@@ -364,7 +365,7 @@ impl IwQp {
         }
     }
 
-    /// The verbs' modify: only the state counts (erdma-hw 7.1). RESET and INIT are IDLE, RTR a
+    /// The verbs' modify: only the state counts (erdma_rs_hw 7.1). RESET and INIT are IDLE, RTR a
     /// note, RTS only the connection manager's; SQD closes, SQE terminates, ERR fails the queue
     /// pair, each stopping its connection.
     pub(crate) fn modify(&self, hw: &dyn CmHw, next: QpState) -> Result {
@@ -372,7 +373,7 @@ impl IwQp {
         let target = match next {
             QpState::Reset | QpState::Init | QpState::Rtr => {
                 return match conn.state {
-                    iw_state::IDLE => {
+                    IwState::Idle => {
                         conn.rtr = next == QpState::Rtr;
                         Ok(())
                     }
@@ -381,20 +382,20 @@ impl IwQp {
             }
             // Only a connection takes a queue pair to RTS: there is no TCP stream without one.
             QpState::Rts => {
-                return if conn.state == iw_state::RTS {
+                return if conn.state == IwState::Rts {
                     Ok(())
                 } else {
                     Err(EINVAL)
                 };
             }
-            QpState::Sqd => iw_state::CLOSING,
-            QpState::Sqe => iw_state::TERMINATE,
-            QpState::Err => iw_state::ERROR,
+            QpState::Sqd => IwState::Closing,
+            QpState::Sqe => IwState::Terminate,
+            QpState::Err => IwState::Error,
         };
         let ok = match (conn.state, target) {
-            (iw_state::RTS, _) => true,
-            (iw_state::IDLE, iw_state::ERROR) => true,
-            (iw_state::CLOSING | iw_state::TERMINATE, iw_state::ERROR) => true,
+            (IwState::Rts, _) => true,
+            (IwState::Idle, IwState::Error) => true,
+            (IwState::Closing | IwState::Terminate, IwState::Error) => true,
             (a, b) => a == b,
         };
         if !ok {
@@ -409,7 +410,7 @@ impl IwQp {
         Ok(())
     }
 
-    /// The adapter reported the queue pair failed (an asynchronous event, erdma-hw 4.2: on
+    /// The adapter reported the queue pair failed (an asynchronous event, erdma_rs_hw 4.2: on
     /// iWARP a Terminate from the peer, or a local error): posting sees ERROR at once, and the
     /// connection ends, with CLOSE to iw_cm (as a connection the peer lost would otherwise
     /// never end: rping waits for it). Any context.
@@ -430,8 +431,8 @@ impl IwQp {
             return;
         }
         let mut conn = self.conn.lock();
-        if conn.state != iw_state::IDLE && conn.state != iw_state::ERROR {
-            self.set_state(&mut conn, iw_state::ERROR);
+        if conn.state != IwState::Idle && conn.state != IwState::Error {
+            self.set_state(&mut conn, IwState::Error);
         }
         drop(conn);
         self.flush_posted(hw);
@@ -465,8 +466,8 @@ impl IwQp {
     pub(crate) fn destroy(&self, hw: &dyn CmHw) {
         {
             let mut conn = self.conn.lock();
-            if conn.state != iw_state::ERROR {
-                if let Err(e) = self.stop(hw, &mut conn, iw_state::ERROR) {
+            if conn.state != IwState::Error {
+                if let Err(e) = self.stop(hw, &mut conn, IwState::Error) {
                     dev_warn!(
                         hw.dev(),
                         "QP {}: MODIFY_QP to ERROR before its destruction failed ({})\n",
@@ -502,7 +503,7 @@ impl IwQp {
     /// Attaches `ep` as the queue pair's connection; `EBUSY` if it has one or is not IDLE.
     fn attach(&self, ep: &Arc<Endpoint>) -> Result {
         let mut conn = self.conn.lock();
-        if !conn.alive || conn.ep.is_some() || conn.state != iw_state::IDLE {
+        if !conn.alive || conn.ep.is_some() || conn.state != IwState::Idle {
             return Err(EBUSY);
         }
         conn.ep = Some(ep.clone());
@@ -521,12 +522,12 @@ impl IwQp {
     /// Hands the connection to the adapter (MODIFY_QP to RTS).
     fn to_rts(&self, hw: &dyn CmHw, link: &Link) -> Result {
         let mut conn = self.conn.lock();
-        if !conn.alive || conn.state != iw_state::IDLE {
+        if !conn.alive || conn.state != IwState::Idle {
             return Err(ECONNABORTED);
         }
         let cmd = ModifyQpIwarp {
             cfg: ModifyQpIwarpCfg::zeroed()
-                .with_state(low32(iw_state::RTS.into()))
+                .with_state(low32(IwState::Rts.to_raw()))
                 .with_cc(low32(link.cc.into()))
                 .with_qpn(low32(self.qpn)),
             cookie: link.peer_cookie,
@@ -539,7 +540,7 @@ impl IwQp {
             reserved: 0,
         };
         hw.modify_qp(&cmd)?;
-        self.set_state(&mut conn, iw_state::RTS);
+        self.set_state(&mut conn, IwState::Rts);
         Ok(())
     }
 }
@@ -751,7 +752,10 @@ impl Endpoint {
                     );
                     self.close(hw, &mut inner);
                 }
-                _ => {}
+                // Only the states above arm the timer.
+                EpState::AwaitAccept | EpState::Connected | EpState::Closed => {
+                    hw.cm().unexpected(hw, state, "a timeout");
+                }
             }
             return;
         }
@@ -790,6 +794,8 @@ impl Endpoint {
     /// Active: the TCP connection is made (or failed): send the MPA request.
     fn on_tcp(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
         let Some(sock) = inner.sock.as_ref() else {
+            hw.cm().unexpected(hw, inner.state, "no socket");
+            self.fail_connect(hw, inner, ECONNABORTED, &[]);
             return;
         };
         match sock.state() {
@@ -808,6 +814,8 @@ impl Endpoint {
         inner.local = local;
         inner.remote = remote;
         let Some(cookie) = inner.qp.as_ref().map(|q| q.cookie()) else {
+            hw.cm().unexpected(hw, inner.state, "no queue pair");
+            self.fail_connect(hw, inner, ECONNABORTED, &[]);
             return;
         };
         let sent = build_frame(&MPA_KEY_REQ, false, cookie, hw.cc(), &inner.pd)
@@ -878,6 +886,9 @@ impl Endpoint {
 
     fn on_reply_complete(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
         let Some(peer) = inner.peer.as_ref() else {
+            hw.cm()
+                .unexpected(hw, inner.state, "a reply without its header");
+            self.fail_connect(hw, inner, ECONNABORTED, &[]);
             return;
         };
         let (reject, peer_cookie, peer_cc) = (peer.flags.reject(), peer.cookie, peer.cc);
@@ -898,6 +909,9 @@ impl Endpoint {
             return;
         }
         let (Some(sock), Some(qp)) = (inner.sock.as_ref(), inner.qp.clone()) else {
+            hw.cm()
+                .unexpected(hw, inner.state, "no socket or queue pair");
+            self.fail_connect(hw, inner, ECONNABORTED, &[]);
             return;
         };
         let seq = sock.seq();
@@ -978,7 +992,7 @@ impl Endpoint {
         (ev.ird, ev.ord) = (MAX_RD_ATOM as u8, MAX_RD_ATOM as u8);
         inner.state = EpState::AwaitAccept;
         // Reported: it no longer counts against the listener's backlog.
-        hw.cm().update(inner.token, |e| e.reported = true);
+        hw.cm().reported(inner.token);
         let reported = listener.report(&ev);
         if reported.is_err() {
             self.close(hw, inner);
@@ -1005,8 +1019,8 @@ impl Endpoint {
     fn peer_close(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
         if let Some(qp) = inner.qp.as_ref() {
             let mut conn = qp.conn.lock();
-            if conn.state == iw_state::RTS {
-                let _ = qp.stop(hw, &mut conn, iw_state::CLOSING);
+            if conn.state == IwState::Rts {
+                let _ = qp.stop(hw, &mut conn, IwState::Closing);
             }
         }
         if let Some(id) = inner.id.as_ref() {
@@ -1035,13 +1049,19 @@ impl Endpoint {
                 }
                 self.close(hw, inner);
             }
-            _ => {}
+            // A passive endpoint has its queue pair only once accepted (Connected).
+            EpState::AwaitRequest | EpState::AwaitAccept => {
+                hw.cm()
+                    .unexpected(hw, inner.state, "a local close before accept");
+                self.close(hw, inner);
+            }
+            EpState::Closed => {}
         }
     }
 
     /// Ends the endpoint: everything it holds goes.
     fn close(self: &Arc<Self>, hw: &dyn CmHw, inner: &mut Inner) {
-        hw.cm().remove(self);
+        hw.cm().remove(inner.token);
         Self::release(self, inner);
     }
 
@@ -1178,22 +1198,62 @@ struct Entry {
     reported: bool,
 }
 
-/// The tables of a [`Cm`].
+/// A listener in the table, with the endpoints it accepted that are not accepted by iw_cm yet.
+struct ListenerEntry {
+    listener: Arc<Listener>,
+    /// The tokens of its endpoints not accepted yet.
+    children: RBTree<usize, ()>,
+    /// How many of them have not had their request reported (the backlog's count).
+    unreported: usize,
+}
+
+/// The tables of a [`Cm`]: endpoints and listeners by token, each listener with its children.
+/// Every operation is a lookup by token, never a scan.
 struct Tables {
     next_token: usize,
     /// Every live endpoint, by token.
     endpoints: RBTree<usize, Entry>,
     /// Every listener, by token.
-    listeners: RBTree<usize, Arc<Listener>>,
+    listeners: RBTree<usize, ListenerEntry>,
+}
+
+impl Tables {
+    /// A fresh token.
+    fn token(&mut self) -> usize {
+        let token = self.next_token;
+        self.next_token = self.next_token.wrapping_add(1).max(1);
+        token
+    }
+
+    /// Endpoint `token` leaves its listener's children (accepted, or gone).
+    fn unlink_child(&mut self, token: usize) {
+        let Some(e) = self.endpoints.get_mut(&token) else {
+            return;
+        };
+        let Some(l) = e.listener.take() else {
+            return;
+        };
+        let reported = e.reported;
+        if let Some(le) = self.listeners.get_mut(&l) {
+            if le.children.remove(&token).is_some() && !reported {
+                le.unreported -= 1;
+            }
+        }
+    }
 }
 
 /// The connection manager of one iWARP device: its work queue and its endpoints and
 /// listeners. Dropping it closes what is left, then runs what is queued.
+///
+/// The tables are under a mutex: only the connection manager's work and the iw_cm operations
+/// (process context) use them; socket callbacks and timers only queue work.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Cm {
     #[pin]
-    tables: SpinLockIrq<Tables>,
+    tables: Mutex<Tables>,
     queue: OwnedQueue,
+    /// The rate of [`Cm::unexpected`]'s reports.
+    limit: Ratelimit,
 }
 
 impl Cm {
@@ -1201,27 +1261,45 @@ impl Cm {
     pub(crate) fn new() -> Result<impl PinInit<Self, Error>> {
         let queue = OwnedQueue::new_ordered(c"erdma_rs_cm")?;
         Ok(try_pin_init!(Self {
-            tables <- new_spinlock_irq!(Tables {
+            tables <- new_mutex!(Tables {
                 next_token: 1,
                 endpoints: RBTree::new(),
                 listeners: RBTree::new(),
             }),
             queue,
+            limit: Ratelimit::new(Ratelimit::DEFAULT_INTERVAL, Ratelimit::DEFAULT_BURST),
         }? Error))
     }
 
-    /// A fresh token.
-    fn token(t: &mut Tables) -> usize {
-        let token = t.next_token;
-        t.next_token = t.next_token.wrapping_add(1).max(1);
-        token
+    /// Reports, rate-limited, `what` the state machine found in `state` that it never leads
+    /// to (the endpoint then ends): a bug, never ignored in silence.
+    fn unexpected(&self, hw: &dyn CmHw, state: EpState, what: &str) {
+        if let Some(missed) = self.limit.check() {
+            if missed > 0 {
+                dev_warn!(hw.dev(), "iWARP CM: {missed} reports suppressed\n");
+            }
+            dev_warn!(
+                hw.dev(),
+                "iWARP CM: unexpected {what} in endpoint state {state:?}; the endpoint ends\n"
+            );
+        }
     }
 
-    /// Enters `ep` (from `listener`, if passive) into the table; returns its token.
+    /// Enters `ep` (from `listener`, if passive) into the table; returns its token. `ENOENT` if
+    /// the listener is gone.
     fn insert(&self, ep: &Arc<Endpoint>, listener: Option<usize>) -> Result<usize> {
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        let child = match listener {
+            Some(_) => Some(RBTreeNodeReservation::new(GFP_KERNEL)?),
+            None => None,
+        };
         let mut t = self.tables.lock();
-        let token = Self::token(&mut t);
+        let token = t.token();
+        if let (Some(l), Some(child)) = (listener, child) {
+            let le = t.listeners.get_mut(&l).ok_or(ENOENT)?;
+            le.children.insert(child.into_node(token, ()));
+            le.unreported += 1;
+        }
         t.endpoints.insert(node.into_node(
             token,
             Entry {
@@ -1233,46 +1311,81 @@ impl Cm {
         Ok(token)
     }
 
-    /// Takes `ep` out of the table.
-    fn remove(&self, ep: &Endpoint) {
+    /// Takes endpoint `token` out of the tables.
+    fn remove(&self, token: usize) {
         let removed = {
             let mut t = self.tables.lock();
-            let key = t
-                .endpoints
-                .iter()
-                .find(|(_, e)| core::ptr::eq(&*e.ep, ep))
-                .map(|(k, _)| *k);
-            key.and_then(|k| t.endpoints.remove(&k))
+            t.unlink_child(token);
+            t.endpoints.remove(&token)
         };
         drop(removed);
     }
 
-    /// Applies `f` to the entry of endpoint `token`, if the endpoint is still there.
-    fn update(&self, token: usize, f: impl FnOnce(&mut Entry)) {
-        if let Some(e) = self.tables.lock().endpoints.get_mut(&token) {
-            f(e);
+    /// Endpoint `token`'s request was reported to iw_cm: it no longer counts against its
+    /// listener's backlog.
+    fn reported(&self, token: usize) {
+        let mut t = self.tables.lock();
+        let Some(e) = t.endpoints.get_mut(&token) else {
+            return;
+        };
+        if core::mem::replace(&mut e.reported, true) {
+            return;
         }
+        if let Some(l) = e.listener {
+            if let Some(le) = t.listeners.get_mut(&l) {
+                le.unreported -= 1;
+            }
+        }
+    }
+
+    /// Endpoint `token` was accepted: it outlives its listener.
+    fn accepted(&self, token: usize) {
+        self.tables.lock().unlink_child(token);
     }
 
     /// How many endpoints of listener `token` have not been reported yet.
     fn pending_of(&self, token: usize) -> usize {
         self.tables
             .lock()
-            .endpoints
-            .values()
-            .filter(|e| e.listener == Some(token) && !e.reported)
-            .count()
+            .listeners
+            .get(&token)
+            .map_or(0, |le| le.unreported)
     }
 
-    /// An endpoint of listener `token` not accepted yet, taken from the listener.
-    fn take_unaccepted(&self, token: usize) -> Option<Arc<Endpoint>> {
+    /// Enters listener `l` under a fresh token, which it is told.
+    fn insert_listener(
+        &self,
+        make: impl FnOnce(usize) -> Result<Arc<Listener>>,
+    ) -> Result<Arc<Listener>> {
+        let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         let mut t = self.tables.lock();
-        let e = t
-            .endpoints
-            .values_mut()
-            .find(|e| e.listener == Some(token))?;
-        e.listener = None;
-        Some(e.ep.clone())
+        let token = t.token();
+        let l = make(token)?;
+        t.listeners.insert(node.into_node(
+            token,
+            ListenerEntry {
+                listener: l.clone(),
+                children: RBTree::new(),
+                unreported: 0,
+            },
+        ));
+        Ok(l)
+    }
+
+    /// Takes listener `token` out of the tables, with its endpoints not accepted yet, which
+    /// leave it.
+    fn remove_listener(&self, token: usize) -> Option<(Arc<Listener>, KVec<Arc<Endpoint>>)> {
+        let mut t = self.tables.lock();
+        let le = t.listeners.remove(&token)?;
+        let mut children = KVec::new();
+        for (child, ()) in le.children.iter() {
+            if let Some(e) = t.endpoints.get_mut(child) {
+                e.listener = None;
+                // Dropping one that did not fit only leaves it to its own timer.
+                let _ = children.push(e.ep.clone(), GFP_KERNEL);
+            }
+        }
+        Some((le.listener, children))
     }
 
     /// The endpoint iw_cm knows by `token`.
@@ -1297,8 +1410,8 @@ impl PinnedDrop for Cm {
                 core::mem::replace(&mut t.listeners, RBTree::new()),
             )
         };
-        for (_, l) in listeners.iter() {
-            l.stop();
+        for (_, le) in listeners.iter() {
+            le.listener.stop();
         }
         for (_, e) in endpoints.iter() {
             e.ep.abandon();
@@ -1401,7 +1514,7 @@ pub(crate) fn accept(hw: &dyn CmHw, id: &CmId, param: &ConnParam<'_>, qp: Arc<Iw
         let seq = sock.seq();
         let own = hw.cc();
         // The reply goes out through the socket after the adapter took the connection over:
-        // the adapter starts after it (erdma-hw 7.1, 10.14).
+        // the adapter starts after it (erdma_rs_hw 7.1, 10.14).
         // CAST: at most 28 + 255 bytes.
         let link = Link {
             local: inner.local,
@@ -1421,7 +1534,7 @@ pub(crate) fn accept(hw: &dyn CmHw, id: &CmId, param: &ConnParam<'_>, qp: Arc<Iw
     }
     inner.state = EpState::Connected;
     // Accepted: it outlives its listener.
-    hw.cm().update(inner.token, |e| e.listener = None);
+    hw.cm().accepted(inner.token);
     let cm_id = id.get();
     let mut ev = CmEvent::new(CmEventKind::Established, inner.local, inner.remote);
     // CAST: 128.
@@ -1461,27 +1574,20 @@ pub(crate) fn create_listen(
         sock.bind_to_device(ifindex)?;
     }
     sock.bind(local)?;
-    let token = {
-        let mut t = hw.cm().tables.lock();
-        Cm::token(&mut t)
-    };
-    let l = Arc::pin_init(
-        try_pin_init!(Listener {
-            dev,
-            id: id.get(),
-            token,
-            backlog,
-            work <- new_work!("erdma_rs::cm::Listener::work"),
-            sock <- new_mutex!(None),
-        }? Error),
-        GFP_KERNEL,
-    )?;
-    let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
-    hw.cm()
-        .tables
-        .lock()
-        .listeners
-        .insert(node.into_node(token, l.clone()));
+    let l = hw.cm().insert_listener(|token| {
+        Arc::pin_init(
+            try_pin_init!(Listener {
+                dev,
+                id: id.get(),
+                token,
+                backlog,
+                work <- new_work!("erdma_rs::cm::Listener::work"),
+                sock <- new_mutex!(None),
+            }? Error),
+            GFP_KERNEL,
+        )
+    })?;
+    let token = l.token;
     let started = (|| -> Result {
         sock.watch(l.clone())?;
         sock.listen(backlog.max(MIN_BACKLOG))?;
@@ -1489,7 +1595,7 @@ pub(crate) fn create_listen(
         Ok(())
     })();
     if let Err(e) = started {
-        drop(hw.cm().tables.lock().listeners.remove(&token));
+        drop(hw.cm().remove_listener(token));
         return Err(e);
     }
     id.set_token(token);
@@ -1502,17 +1608,10 @@ pub(crate) fn create_listen(
 /// destroys, so a reported request may never be answered; and, as with a TCP listener's queue,
 /// a request nobody accepted does not outlive its listener.
 pub(crate) fn destroy_listen(hw: &dyn CmHw, id: &CmId) -> Result {
-    let token = id.token();
-    let l = hw
-        .cm()
-        .tables
-        .lock()
-        .listeners
-        .remove(&token)
-        .ok_or(EINVAL)?;
+    let (l, children) = hw.cm().remove_listener(id.token()).ok_or(EINVAL)?;
     l.stop();
     // No endpoint joins the listener now: the socket that accepted them is gone.
-    while let Some(ep) = hw.cm().take_unaccepted(token) {
+    for ep in children {
         let mut inner = ep.inner.lock();
         match inner.state {
             EpState::AwaitRequest => ep.close(hw, &mut inner),
@@ -1520,7 +1619,7 @@ pub(crate) fn destroy_listen(hw: &dyn CmHw, id: &CmId) -> Result {
                 ep.send_reject(hw, &inner, &[]);
                 ep.close(hw, &mut inner);
             }
-            // Accepted (or closed) while the table was read.
+            // Accepted (or closed) since the listener was removed.
             _ => {}
         }
     }
@@ -1531,7 +1630,7 @@ pub(crate) fn destroy_listen(hw: &dyn CmHw, id: &CmId) -> Result {
 mod tests {
     use super::*;
 
-    /// A frame as erdma-hw 7.1 lays it out, written by hand.
+    /// A frame as erdma_rs_hw 7.1 lays it out, written by hand.
     fn frame(key: &[u8; 16], flags: u8, rev: u8, pd_len: u16, cookie: u32, ext: u32) -> KVec<u8> {
         let mut f = KVec::new();
         f.extend_from_slice(key, GFP_KERNEL).unwrap();
@@ -1607,11 +1706,11 @@ mod tests {
 
     #[test]
     fn modify_qp_rts_image() {
-        // erdma-hw 3.5: @8 state 31:24, CC 23:20, QPN 19:0; @12 cookie; @16 BE daddr;
+        // erdma_rs_hw 3.5: @8 state 31:24, CC 23:20, QPN 19:0; @12 cookie; @16 BE daddr;
         // @20 BE saddr; @24 BE sport; @26 BE dport; @28 SND.NXT; @32 RCV.NXT.
         let cmd = ModifyQpIwarp {
             cfg: ModifyQpIwarpCfg::zeroed()
-                .with_state(low32(iw_state::RTS.into()))
+                .with_state(low32(IwState::Rts.to_raw()))
                 .with_cc(low32(1))
                 .with_qpn(low32(0x12345)),
             cookie: 0xaabb_ccdd,

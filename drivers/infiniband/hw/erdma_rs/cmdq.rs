@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The command queue (erdma-hw 3): a submission ring of 128-byte commands, a completion ring of
+//! The command queue (erdma_rs_hw 3): a submission ring of 128-byte commands, a completion ring of
 //! 32-byte big-endian entries, and an event queue that signals completions on vector 0 once the
 //! completion ring is armed.
 //!
@@ -10,6 +10,8 @@
 //! [`Cmdq::handle_interrupt`] and sleeping callers are woken. A command that does not complete
 //! within [`TIMEOUT`] disables the queue: every later command fails with `ENODEV`, as the
 //! adapter's state is then unknown.
+
+use core::marker::PhantomData;
 
 use kernel::{
     device,
@@ -30,6 +32,7 @@ use kernel::{
         SpinLockIrq,
         SpinLockIrqGuard, //
     },
+    task::might_sleep,
     time::{
         delay::{
             fsleep,
@@ -46,7 +49,7 @@ use crate::{
     commands::{
         CmdHeader,
         Command,
-        Response, //
+        Reply, //
     },
     consts::{
         CQE_SIZE,
@@ -105,14 +108,15 @@ pub(crate) enum Wait {
 /// A command's outcome as the adapter reported it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Outcome {
-    Success(Response),
+    /// The two response words.
+    Success([u64; 2]),
     Status(u8),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Slot {
     Free,
-    /// Posted, not completed; `State::pos_slot` knows where.
+    /// Posted, not completed; `Slots::pos_slot` knows where.
     Busy,
     Done(Outcome),
     /// Its waiter gave up; the slot is freed when (if ever) the completion arrives.
@@ -124,28 +128,112 @@ fn cmd_pos(index: u16) -> usize {
     usize::from(index / CMD_WQEBBS) % MAX_OUTSTANDING
 }
 
-struct State {
+/// Why a completion was refused: the adapter named a command that is not in flight there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BadCompletion {
+    /// No command in flight starts at that index.
+    NotInFlight,
+    /// The index is not a command's start, or the header there names another slot.
+    Mismatch,
+}
+
+/// The wait slots and where their commands sit in the submission ring: the command queue's
+/// state machine, without the hardware (KUnit drives it directly).
+///
+/// A slot is `Free`, then `Busy` from its posting until its completion, then `Done` until its
+/// waiter collects it; a waiter that gives up leaves it `Abandoned`, freed by its completion.
+/// A ring position is taken from posting to completion: the next command waits for the
+/// position as well as for a free slot.
+struct Slots {
     /// Submission producer index, in WQEBBs (16-bit, as in the header).
     sq_pi: u16,
-    /// Completion consumer index.
-    cq_ci: u32,
-    /// Completion events consumed, for the arm doorbell.
-    cmdsn: u32,
     slots: [Slot; MAX_OUTSTANDING],
     /// For each submission-ring position (in commands), the slot of the command posted there
     /// that has not completed yet.
     pos_slot: [Option<u8>; MAX_OUTSTANDING],
-    interrupts: bool,
-    disabled: bool,
 }
 
-impl State {
+impl Slots {
+    const fn new() -> Self {
+        Self {
+            sq_pi: 0,
+            slots: [Slot::Free; MAX_OUTSTANDING],
+            pos_slot: [None; MAX_OUTSTANDING],
+        }
+    }
+
+    /// A slot for the next command, if one is free and the next ring position is too.
     fn free_slot(&self) -> Option<usize> {
         if self.pos_slot[cmd_pos(self.sq_pi)].is_some() {
             return None;
         }
         self.slots.iter().position(|s| *s == Slot::Free)
     }
+
+    /// Takes `slot` (from [`Slots::free_slot`]) for a command at the producer index; returns
+    /// the index the command starts at and the producer index after it.
+    fn post(&mut self, slot: usize) -> (u16, u16) {
+        let pi = self.sq_pi;
+        let next = pi.wrapping_add(CMD_WQEBBS);
+        self.slots[slot] = Slot::Busy;
+        // CAST: `slot` < `MAX_OUTSTANDING` = 128.
+        self.pos_slot[cmd_pos(pi)] = Some(slot as u8);
+        self.sq_pi = next;
+        (pi, next)
+    }
+
+    /// The slot of the command in flight at ring index `start`, if any.
+    fn in_flight(&self, start: u16) -> Option<usize> {
+        self.pos_slot[cmd_pos(start)].map(usize::from)
+    }
+
+    /// Records the completion of the command that started at `start`, whose header there
+    /// carries `cookie` (the slot it was posted from).
+    fn complete(
+        &mut self,
+        start: u16,
+        cookie: Option<u64>,
+        outcome: Outcome,
+    ) -> core::result::Result<(), BadCompletion> {
+        let slot = self.in_flight(start).ok_or(BadCompletion::NotInFlight)?;
+        if cookie != Some(slot as u64) || !start.is_multiple_of(CMD_WQEBBS) {
+            return Err(BadCompletion::Mismatch);
+        }
+        self.pos_slot[cmd_pos(start)] = None;
+        self.slots[slot] = match self.slots[slot] {
+            Slot::Abandoned => Slot::Free,
+            _ => Slot::Done(outcome),
+        };
+        Ok(())
+    }
+
+    /// Collects the outcome of `slot` once it completed, freeing it.
+    fn collect(&mut self, slot: usize) -> Option<Outcome> {
+        let Slot::Done(outcome) = self.slots[slot] else {
+            return None;
+        };
+        self.slots[slot] = Slot::Free;
+        Some(outcome)
+    }
+
+    /// Lets go of `slot` without its outcome: freed now if it completed, else by its
+    /// completion.
+    fn abandon(&mut self, slot: usize) {
+        self.slots[slot] = match self.slots[slot] {
+            Slot::Busy | Slot::Abandoned => Slot::Abandoned,
+            Slot::Done(_) | Slot::Free => Slot::Free,
+        };
+    }
+}
+
+struct State {
+    slots: Slots,
+    /// Completion consumer index.
+    cq_ci: u32,
+    /// Completion events consumed, for the arm doorbell.
+    cmdsn: u32,
+    interrupts: bool,
+    disabled: bool,
 }
 
 /// The command queue.
@@ -192,11 +280,9 @@ impl Cmdq {
             cq_db,
             eq <- new_spinlock_irq!(eq),
             state <- new_spinlock_irq!(State {
-                sq_pi: 0,
+                slots: Slots::new(),
                 cq_ci: 0,
                 cmdsn: 0,
-                slots: [Slot::Free; MAX_OUTSTANDING],
-                pos_slot: [None; MAX_OUTSTANDING],
                 interrupts: false,
                 disabled: false,
             }),
@@ -232,38 +318,36 @@ impl Cmdq {
         self.cq_db.ring(bar, Self::cq_arm_value(&state));
     }
 
-    /// Runs `cmd` and returns the adapter's response.
+    /// Posts `cmd` and returns its pending completion, to be waited for with
+    /// [`Pending::wait`]. With [`Wait::Sleep`] (process context only) a full queue is waited
+    /// for by sleeping, with [`Wait::Poll`] by busy-polling.
     ///
-    /// Fails with `EIO` if the adapter reports an error status, `ETIMEDOUT` if it does not
-    /// answer within [`TIMEOUT`] (which disables the queue), and `ENODEV` once disabled.
-    pub(crate) fn exec<C: Command>(
-        &self,
-        dev: &device::Device,
-        reports: &DeviceReports,
-        bar: &Bar0<'_>,
+    /// Fails with `ENODEV` once the queue is disabled and `EBUSY` if no slot frees up within
+    /// [`TIMEOUT`].
+    pub(crate) fn submit<'a, C: Command>(
+        &'a self,
+        ctx: CmdCtx<'a>,
         cmd: &C,
         wait: Wait,
-    ) -> Result<Response> {
-        let budget = TimeBudget::start();
-        let slot = self.post(dev, reports, bar, cmd, wait, &budget)?;
-        match self.wait_for(dev, reports, slot, wait, &budget)? {
-            Outcome::Success(resp) => Ok(resp),
-            Outcome::Status(status) => {
-                reports.report(
-                    dev,
-                    fmt!("command {} failed with status {:#x}\n", C::NAME, status),
-                );
-                Err(EIO)
-            }
+    ) -> Result<Pending<'a, C>> {
+        if wait == Wait::Sleep {
+            might_sleep();
         }
+        let budget = TimeBudget::start();
+        let slot = self.post(ctx, cmd, wait, &budget)?;
+        Ok(Pending {
+            cmdq: self,
+            ctx,
+            slot: Some(slot),
+            budget,
+            _cmd: PhantomData,
+        })
     }
 
     /// Posts `cmd` into a free slot, waiting for one if all are busy.
     fn post<C: Command>(
         &self,
-        dev: &device::Device,
-        reports: &DeviceReports,
-        bar: &Bar0<'_>,
+        ctx: CmdCtx<'_>,
         cmd: &C,
         wait: Wait,
         budget: &TimeBudget,
@@ -280,8 +364,8 @@ impl Cmdq {
             if state.disabled {
                 return Err(ENODEV);
             }
-            if let Some(slot) = state.free_slot() {
-                let pi = state.sq_pi;
+            if let Some(slot) = state.slots.free_slot() {
+                let pi = state.slots.sq_pi;
                 let next = pi.wrapping_add(CMD_WQEBBS);
                 let header = CmdHeader::zeroed()
                     .with_wqebb_index(next)
@@ -292,25 +376,22 @@ impl Cmdq {
                     .with_wqebbs_minus_one(low64(u64::from(CMD_WQEBBS - 1)));
                 let base = usize::from(pi % SQ_DEPTH) * WQEBB_WORDS;
                 self.write_slot(base, header, body)?;
-                state.slots[slot] = Slot::Busy;
-                // CAST: `slot` < 128.
-                state.pos_slot[cmd_pos(pi)] = Some(slot as u8);
-                state.sq_pi = next;
+                state.slots.post(slot);
                 self.sq_db
-                    .ring(bar, CmdqSqDoorbell::zeroed().with_pi(next).into_raw());
+                    .ring(ctx.bar, CmdqSqDoorbell::zeroed().with_pi(next).into_raw());
                 return Ok(slot);
             }
             // All slots (or the next ring position) are busy: wait for a completion.
             if budget.spent() {
                 dev_err!(
-                    dev,
+                    ctx.dev,
                     "command queue full for {} s\n",
                     TIMEOUT.as_millis() / 1000
                 );
                 return Err(EBUSY);
             }
-            state = self.await_progress(dev, reports, state, wait, budget, |st| {
-                st.free_slot().is_some()
+            state = self.await_progress(ctx, state, wait, budget, |st| {
+                st.slots.free_slot().is_some()
             });
         }
     }
@@ -327,29 +408,25 @@ impl Cmdq {
     /// Waits until slot `slot` completes, and frees it.
     fn wait_for(
         &self,
-        dev: &device::Device,
-        reports: &DeviceReports,
+        ctx: CmdCtx<'_>,
         slot: usize,
         wait: Wait,
         budget: &TimeBudget,
     ) -> Result<Outcome> {
         let mut state = self.state.lock();
         loop {
-            if let Slot::Done(outcome) = state.slots[slot] {
-                state.slots[slot] = Slot::Free;
+            if let Some(outcome) = state.slots.collect(slot) {
                 drop(state);
                 // Somebody may be waiting for a free slot.
                 self.done.notify_all();
                 return Ok(outcome);
             }
             if budget.spent() {
-                if state.slots[slot] == Slot::Busy {
-                    state.slots[slot] = Slot::Abandoned;
-                }
+                state.slots.abandon(slot);
                 state.disabled = true;
                 drop(state);
                 dev_err!(
-                    dev,
+                    ctx.dev,
                     "command timed out after {} s: the command queue is disabled; rebind the \
                      driver to recover\n",
                     TIMEOUT.as_millis() / 1000
@@ -357,10 +434,17 @@ impl Cmdq {
                 self.done.notify_all();
                 return Err(ETIMEDOUT);
             }
-            state = self.await_progress(dev, reports, state, wait, budget, |st| {
-                matches!(st.slots[slot], Slot::Done(_))
+            state = self.await_progress(ctx, state, wait, budget, |st| {
+                matches!(st.slots.slots[slot], Slot::Done(_))
             });
         }
+    }
+
+    /// Lets go of slot `slot` without waiting: freed now if it completed, else when (if ever)
+    /// its completion arrives.
+    fn abandon(&self, slot: usize) {
+        self.state.lock().slots.abandon(slot);
+        self.done.notify_all();
     }
 
     /// Waits for completions to make progress: in interrupt mode and process context, sleeps
@@ -368,8 +452,7 @@ impl Cmdq {
     /// and, unless `ready` then holds, pauses with the lock dropped.
     fn await_progress<'a>(
         &'a self,
-        dev: &device::Device,
-        reports: &DeviceReports,
+        ctx: CmdCtx<'_>,
         mut state: SpinLockIrqGuard<'a, State>,
         wait: Wait,
         budget: &TimeBudget,
@@ -379,7 +462,7 @@ impl Cmdq {
             let _ = self.done.wait_timeout(&mut state, budget.jiffies_left());
             return state;
         }
-        self.poll_cq(dev, reports, &mut state);
+        self.poll_cq(ctx.dev, ctx.reports, &mut state);
         if ready(&state) {
             return state;
         }
@@ -426,7 +509,7 @@ impl Cmdq {
     fn poll_cq(&self, dev: &device::Device, reports: &DeviceReports, state: &mut State) {
         while let Ok(Some(cqe)) = self.next_cqe(state) {
             let status = cqe.header().status().get();
-            let resp = Response(cqe.response());
+            let resp = cqe.response();
             self.complete(dev, reports, state, cqe.sq_index.get(), status, resp);
         }
     }
@@ -453,43 +536,34 @@ impl Cmdq {
         state: &mut State,
         start: u32,
         status: u32,
-        resp: Response,
+        resp: [u64; 2],
     ) {
         // CAST: masked to the 16-bit index space of the submission ring.
         let start = (start & 0xffff) as u16;
-        let pos = cmd_pos(start);
-        let Some(slot) = state.pos_slot[pos].map(usize::from) else {
-            reports.report(
-                dev,
-                fmt!("completion for command index {start}, which is not in flight\n"),
-            );
-            return;
-        };
-        // The header's cookie must name the same slot: a mismatch means the adapter echoed a
-        // wrong index.
+        // The header's cookie must name the slot posted there: a mismatch means the adapter
+        // echoed a wrong index.
         let base = usize::from(start % SQ_DEPTH) * WQEBB_WORDS;
         let cookie = self
             .read_sq(base)
-            .map(|h| CmdHeader::from_raw(h).cookie().get())
-            .unwrap_or(u64::MAX);
-        if cookie != slot as u64 || !start.is_multiple_of(CMD_WQEBBS) {
-            reports.report(
-                dev,
-                fmt!("completion at command index {start} does not match its command\n"),
-            );
-            return;
-        }
-        state.pos_slot[pos] = None;
+            .ok()
+            .map(|h| CmdHeader::from_raw(h).cookie().get());
         let outcome = if status == 0 {
             Outcome::Success(resp)
         } else {
             // CAST: the status is an 8-bit field.
             Outcome::Status(status as u8)
         };
-        state.slots[slot] = match state.slots[slot] {
-            Slot::Abandoned => Slot::Free,
-            _ => Slot::Done(outcome),
-        };
+        match state.slots.complete(start, cookie, outcome) {
+            Ok(()) => {}
+            Err(BadCompletion::NotInFlight) => reports.report(
+                dev,
+                fmt!("completion for command index {start}, which is not in flight\n"),
+            ),
+            Err(BadCompletion::Mismatch) => reports.report(
+                dev,
+                fmt!("completion at command index {start} does not match its command\n"),
+            ),
+        }
     }
 
     fn read_sq(&self, word: usize) -> Result<u64> {
@@ -509,6 +583,61 @@ impl Cmdq {
             .with_cmdsn(low64(state.cmdsn.into()))
             .with_seq(low64(state.cmdsn.into()))
             .into_raw()
+    }
+}
+
+/// What posting and waiting need of the adapter: its device (for messages), its report
+/// counters and its registers (for doorbells).
+#[derive(Clone, Copy)]
+pub(crate) struct CmdCtx<'a> {
+    pub(crate) dev: &'a device::Device,
+    pub(crate) reports: &'a DeviceReports,
+    pub(crate) bar: &'a Bar0<'a>,
+}
+
+/// A command posted by [`Cmdq::submit`] whose completion has not been collected. Dropping it
+/// without [`Pending::wait`] abandons the command: its slot is freed when it completes, and a
+/// failure is then only counted.
+#[must_use = "a posted command is abandoned unless waited for"]
+pub(crate) struct Pending<'a, C: Command> {
+    cmdq: &'a Cmdq,
+    ctx: CmdCtx<'a>,
+    /// `None` once waited for.
+    slot: Option<usize>,
+    budget: TimeBudget,
+    _cmd: PhantomData<C>,
+}
+
+impl<C: Command> Pending<'_, C> {
+    /// Waits for the command to complete and decodes its reply. [`Wait::Sleep`] only where
+    /// sleeping is allowed.
+    ///
+    /// Fails with `EIO` if the adapter reports an error status, `ETIMEDOUT` if it does not
+    /// answer within [`TIMEOUT`] of its posting (which disables the queue), and `ENODEV` once
+    /// disabled.
+    pub(crate) fn wait(mut self, wait: Wait) -> Result<C::Reply> {
+        if wait == Wait::Sleep {
+            might_sleep();
+        }
+        let slot = self.slot.take().ok_or(EINVAL)?;
+        match self.cmdq.wait_for(self.ctx, slot, wait, &self.budget)? {
+            Outcome::Success(words) => Ok(C::Reply::decode(words)),
+            Outcome::Status(status) => {
+                self.ctx.reports.report(
+                    self.ctx.dev,
+                    fmt!("command {} failed with status {:#x}\n", C::NAME, status),
+                );
+                Err(EIO)
+            }
+        }
+    }
+}
+
+impl<C: Command> Drop for Pending<'_, C> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            self.cmdq.abandon(slot);
+        }
     }
 }
 
@@ -539,5 +668,141 @@ impl TimeBudget {
         let left = TIMEOUT - self.start.elapsed();
         // CAST: `left` is at most 15 s; negative values wait for one jiffy.
         msecs_to_jiffies(left.as_millis_ceil().max(1) as u32)
+    }
+}
+
+#[kunit_tests(erdma_rs_cmdq)]
+mod tests {
+    use super::*;
+
+    fn reply(n: u64) -> Outcome {
+        Outcome::Success([n, 0])
+    }
+
+    /// Takes a free slot and posts into it; returns the slot and the command's start index.
+    fn post(s: &mut Slots) -> Result<(usize, u16)> {
+        let slot = s.free_slot().ok_or(EBUSY)?;
+        Ok((slot, s.post(slot).0))
+    }
+
+    fn cookie(slot: usize) -> Option<u64> {
+        Some(slot as u64)
+    }
+
+    #[test]
+    fn a_command_completes_once_and_its_slot_comes_back() -> Result {
+        let mut s = Slots::new();
+        let (slot, start) = post(&mut s)?;
+        assert_eq!(start, 0);
+        assert_eq!(s.sq_pi, CMD_WQEBBS);
+        assert_eq!(s.collect(slot), None);
+        assert_eq!(s.complete(start, cookie(slot), reply(7)), Ok(()));
+        // The same completion again names nothing in flight.
+        assert_eq!(
+            s.complete(start, cookie(slot), reply(8)),
+            Err(BadCompletion::NotInFlight)
+        );
+        assert_eq!(s.collect(slot), Some(reply(7)));
+        assert_eq!(s.collect(slot), None);
+        assert_eq!(s.free_slot(), Some(slot));
+        Ok(())
+    }
+
+    #[test]
+    fn out_of_order_completions_reach_their_own_waiters() -> Result {
+        let mut s = Slots::new();
+        let (a, sa) = post(&mut s)?;
+        let (b, sb) = post(&mut s)?;
+        let (c, sc) = post(&mut s)?;
+        assert!(a != b && b != c && a != c);
+        assert_eq!(s.complete(sc, cookie(c), reply(3)), Ok(()));
+        assert_eq!(s.complete(sa, cookie(a), Outcome::Status(5)), Ok(()));
+        assert_eq!(s.complete(sb, cookie(b), reply(2)), Ok(()));
+        assert_eq!(s.collect(b), Some(reply(2)));
+        assert_eq!(s.collect(a), Some(Outcome::Status(5)));
+        assert_eq!(s.collect(c), Some(reply(3)));
+        Ok(())
+    }
+
+    #[test]
+    fn a_wrong_cookie_or_index_is_refused_and_changes_nothing() -> Result {
+        let mut s = Slots::new();
+        let (slot, start) = post(&mut s)?;
+        let other = slot + 1;
+        assert_eq!(
+            s.complete(start, cookie(other), reply(1)),
+            Err(BadCompletion::Mismatch)
+        );
+        // An index inside the command rather than at its start.
+        assert_eq!(
+            s.complete(start + 1, cookie(slot), reply(1)),
+            Err(BadCompletion::Mismatch)
+        );
+        assert_eq!(
+            s.complete(start, None, reply(1)),
+            Err(BadCompletion::Mismatch)
+        );
+        // A ring position nothing was posted to.
+        assert_eq!(
+            s.complete(start + CMD_WQEBBS, cookie(slot), reply(1)),
+            Err(BadCompletion::NotInFlight)
+        );
+        assert_eq!(s.collect(slot), None);
+        // The real completion still lands.
+        assert_eq!(s.complete(start, cookie(slot), reply(9)), Ok(()));
+        assert_eq!(s.collect(slot), Some(reply(9)));
+        Ok(())
+    }
+
+    #[test]
+    fn an_abandoned_command_frees_its_slot_at_completion() -> Result {
+        let mut s = Slots::new();
+        let (slot, start) = post(&mut s)?;
+        s.abandon(slot);
+        // Busy until the adapter is done with it: the next command takes another slot.
+        assert!(s.free_slot() != Some(slot));
+        assert_eq!(s.complete(start, cookie(slot), reply(1)), Ok(()));
+        assert_eq!(s.collect(slot), None);
+        assert_eq!(s.free_slot(), Some(slot));
+        // Abandoning a completed command frees it at once.
+        let (slot, start) = post(&mut s)?;
+        assert_eq!(s.complete(start, cookie(slot), reply(2)), Ok(()));
+        s.abandon(slot);
+        assert_eq!(s.free_slot(), Some(slot));
+        Ok(())
+    }
+
+    #[test]
+    fn a_full_queue_waits_for_a_completion_and_its_ring_position() -> Result {
+        let mut s = Slots::new();
+        let mut posted = KVec::new();
+        for _ in 0..MAX_OUTSTANDING {
+            posted.push(post(&mut s)?, GFP_KERNEL)?;
+        }
+        assert_eq!(s.free_slot(), None);
+        // A later command completing frees a slot, but the next ring position is still the
+        // first command's.
+        let (last, last_start) = posted[MAX_OUTSTANDING - 1];
+        assert_eq!(s.complete(last_start, cookie(last), reply(1)), Ok(()));
+        assert_eq!(s.collect(last), Some(reply(1)));
+        assert_eq!(s.free_slot(), None);
+        let (first, first_start) = posted[0];
+        assert_eq!(s.complete(first_start, cookie(first), reply(1)), Ok(()));
+        assert_eq!(s.collect(first), Some(reply(1)));
+        assert!(s.free_slot().is_some());
+        Ok(())
+    }
+
+    #[test]
+    fn the_producer_index_wraps_and_positions_follow() -> Result {
+        let mut s = Slots::new();
+        // Past the 16-bit index space twice.
+        for i in 0..(2 * 65536 / usize::from(CMD_WQEBBS) + 3) {
+            let (slot, start) = post(&mut s)?;
+            assert_eq!(usize::from(start), (i * usize::from(CMD_WQEBBS)) % 65536);
+            assert_eq!(s.complete(start, cookie(slot), reply(1)), Ok(()));
+            assert_eq!(s.collect(slot), Some(reply(1)));
+        }
+        Ok(())
     }
 }

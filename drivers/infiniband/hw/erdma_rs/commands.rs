@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Typed commands of the command queue (erdma-hw 3.4-3.6).
+//! Typed commands of the command queue (erdma_rs_hw 3.4-3.6).
 //!
 //! A command is an 8-byte header, built by the command queue, followed by a body. Each body
 //! type below gives its fields at their byte offsets in the 128-byte slot (header included);
@@ -36,6 +36,21 @@ pub(crate) trait Command: IntoBytes + zerocopy::Immutable {
     const OPCODE: u8;
     /// Its name, for messages.
     const NAME: &'static str;
+    /// What its successful completion carries back.
+    type Reply: Reply;
+}
+
+/// What a successful command returns, decoded from the two 64-bit response words of its
+/// completion (erdma_rs_hw 3.3). Each command names its reply type once; callers never see the
+/// raw words.
+pub(crate) trait Reply: Sized {
+    /// Decodes the response words.
+    fn decode(words: [u64; 2]) -> Self;
+}
+
+/// Commands whose response carries nothing.
+impl Reply for () {
+    fn decode(_words: [u64; 2]) {}
 }
 
 impl From<SubModule> for Bounded<u64, 2> {
@@ -60,7 +75,7 @@ impl TryFrom<Bounded<u64, 2>> for SubModule {
 }
 
 bitfield! {
-    /// The header of a command: the first 8 bytes of its slot (erdma-hw 3.2).
+    /// The header of a command: the first 8 bytes of its slot (erdma_rs_hw 3.2).
     pub(crate) struct CmdHeader(u64) {
         /// Basic blocks of the command, less one.
         54:52 wqebbs_minus_one;
@@ -75,25 +90,39 @@ bitfield! {
     }
 }
 
-/// What a successful command returns: two 64-bit response words.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Response(pub(crate) [u64; 2]);
-
+/// `command!(Body, SubModule, opcode)` or `command!(Body, SubModule, opcode => ReplyType)`.
 macro_rules! command {
     ($ty:ident, $sub:ident, $op:literal) => {
+        command!($ty, $sub, $op => ());
+    };
+    ($ty:ident, $sub:ident, $op:literal => $reply:ty) => {
         impl Command for $ty {
             const SUBMOD: SubModule = SubModule::$sub;
             const OPCODE: u8 = $op;
             const NAME: &'static str = stringify!($ty);
+            type Reply = $reply;
         }
     };
 }
 
-/// RDMA 0: the adapter's capabilities, decoded by [`DeviceCaps::from_response`].
+/// Replies that are one bitfield word: the first response word.
+macro_rules! word_reply {
+    ($($ty:ty),* $(,)?) => {
+        $(
+            impl Reply for $ty {
+                fn decode(words: [u64; 2]) -> Self {
+                    Self::from_raw(words[0])
+                }
+            }
+        )*
+    };
+}
+
+/// RDMA 0: the adapter's capabilities, [`DeviceCaps`].
 #[repr(C)]
 #[derive(IntoBytes, zerocopy_derive::Immutable)]
 pub(crate) struct QueryDevice {}
-command!(QueryDevice, Rdma, 0);
+command!(QueryDevice, Rdma, 0 => DeviceCaps);
 
 /// COMMON 0: create a completion event queue.
 #[repr(C)]
@@ -137,7 +166,7 @@ command!(DestroyEq, Common, 1);
 #[repr(C)]
 #[derive(IntoBytes, zerocopy_derive::Immutable)]
 pub(crate) struct QueryFwInfo {}
-command!(QueryFwInfo, Common, 2);
+command!(QueryFwInfo, Common, 2 => FwInfo);
 
 bitfield! {
     /// The first QUERY_FW_INFO response word.
@@ -268,7 +297,7 @@ pub(crate) struct AllocDb {
     pub(crate) enable: DbEnable,
     pub(crate) reserved: [u32; 5],
 }
-command!(AllocDb, Common, 8);
+command!(AllocDb, Common, 8 => DbPages);
 
 impl AllocDb {
     /// Allocates all three pages.
@@ -303,10 +332,10 @@ pub(crate) struct DbPages {
     pub(crate) rdb: u16,
 }
 
-impl DbPages {
+impl Reply for DbPages {
     /// Decodes an ALLOC_DB response.
-    pub(crate) fn from_response(resp: Response) -> Self {
-        let r = AllocDbResp::from_raw(resp.0[0]);
+    fn decode(words: [u64; 2]) -> Self {
+        let r = AllocDbResp::from_raw(words[0]);
         // CAST: each field is 16 bits wide.
         Self {
             sq: r.sq().get() as u16,
@@ -515,7 +544,23 @@ pub(crate) struct CreateQp {
     /// @116: the QP type.
     pub(crate) cfg2: CreateQpCfg2,
 }
-command!(CreateQp, Rdma, 1);
+command!(CreateQp, Rdma, 1 => CreateQpReply);
+
+/// What CREATE_QP returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CreateQpReply {
+    /// The cookie naming the queue pair to an iWARP peer in the MPA exchange (erdma_rs_hw 7.1).
+    pub(crate) cookie: u32,
+}
+
+impl Reply for CreateQpReply {
+    fn decode(words: [u64; 2]) -> Self {
+        // CAST: the cookie is the first word's bits 31:0 (erdma_rs_hw 3.5).
+        Self {
+            cookie: words[0] as u32,
+        }
+    }
+}
 
 /// RDMA 2: destroy a queue pair.
 #[repr(C)]
@@ -614,10 +659,10 @@ pub(crate) struct ModifyQpRoce {
 command!(ModifyQpRoce, Rdma, 3);
 
 bitfield! {
-    /// The iWARP MODIFY_QP's first word (erdma-hw 3.5).
+    /// The iWARP MODIFY_QP's first word (erdma_rs_hw 3.5).
     #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
     pub(crate) struct ModifyQpIwarpCfg(u32) {
-        /// The target state, [`crate::consts::iw_state`].
+        /// The target state, [`crate::consts::IwState`].
         31:24 state;
         /// The congestion-control algorithm agreed with the peer.
         23:20 cc;
@@ -626,7 +671,7 @@ bitfield! {
     }
 }
 
-/// RDMA 3: modify a queue pair, iWARP layout (erdma-hw 3.5, 7.1). To RTS it hands the adapter
+/// RDMA 3: modify a queue pair, iWARP layout (erdma_rs_hw 3.5, 7.1). To RTS it hands the adapter
 /// the TCP connection the connection manager made; the "stop" forms (to CLOSING, TERMINATE or
 /// ERROR) carry only `cfg`.
 #[repr(C)]
@@ -653,7 +698,7 @@ pub(crate) struct ModifyQpIwarp {
 command!(ModifyQpIwarp, Rdma, 3);
 
 /// RDMA 6: flush the work queue entries a queue pair in ERROR was given after it got there,
-/// up to these producer indices (kernel queue pairs, erdma-hw 3.5, 10.13).
+/// up to these producer indices (kernel queue pairs, erdma_rs_hw 3.5, 10.13).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct Reflush {
@@ -697,7 +742,7 @@ pub(crate) struct QueryQp {
     /// @8: the QPN.
     pub(crate) qpn: u32,
 }
-command!(QueryQp, Rdma, 17);
+command!(QueryQp, Rdma, 17 => QueryQpResp);
 
 bitfield! {
     /// The first QUERY_QP response word.
@@ -712,6 +757,8 @@ bitfield! {
         23:0 sq_psn;
     }
 }
+
+word_reply!(FwInfo, QueryQpResp);
 
 bitfield! {
     /// REG_MR's first configuration word.
@@ -859,11 +906,11 @@ pub(crate) struct DeviceCaps {
     pub(crate) local_dma_lkey: u32,
 }
 
-impl DeviceCaps {
+impl Reply for DeviceCaps {
     /// Decodes a QUERY_DEVICE response.
-    pub(crate) fn from_response(resp: Response) -> Self {
-        let c0 = Caps0::from_raw(resp.0[0]);
-        let c1 = Caps1::from_raw(resp.0[1]);
+    fn decode(words: [u64; 2]) -> Self {
+        let c0 = Caps0::from_raw(words[0]);
+        let c1 = Caps1::from_raw(words[1]);
         // CAST: every field is at most 12 bits wide (the lkey 32), so the narrowing casts below
         // are lossless.
         Self {
@@ -881,7 +928,9 @@ impl DeviceCaps {
             local_dma_lkey: c1.local_dma_lkey().get() as u32,
         }
     }
+}
 
+impl DeviceCaps {
     /// Number of QPs (QPN 0 is never used, so one fewer can exist).
     pub(crate) fn max_qp(&self) -> u32 {
         1024 * u32::from(self.qp_blocks)
@@ -899,7 +948,7 @@ mod tests {
 
     #[test]
     fn header_image() {
-        // erdma-hw 3.2: index 15:0, opcode 23:16, sub-module 25:24, cookie 47:32,
+        // erdma_rs_hw 3.2: index 15:0, opcode 23:16, sub-module 25:24, cookie 47:32,
         // WQEBBs-1 54:52.
         let h = CmdHeader::zeroed()
             .with_wqebb_index(0x0204u16)
@@ -917,7 +966,7 @@ mod tests {
 
     #[test]
     fn body_sizes() {
-        // Request sizes of erdma-hw 3.5-3.6 less the 8-byte header.
+        // Request sizes of erdma_rs_hw 3.5-3.6 less the 8-byte header.
         assert_eq!(size_of::<QueryDevice>(), 0);
         assert_eq!(size_of::<CreateEq>(), 24);
         assert_eq!(size_of::<DestroyEq>(), 16);
@@ -1191,7 +1240,7 @@ mod tests {
 
     #[test]
     fn responses_decoding() {
-        let pages = DbPages::from_response(Response([0x0030_0020_0000_0010, 0]));
+        let pages = DbPages::decode([0x0030_0020_0000_0010, 0]);
         assert_eq!(
             pages,
             DbPages {
@@ -1213,7 +1262,7 @@ mod tests {
     fn query_device_decoding() {
         let resp0 = 40 | (14 << 8) | (13 << 16) | (0xa8 << 24) | (20u64 << 40) | (4u64 << 48);
         let resp1 = 12 | (4 << 16) | (1 << 28) | (0x1ffu64 << 32);
-        let caps = DeviceCaps::from_response(Response([resp0, resp1]));
+        let caps = DeviceCaps::decode([resp0, resp1]);
         assert_eq!(caps.max_mr_size_log2, 40);
         assert_eq!(caps.max_ah_log2, 14);
         assert_eq!(caps.max_recv_wr_log2, 13);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Numbers of the adapter's interface, each stated once: entry sizes, limits, opcodes, object
-//! types and the doorbell spaces of BAR0 (erdma-hw 2.1, 3, 5, 6, 9).
+//! types and the doorbell spaces of BAR0 (erdma_rs_hw 2.1, 3, 5, 6, 9).
 
 /// Bytes of a send-queue basic block (WQEBB), of the command queue's too.
 pub(crate) const WQEBB_SIZE: usize = 32;
@@ -71,7 +71,7 @@ pub(crate) const KERNEL_RQ_DB: usize = RQDB_SPACE;
 /// BAR0 offset of the CQ doorbell every kernel CQ shares: the first slot of its space.
 pub(crate) const KERNEL_CQ_DB: usize = CQDB_SPACE;
 
-/// Opcodes of send-queue entries and completion entries (erdma-hw 5.3).
+/// Opcodes of send-queue entries and completion entries (erdma_rs_hw 5.3).
 pub(crate) mod opcode {
     pub(crate) const WRITE: u8 = 0;
     pub(crate) const READ: u8 = 1;
@@ -101,18 +101,27 @@ pub(crate) mod qp_type {
     pub(crate) const UD: u8 = 1;
 }
 
-/// iWARP queue-pair states of MODIFY_QP (erdma-hw 3.5).
-pub(crate) mod iw_state {
+/// The adapter's states of an iWARP queue pair, as MODIFY_QP names them (erdma_rs_hw 3.5, 7.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum IwState {
     /// Not connected (what the verbs' RESET and INIT map to).
-    pub(crate) const IDLE: u8 = 0;
+    Idle = 0,
     /// Connected: the adapter owns the TCP stream.
-    pub(crate) const RTS: u8 = 2;
+    Rts = 2,
     /// Closing gracefully (the verbs' SQD).
-    pub(crate) const CLOSING: u8 = 3;
+    Closing = 3,
     /// Terminating (the verbs' SQE).
-    pub(crate) const TERMINATE: u8 = 4;
+    Terminate = 4,
     /// Failed (the verbs' ERR).
-    pub(crate) const ERROR: u8 = 5;
+    Error = 5,
+}
+
+impl IwState {
+    /// The state's number in MODIFY_QP.
+    pub(crate) const fn to_raw(self) -> u32 {
+        self as u32
+    }
 }
 
 /// The congestion-control algorithm both sides fall back to when theirs differ (Cubic).

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Completion queues (erdma-hw 3.5, 4.4, 5.6): user ones, whose ring is in user memory, and
+//! Completion queues (erdma_rs_hw 3.5, 4.4, 5.6): user ones, whose ring is in user memory, and
 //! kernel ones, whose ring the driver reads (see [`crate::kverbs`]).
 
 use kernel::{
@@ -48,6 +48,10 @@ use crate::{
         CreateReq,
         DbRecord,
         Mtt, //
+    },
+    object::{
+        retire,
+        Kind, //
     },
     ring::{
         lower,
@@ -99,7 +103,7 @@ impl Cq {
         let cqe_size = CQE_SIZE as u64;
         // Completion vector c is CEQ c + 1.
         let eqn = attr.comp_vector + 1;
-        let table = data.hw.ceq_cqs(eqn)?;
+        let table = data.objects.ceq_cqs(eqn)?;
         let mut cmd = CreateCq {
             cfg0: CreateCqCfg0::zeroed(),
             addr_lo: 0,
@@ -179,7 +183,7 @@ impl Cq {
             .cfg0
             .with_depth_log2(low32(depth.trailing_zeros()))
             .with_cqn(low32(cqn));
-        data.hw.exec(&cmd, Wait::Sleep)?;
+        data.hw.exec(&cmd)?;
         // From here on, `destroy` undoes the creation.
         taken.keep();
         table.lock().insert(node);
@@ -200,23 +204,22 @@ impl Cq {
     /// Destroys the queue in the adapter; its memory goes with `self`, or, if the adapter
     /// refuses, is kept with its CQN until unbind.
     pub(crate) fn destroy(&self, data: &IbData<'_>) {
-        let result = data.hw.exec(&DestroyCq { cqn: self.cqn }, Wait::Sleep);
-        // After this, the CEQ handler no longer finds the queue.
-        if let Ok(cqs) = data.hw.ceq_cqs(self.eqn) {
-            let entry = cqs.lock().remove(&self.cqn);
-            drop(entry);
-        }
-        match result {
-            Ok(_) => ObjIds::free(&data.ids, IdKind::Cq, self.cqn),
-            Err(e) => data.hw.strand(
-                fmt!(
-                    "DESTROY_CQ {} failed ({}); its memory is kept until unbind\n",
-                    self.cqn,
-                    e.to_errno()
-                ),
-                (self.kernel.clone(), self.user.clone()),
-            ),
-        }
+        let cqn = self.cqn;
+        retire(
+            &data.hw,
+            &DestroyCq { cqn },
+            Wait::Sleep,
+            fmt!("DESTROY_CQ {cqn}"),
+            // After this, the CEQ handler no longer finds the queue.
+            || {
+                if let Ok(cqs) = data.objects.ceq_cqs(self.eqn) {
+                    let entry = cqs.lock().remove(&cqn);
+                    drop(entry);
+                }
+            },
+            Some((&Kind(&data.ids, IdKind::Cq), cqn)),
+            Some((self.kernel.clone(), self.user.clone())),
+        );
     }
 
     /// Polls a kernel CQ.

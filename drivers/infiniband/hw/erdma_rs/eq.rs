@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Event queues (erdma-hw 4): rings of 16-byte entries the adapter writes and the driver
+//! Event queues (erdma_rs_hw 4): rings of 16-byte entries the adapter writes and the driver
 //! consumes: the CMDQ EQ, the asynchronous EQ (AEQ) and the completion EQs (CEQs).
 
 use kernel::{

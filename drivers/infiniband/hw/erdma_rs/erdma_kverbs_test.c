@@ -18,6 +18,14 @@
  * the module stays loaded (and idle) until removed. This is a test module:
  * nothing but the selftests loads it.
  *
+ * Posting to a QP in ERROR where sleeping is not allowed (from its CQ's
+ * completion handler, in softirq, and under a spinlock with interrupts off)
+ * completes every request as flushed; erdma needs a REFLUSH command for
+ * that, which a post path must not wait for. The debug kernel's atomic-sleep
+ * checks and lockdep watch; the longest post is printed. With
+ * atomic_post_only=1 only this test runs, on the first eRDMA device of
+ * either protocol (iWARP adapters have no connection-less RC set-up).
+ *
  * With bench_seconds=N it measures instead (make bench): bench_qps RC QP
  * pairs between the first two RoCEv2 devices of any driver, each requester
  * QP with a CQ of its own on completion vector i (modulo the device's
@@ -47,6 +55,10 @@ MODULE_PARM_DESC(bench_seconds, "measure kernel CQ completions for this long ins
 static unsigned int bench_qps = 4;
 module_param(bench_qps, uint, 0444);
 MODULE_PARM_DESC(bench_qps, "QP pairs of the measurement, each with its own CQ and vector");
+
+static bool atomic_post_only;
+module_param(atomic_post_only, bool, 0444);
+MODULE_PARM_DESC(atomic_post_only, "only post to a QP in ERROR from atomic context, on one device of either protocol");
 
 #define BENCH_MAX_QPS 32
 #define BENCH_WINDOW 8
@@ -789,6 +801,141 @@ static void test_drain(void)
 }
 
 /*
+ * Posting in ERROR where sleeping is not allowed. The QP's CQ is polled by
+ * the core in softirq; its handler posts the next send from there. Before
+ * that, sends and receives are posted under a spinlock with interrupts off.
+ * All of them must complete flushed.
+ */
+#define ATOMIC_LOCKED 8		/* half sends, half receives, under the lock */
+#define ATOMIC_CHAINED 8	/* sends posted by the completion handler */
+
+static struct atomic_post {
+	struct ib_cqe cqe;
+	struct ib_qp *qp;
+	struct ib_sge sge;
+	atomic_t flushed, other, chained, post_errors;
+	atomic64_t max_ns;
+	struct completion done;
+} ap;
+
+static DEFINE_SPINLOCK(atomic_post_lock);
+
+static void atomic_post_time(u64 start)
+{
+	u64 ns = ktime_get_ns() - start, old = atomic64_read(&ap.max_ns);
+
+	while (ns > old && !atomic64_try_cmpxchg(&ap.max_ns, &old, ns))
+		;
+}
+
+static int atomic_post_send(void)
+{
+	struct ib_send_wr wr = { .wr_cqe = &ap.cqe, .sg_list = &ap.sge, .num_sge = 1,
+				 .opcode = IB_WR_SEND, .send_flags = IB_SEND_SIGNALED };
+	u64 start = ktime_get_ns();
+	int ret = ib_post_send(ap.qp, &wr, NULL);
+
+	atomic_post_time(start);
+	if (ret)
+		atomic_inc(&ap.post_errors);
+	return ret;
+}
+
+static int atomic_post_recv(void)
+{
+	struct ib_recv_wr wr = { .wr_cqe = &ap.cqe, .sg_list = &ap.sge, .num_sge = 1 };
+	u64 start = ktime_get_ns();
+	int ret = ib_post_recv(ap.qp, &wr, NULL);
+
+	atomic_post_time(start);
+	if (ret)
+		atomic_inc(&ap.post_errors);
+	return ret;
+}
+
+/* Softirq: counts the completion, posts the next send of the chain. */
+static void atomic_post_done(struct ib_cq *cq, struct ib_wc *wc)
+{
+	int seen;
+
+	if (wc->status == IB_WC_WR_FLUSH_ERR)
+		seen = atomic_inc_return(&ap.flushed);
+	else
+		seen = atomic_inc_return(&ap.other) + atomic_read(&ap.flushed);
+	if (atomic_inc_return(&ap.chained) <= ATOMIC_CHAINED && atomic_post_send())
+		atomic_set(&ap.chained, ATOMIC_CHAINED);
+	if (seen >= ATOMIC_LOCKED + ATOMIC_CHAINED)
+		complete(&ap.done);
+}
+
+static void test_post_atomic(struct ib_device *dev, struct ib_pd *pd, u64 dma)
+{
+	struct ib_qp_init_attr init = {
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+		.sq_sig_type = IB_SIGNAL_ALL_WR,
+		.qp_type = IB_QPT_RC,
+		.port_num = 1,
+	};
+	struct ib_qp_attr attr = {};
+	unsigned long flags;
+	struct ib_cq *cq;
+	int ret, i;
+	bool done;
+
+	memset(&ap, 0, sizeof(ap));
+	init_completion(&ap.done);
+	ap.cqe.done = atomic_post_done;
+	ap.sge = (struct ib_sge){ .addr = dma, .length = 64, .lkey = pd->local_dma_lkey };
+	cq = ib_alloc_cq(dev, NULL, 64, 0, IB_POLL_SOFTIRQ);
+	if (IS_ERR(cq)) {
+		check(false, "post in ERROR from atomic context: ib_alloc_cq failed (%ld)", PTR_ERR(cq));
+		return;
+	}
+	init.send_cq = cq;
+	init.recv_cq = cq;
+	ap.qp = ib_create_qp(pd, &init);
+	if (IS_ERR(ap.qp)) {
+		check(false, "post in ERROR from atomic context: ib_create_qp failed (%ld)",
+		      PTR_ERR(ap.qp));
+		ib_free_cq(cq);
+		return;
+	}
+	ret = 0;
+	if (rdma_protocol_roce(dev, 1)) {
+		attr.qp_state = IB_QPS_INIT;
+		attr.port_num = 1;
+		attr.qp_access_flags = IB_ACCESS_REMOTE_WRITE;
+		ret = ib_modify_qp(ap.qp, &attr, IB_QP_STATE | IB_QP_PKEY_INDEX | IB_QP_PORT |
+				   IB_QP_ACCESS_FLAGS);
+	}
+	attr.qp_state = IB_QPS_ERR;
+	ret = ret ?: ib_modify_qp(ap.qp, &attr, IB_QP_STATE);
+	if (ret) {
+		check(false, "post in ERROR from atomic context: moving QP %u to ERROR failed (%d)",
+		      ap.qp->qp_num, ret);
+		goto out;
+	}
+	/* The chain starts with the first completion. */
+	spin_lock_irqsave(&atomic_post_lock, flags);
+	for (i = 0; i < ATOMIC_LOCKED / 2; i++) {
+		atomic_post_send();
+		atomic_post_recv();
+	}
+	spin_unlock_irqrestore(&atomic_post_lock, flags);
+	done = wait_for_completion_timeout(&ap.done, msecs_to_jiffies(POLL_MS));
+	check(done && atomic_read(&ap.flushed) == ATOMIC_LOCKED + ATOMIC_CHAINED &&
+	      !atomic_read(&ap.other) && !atomic_read(&ap.post_errors),
+	      "post in ERROR from atomic context (%s, QP %u): %d posted under a spinlock and %d from the CQ's completion handler (softirq) complete flushed (flushed %d, other %d, failed posts %d, within %d ms); longest post %llu ns",
+	      rdma_protocol_iwarp(dev, 1) ? "iWARP" : "RoCEv2", ap.qp->qp_num, ATOMIC_LOCKED,
+	      ATOMIC_CHAINED, atomic_read(&ap.flushed), atomic_read(&ap.other),
+	      atomic_read(&ap.post_errors), POLL_MS, atomic64_read(&ap.max_ns));
+out:
+	ib_destroy_qp(ap.qp);
+	ib_free_cq(cq);
+}
+
+/*
  * A QP going back to RESET with completions in its CQ: they are gone, and
  * after reconnecting, the next receive completes as itself.
  */
@@ -1126,16 +1273,46 @@ static void run(void)
 			  b->pd->unsafe_global_rkey);
 	test_fast_reg();
 	test_drain();
+	test_post_atomic(sides[0].dev, sides[0].pd, sides[0].dma);
 	test_reset_forgets();
 	test_ud();
 	ud_fini();
+}
+
+/* atomic_post_only=1: the first eRDMA device, RoCEv2 or iWARP. */
+static void run_atomic_post_only(void)
+{
+	struct side *a = &sides[0];
+	int ret;
+
+	if (!ndevs) {
+		check(false, "an eRDMA device");
+		return;
+	}
+	a->dev = devs[0];
+	a->pd = ib_alloc_pd(a->dev, 0);
+	ret = IS_ERR(a->pd) ? PTR_ERR(a->pd) : 0;
+	if (!ret) {
+		a->buf = kzalloc(BUF_SIZE, GFP_KERNEL);
+		ret = a->buf ? 0 : -ENOMEM;
+	}
+	if (!ret) {
+		a->dma = ib_dma_map_single(a->dev, a->buf, BUF_SIZE, DMA_BIDIRECTIONAL);
+		ret = ib_dma_mapping_error(a->dev, a->dma) ? -ENOMEM : 0;
+		if (ret)
+			a->dma = 0;
+	}
+	check(!ret, "a PD and a buffer on %s (%d)", dev_name(&a->dev->dev), ret);
+	if (!ret)
+		test_post_atomic(a->dev, a->pd, a->dma);
+	side_fini(a);
 }
 
 static int add_one(struct ib_device *dev)
 {
 	/* The benchmark compares drivers, rdma_rxe among them. */
 	if ((bench_seconds || dev->ops.driver_id == RDMA_DRIVER_ERDMA) && ndevs < 2 &&
-	    rdma_protocol_roce(dev, 1))
+	    (atomic_post_only || rdma_protocol_roce(dev, 1)))
 		devs[ndevs++] = dev;
 	return 0;
 }
@@ -1157,6 +1334,11 @@ static int __init kverbs_test_init(void)
 	ret = ib_register_client(&client);
 	if (ret)
 		return ret;
+	if (atomic_post_only) {
+		run_atomic_post_only();
+		pr_info("summary: %d checks, %d failed\n", checks, failures);
+		return 0;
+	}
 	if (ndevs < 2) {
 		pr_info("not ok 1 - two RoCEv2 eRDMA devices (found %d)\n", ndevs);
 		pr_info("summary: 1 checks, 1 failed\n");

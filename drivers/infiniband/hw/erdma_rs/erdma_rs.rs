@@ -11,29 +11,47 @@
 //! created by command, one per MSI-X vector after vector 0, while the command queue still polls;
 //! finally the command queue switches to interrupts and the adapter's capabilities are queried.
 //!
+//! Comments cite the adapter's interface as `erdma_rs_hw N.M`: the sections of
+//! `Documentation/infiniband/erdma_rs_hw.rst`, which describes it as this driver and the
+//! device model implement it.
+//!
 //! # Locking
 //!
-//! Locks are taken in this order (a lock is never taken while holding one listed after it):
+//! One order for the whole driver, the iWARP connection manager included: a lock is never
+//! taken while holding one listed after it.
 //!
-//! 1. `Erdma::running` (probe and unbind).
-//! 2. `Qp::shadow` (modify, query, destroy), held while the command runs.
-//! 3. The command queue's state (`Cmdq`), held only to post a command or reap completions;
+//! 1. `Adapter::running` (probe and unbind).
+//! 2. The connection manager's, in process context only (its work and the iw_cm operations):
+//!    a listener's socket (`Listener::sock`, held while it adopts accepted connections), then
+//!    an endpoint's state (`Endpoint::inner`), which its work and the operations on it hold
+//!    throughout.
+//! 3. `Qp::shadow` (modify, query, destroy), held while the command runs; then an iWARP queue
+//!    pair's connection state (`IwQp::conn`), held while its MODIFY_QP or REFLUSH runs; then a
+//!    kernel QP's `Reflusher::live` (its REFLUSH work, and its destruction, which closes it),
+//!    held while the REFLUSH runs. Post, poll and completion paths wait for no command: they
+//!    queue work on the device's work queue (`IbData::work`).
+//! 4. The connection manager's tables (`Cm::tables`, a mutex: lookups by token, never from an
+//!    interrupt).
+//! 5. The command queue's state (`Cmdq`), held only to post a command or reap completions;
 //!    a sleeping waiter releases it. The vector-0 handler rings the command queue's arm
 //!    doorbells after releasing it.
-//! 4. An event queue's ring: the AEQ's (`Hw::aeq`), or one CEQ's, each taken only by its own
+//! 6. An event queue's ring: the AEQ's (`Hw::aeq`), or one CEQ's, each taken only by its own
 //!    interrupt handler. The command queue's EQ (`Cmdq::eq`) is a leaf: its handler takes
 //!    it alone, never with the command queue's state.
-//! 5. The object tables the handlers look objects up in: `Hw::qps` (the AEQ's) and one table
-//!    of CQs per CEQ (`Hw::ceq_cqs`), so CEQs never contend with each other. The completion
-//!    upcall runs under the CEQ's table lock and may poll or arm the CQ.
-//! 6. A kernel CQ's state (`KernelCq`), which also holds the kernel QPs it completes for:
+//! 7. The object tables the handlers look objects up in (`Dispatch`): `Dispatch::qps` (the
+//!    AEQ's) and one table of CQs per CEQ (`Dispatch::ceq_cqs`), so CEQs never contend with
+//!    each other. The completion upcall runs under the CEQ's table lock and may poll or arm
+//!    the CQ, or post (which at most queues work).
+//! 8. A kernel CQ's state (`KernelCq`), which also holds the kernel QPs it completes for:
 //!    `poll_cq` looks each CQE's QP up there, not in a table of the whole device.
-//! 7. A kernel QP's send or receive queue (`KernelQp`), taken by posting and, under the CQ's
+//! 9. A kernel QP's send or receive queue (`KernelQp`), taken by posting and, under the CQ's
 //!    state, by polling.
 //!
-//! Leaves, taken alone: the number ranges (`ObjIds`) and the stranded memory of failed
-//! teardowns (`Hw::strand`). Memory the adapter reads (rings, MTTs) is freed only with
-//! interrupts enabled, so entries removed from a table under its lock are dropped after it.
+//! Leaves, taken alone: the number ranges (`ObjIds`, the AHNs), the stranded memory of failed
+//! teardowns (`Hw::strand`), and an iWARP queue pair's interrupt-side links (`IwQp::irq_ep`,
+//! `IwQp::refs`, taken under `Dispatch::qps` by the AEQ handler). Memory the adapter reads
+//! (rings, MTTs) is freed only with interrupts enabled, so entries removed from a table under
+//! its lock are dropped after it.
 
 use kernel::{
     device::{
@@ -73,6 +91,7 @@ mod cmdq;
 mod commands;
 mod consts;
 mod cq;
+mod dispatch;
 mod eq;
 mod formats;
 mod hw;
@@ -81,6 +100,7 @@ mod ids;
 mod kverbs;
 mod mr;
 mod mtt;
+mod object;
 mod pd;
 mod qp;
 mod regs;
@@ -88,14 +108,11 @@ mod report;
 mod ring;
 mod verbs;
 
-use cmdq::Wait;
 use commands::{
     ConfDevice,
     ConfDeviceCfg,
     CreateEq,
     DestroyEq,
-    DeviceCaps,
-    FwInfo,
     QueryDevice,
     QueryFwInfo, //
 };
@@ -107,6 +124,7 @@ use eq::EqRing;
 use formats::low32;
 use hw::Hw;
 use ibdev::IbData;
+use kverbs::Objects;
 use regs::{
     Bar0,
     MacAddr,
@@ -129,11 +147,12 @@ const CEQ_DEPTH: u16 = 4096;
 /// Vector 0: command completions, then asynchronous events.
 struct CommonIrq<'bound> {
     hw: Arc<Hw<'bound>>,
+    objects: Arc<Objects>,
 }
 
 impl irq::Handler for CommonIrq<'_> {
     fn handle(&self) -> IrqReturn {
-        self.hw.handle_common_irq();
+        self.hw.handle_common_irq(&*self.objects);
         IrqReturn::Handled
     }
 }
@@ -141,13 +160,14 @@ impl irq::Handler for CommonIrq<'_> {
 /// A completion event queue's interrupt.
 struct CeqIrq<'bound> {
     hw: Arc<Hw<'bound>>,
+    objects: Arc<Objects>,
     ring: Arc<SpinLockIrq<EqRing>>,
     eqn: u16,
 }
 
 impl irq::Handler for CeqIrq<'_> {
     fn handle(&self) -> IrqReturn {
-        self.hw.handle_ceq(&self.ring, self.eqn);
+        self.hw.handle_ceq(&self.ring, self.eqn, &*self.objects);
         IrqReturn::Handled
     }
 }
@@ -160,7 +180,7 @@ struct Ceq<'bound> {
 }
 
 /// Everything that runs once the adapter is initialised. Dropping it tears the adapter down in
-/// the order the adapter needs (erdma-hw 2.4): each CEQ's interrupt, then DESTROY_EQ, then its
+/// the order the adapter needs (erdma_rs_hw 2.4): each CEQ's interrupt, then DESTROY_EQ, then its
 /// ring; then a function reset; then the common interrupt. The rings of the AEQ and the command
 /// queue go with the last reference to [`Hw`].
 struct Running<'bound> {
@@ -198,8 +218,8 @@ impl Drop for Running<'_> {
                 qtype: EQ_TYPE_CEQ,
                 reserved2: 0,
             };
-            match self.hw.exec(&cmd, Wait::Poll) {
-                Ok(_) => drop(ring),
+            match self.hw.exec_polled(&cmd) {
+                Ok(()) => drop(ring),
                 Err(e) => self.hw.strand(
                     fmt!(
                         "DESTROY_EQ {eqn} failed ({}); its ring is kept until the reset\n",
@@ -216,7 +236,7 @@ impl Drop for Running<'_> {
 
 /// What the driver keeps of a bound adapter.
 #[pin_data]
-struct Erdma<'bound> {
+struct Adapter<'bound> {
     /// Taken (and so torn down) at unbind, while the device is still enabled.
     #[pin]
     running: Mutex<Option<Running<'bound>>>,
@@ -314,6 +334,7 @@ impl ErdmaDriver {
 
         let dev: &device::Device<Bound> = pdev.as_ref();
         let hw = Arc::pin_init(Hw::new(pdev, bar, AEQ_DEPTH)?, GFP_KERNEL)?;
+        let objects = Arc::pin_init(Objects::new()?, GFP_KERNEL)?;
 
         // Start from the power-on state, whatever a previous driver left.
         hw.reset();
@@ -322,7 +343,10 @@ impl ErdmaDriver {
             &vectors,
             0,
             irq_name(pdev, fmt!("common"))?,
-            CommonIrq { hw: hw.clone() },
+            CommonIrq {
+                hw: hw.clone(),
+                objects: objects.clone(),
+            },
         )?;
         let mut running = Running {
             ib: None,
@@ -359,7 +383,7 @@ impl ErdmaDriver {
                 dbrec_hi: upper(dbrec),
                 reserved: 0,
             };
-            hw.exec(&cmd, Wait::Poll)?;
+            hw.exec_polled(&cmd)?;
             running.ceqs.push(
                 Ceq {
                     irq: None,
@@ -374,6 +398,7 @@ impl ErdmaDriver {
                 irq_name(pdev, fmt!("ceq{k}"))?,
                 CeqIrq {
                     hw: hw.clone(),
+                    objects: objects.clone(),
                     ring,
                     eqn: eqn16,
                 },
@@ -385,11 +410,9 @@ impl ErdmaDriver {
 
         hw.cmdq.enable_interrupts(&hw.bar);
 
-        let caps = DeviceCaps::from_response(hw.exec(&QueryDevice {}, Wait::Sleep)?);
+        let caps = hw.exec(&QueryDevice {})?;
         // CAST: a 32-bit field.
-        let fw = FwInfo::from_raw(hw.exec(&QueryFwInfo {}, Wait::Sleep)?.0[0])
-            .version()
-            .get() as u32;
+        let fw = hw.exec(&QueryFwInfo {})?.version().get() as u32;
         if caps.extend_db {
             let cmd = ConfDevice {
                 cfg: ConfDeviceCfg::zeroed()
@@ -398,12 +421,12 @@ impl ErdmaDriver {
                     .with_page_shift(low32(PAGE_SHIFT as u32)),
                 reserved: [0; 5],
             };
-            hw.exec(&cmd, Wait::Sleep)?;
+            hw.exec(&cmd)?;
         }
 
         let ib = IbDevice::register(
             // CAST: at most 31 CEQs.
-            IbData::new(hw.clone(), caps, fw, mac, protocol, nceqs as u32)?,
+            IbData::new(hw.clone(), objects, caps, fw, mac, protocol, nceqs as u32)?,
             &ndev,
             nceqs,
         )?;
@@ -431,7 +454,7 @@ impl ErdmaDriver {
 
 impl pci::Driver for ErdmaDriver {
     type IdInfo = ();
-    type Data<'bound> = Erdma<'bound>;
+    type Data<'bound> = Adapter<'bound>;
 
     const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
     const DMA_MASK: Option<DmaMask> = Some(DmaMask::new::<64>());
@@ -449,7 +472,7 @@ impl pci::Driver for ErdmaDriver {
             pdev.set_master();
 
             let running = Self::start(pdev).inspect_err(|_| pdev.disable_device())?;
-            Ok(try_pin_init!(Erdma {
+            Ok(try_pin_init!(Adapter {
                 running <- new_mutex!(Some(running)),
             }))
         })

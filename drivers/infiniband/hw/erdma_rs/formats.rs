@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Wire formats of the adapter's queues: send and receive queue entries, completion and event
-//! queue entries, and doorbell values (erdma-hw 3.3, 4, 5). Each is declared once here, with the
-//! fields and widths of erdma-hw, and the driver builds and decodes them only through these
+//! queue entries, and doorbell values (erdma_rs_hw 3.3, 4, 5). Each is declared once here, with the
+//! fields and widths of erdma_rs_hw, and the driver builds and decodes them only through these
 //! declarations. The command queue's commands are in [`crate::commands`].
 //!
-//! Entries are `#[repr(C)]` structs at the byte offsets of erdma-hw; packed words are
+//! Entries are `#[repr(C)]` structs at the byte offsets of erdma_rs_hw; packed words are
 //! [`kernel::bitfield!`]s. Everything is little-endian except the words of completion entries,
-//! which are big-endian (erdma-hw 5.6); the driver runs on little-endian CPUs only (`64BIT`
+//! which are big-endian (erdma_rs_hw 5.6); the driver runs on little-endian CPUs only (`64BIT`
 //! x86/arm64 hosts of the adapter), so little-endian words are native integers here.
 
 use kernel::{
@@ -39,7 +39,7 @@ pub(crate) fn low64<const N: u32>(value: u64) -> Bounded<u64, N> {
 
 bitfield! {
     /// Access rights of a memory region, as REG_MR and the fast-registration WQE carry them
-    /// (erdma-hw 3.5, bits 5:1 of their access words).
+    /// (erdma_rs_hw 3.5, bits 5:1 of their access words).
     pub(crate) struct MrAccess(u32) {
         /// Remote writes.
         4:4 remote_write => bool;
@@ -79,7 +79,7 @@ impl From<MrAccess> for Bounded<u32, 5> {
 }
 
 bitfield! {
-    /// A memory key (STag): lkey and rkey of a region (erdma-hw 6).
+    /// A memory key (STag): lkey and rkey of a region (erdma_rs_hw 6).
     pub(crate) struct Stag(u32) {
         /// The MPT index.
         31:8 index;
@@ -89,7 +89,7 @@ bitfield! {
 }
 
 bitfield! {
-    /// The first 8 bytes of a send-queue entry (erdma-hw 5.2), written last.
+    /// The first 8 bytes of a send-queue entry (erdma_rs_hw 5.2), written last.
     #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
     pub(crate) struct SqeHeader(u64) {
         /// Number of SGEs, or of inline bytes with `inline`.
@@ -115,7 +115,7 @@ bitfield! {
     }
 }
 
-/// A scatter/gather entry of a send-queue entry (erdma-hw 5.4).
+/// A scatter/gather entry of a send-queue entry (erdma_rs_hw 5.4).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable, Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Sge {
@@ -127,7 +127,7 @@ pub(crate) struct Sge {
     pub(crate) key: u32,
 }
 
-/// WRITE and WRITE_WITH_IMM: 32 bytes, then SGEs or inline data (erdma-hw 5.4).
+/// WRITE and WRITE_WITH_IMM: 32 bytes, then SGEs or inline data (erdma_rs_hw 5.4).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct WriteSqe {
@@ -147,7 +147,7 @@ pub(crate) struct WriteSqe {
 }
 
 /// SEND, SEND_WITH_IMM and SEND_WITH_INV on an RC QP: 16 bytes, then SGEs or inline data
-/// (erdma-hw 5.4).
+/// (erdma_rs_hw 5.4).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct SendSqe {
@@ -160,7 +160,7 @@ pub(crate) struct SendSqe {
 }
 
 /// SEND and SEND_WITH_IMM on a UD or GSI QP: 32 bytes, then SGEs or inline data
-/// (erdma-hw 5.4).
+/// (erdma_rs_hw 5.4).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct UdSendSqe {
@@ -179,7 +179,7 @@ pub(crate) struct UdSendSqe {
     pub(crate) reserved: u32,
 }
 
-/// READ and READ_WITH_INV: 48 bytes, one local SGE (erdma-hw 5.4).
+/// READ and READ_WITH_INV: 48 bytes, one local SGE (erdma_rs_hw 5.4).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct ReadSqe {
@@ -200,7 +200,7 @@ pub(crate) struct ReadSqe {
     pub(crate) remote: Sge,
 }
 
-/// ATOMIC_CAS and ATOMIC_FAA: 64 bytes (erdma-hw 5.4).
+/// ATOMIC_CAS and ATOMIC_FAA: 64 bytes (erdma_rs_hw 5.4).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct AtomicSqe {
@@ -218,7 +218,7 @@ pub(crate) struct AtomicSqe {
 }
 
 bitfield! {
-    /// The attribute word of a fast-registration WQE (erdma-hw 5.4).
+    /// The attribute word of a fast-registration WQE (erdma_rs_hw 5.4).
     #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
     pub(crate) struct RegMrSqeAttrs(u32) {
         /// Number of pages.
@@ -231,7 +231,7 @@ bitfield! {
 }
 
 /// REG_MR (fast registration): 32 bytes, then up to four inline page addresses
-/// (erdma-hw 5.4).
+/// (erdma_rs_hw 5.4).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct RegMrSqe {
@@ -250,7 +250,7 @@ pub(crate) struct RegMrSqe {
     pub(crate) pages: [u64; 4],
 }
 
-/// LOCAL_INV: one basic block (erdma-hw 5.4).
+/// LOCAL_INV: one basic block (erdma_rs_hw 5.4).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct LocalInvSqe {
@@ -263,7 +263,7 @@ pub(crate) struct LocalInvSqe {
 }
 
 bitfield! {
-    /// An SQ doorbell value (erdma-hw 5.8).
+    /// An SQ doorbell value (erdma_rs_hw 5.8).
     pub(crate) struct SqDoorbell(u64) {
         /// The queue pair.
         51:32 qpn;
@@ -273,7 +273,7 @@ bitfield! {
 }
 
 bitfield! {
-    /// An RQ doorbell value: also the first 8 bytes of a receive-queue entry (erdma-hw 5.5).
+    /// An RQ doorbell value: also the first 8 bytes of a receive-queue entry (erdma_rs_hw 5.5).
     #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
     pub(crate) struct RqDoorbell(u64) {
         /// The queue pair.
@@ -283,7 +283,7 @@ bitfield! {
     }
 }
 
-/// A receive-queue entry (erdma-hw 5.5).
+/// A receive-queue entry (erdma_rs_hw 5.5).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct Rqe {
@@ -295,7 +295,7 @@ pub(crate) struct Rqe {
 }
 
 bitfield! {
-    /// A CQ doorbell value (erdma-hw 4.4), also used to arm the command queue's completions.
+    /// A CQ doorbell value (erdma_rs_hw 4.4), also used to arm the command queue's completions.
     pub(crate) struct CqDoorbell(u64) {
         /// Arm sequence number.
         63:56 seq;
@@ -313,7 +313,7 @@ bitfield! {
 }
 
 bitfield! {
-    /// An event-queue doorbell value (erdma-hw 4.1).
+    /// An event-queue doorbell value (erdma_rs_hw 4.1).
     pub(crate) struct EqDoorbell(u64) {
         /// Re-arm: raise the queue's interrupt for the next event.
         31:31 arm => bool;
@@ -323,7 +323,7 @@ bitfield! {
 }
 
 bitfield! {
-    /// The command queue's submission doorbell value (erdma-hw 3.2).
+    /// The command queue's submission doorbell value (erdma_rs_hw 3.2).
     pub(crate) struct CmdqSqDoorbell(u64) {
         /// The new producer index, in basic blocks.
         15:0 pi;
@@ -331,7 +331,7 @@ bitfield! {
 }
 
 bitfield! {
-    /// The first word of a completion entry, of the command queue's too (erdma-hw 3.3, 5.6).
+    /// The first word of a completion entry, of the command queue's too (erdma_rs_hw 3.3, 5.6).
     pub(crate) struct CqeHeader(u32) {
         /// The owner bit.
         31:31 owner => bool;
@@ -339,13 +339,13 @@ bitfield! {
         23:16 opcode;
         /// Which queue completed ([`crate::consts::cqe_queue`]).
         15:8 queue;
-        /// The status (erdma-hw 5.7), 0 for success.
+        /// The status (erdma_rs_hw 5.7), 0 for success.
         7:0 status;
     }
 }
 
 bitfield! {
-    /// The last word of a receive completion of a UD or GSI QP (erdma-hw 5.6).
+    /// The last word of a receive completion of a UD or GSI QP (erdma_rs_hw 5.6).
     pub(crate) struct CqeUdInfo(u32) {
         /// The datagram came over IPv6 (else IPv4).
         31:31 ipv6 => bool;
@@ -356,7 +356,7 @@ bitfield! {
     }
 }
 
-/// A completion entry: big-endian words, except the immediate (erdma-hw 5.6).
+/// A completion entry: big-endian words, except the immediate (erdma_rs_hw 5.6).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct Cqe {
@@ -399,7 +399,7 @@ impl Cqe {
     }
 }
 
-/// A completion entry of the command queue: big-endian words (erdma-hw 3.3).
+/// A completion entry of the command queue: big-endian words (erdma_rs_hw 3.3).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct CmdqCqe {
@@ -426,7 +426,7 @@ impl CmdqCqe {
 }
 
 bitfield! {
-    /// The first word of every event-queue entry (erdma-hw 4.1).
+    /// The first word of every event-queue entry (erdma_rs_hw 4.1).
     pub(crate) struct EqeWord0(u32) {
         /// The owner bit.
         31:31 owner => bool;
@@ -434,7 +434,7 @@ bitfield! {
 }
 
 bitfield! {
-    /// A completion event: the first 8 bytes of a CEQ entry (erdma-hw 4.2).
+    /// A completion event: the first 8 bytes of a CEQ entry (erdma_rs_hw 4.2).
     #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
     pub(crate) struct Ceqe(u64) {
         /// Unused by the driver.
@@ -448,7 +448,7 @@ bitfield! {
     }
 }
 
-/// The kinds of asynchronous events (erdma-hw 4.2).
+/// The kinds of asynchronous events (erdma_rs_hw 4.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AsyncEvent {
     /// A QP failed.
@@ -493,7 +493,7 @@ impl From<AsyncEvent> for Bounded<u32, 8> {
 }
 
 bitfield! {
-    /// The first word of an AEQ entry (erdma-hw 4.2).
+    /// The first word of an AEQ entry (erdma_rs_hw 4.2).
     #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
     pub(crate) struct AeqeHeader(u32) {
         /// The owner bit.
@@ -505,7 +505,7 @@ bitfield! {
     }
 }
 
-/// An asynchronous event (erdma-hw 4.2).
+/// An asynchronous event (erdma_rs_hw 4.2).
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct Aeqe {
@@ -529,7 +529,7 @@ mod tests {
 
     #[test]
     fn sqe_header_image() {
-        // erdma-hw 5.2: index 15:0, CE 22, SE 23, FENCE 24, INLINE 25, opcode 31:27,
+        // erdma_rs_hw 5.2: index 15:0, CE 22, SE 23, FENCE 24, INLINE 25, opcode 31:27,
         // QPN 51:32, WQEBBs-1 54:52, SGL length 63:56.
         let h = SqeHeader::zeroed()
             .with_wqebb_index(0x1234u16)
@@ -605,7 +605,7 @@ mod tests {
             at(b, 16, 12),
             &[0, 0, 1, 0x80, 0x45, 0x23, 1, 0, 0x77, 0, 0, 0]
         );
-        // erdma-hw 5.6: network type 31, SL 27:20, source QPN 19:0.
+        // erdma_rs_hw 5.6: network type 31, SL 27:20, source QPN 19:0.
         let w = CqeUdInfo::from_raw(0x8350_0001);
         assert_eq!((w.ipv6(), w.sl().get(), w.src_qpn().get()), (true, 0x35, 1));
         assert!(!CqeUdInfo::from_raw(0x0000_0002).ipv6());
@@ -816,7 +816,7 @@ mod tests {
     }
 }
 
-/// The key of an MPA request (erdma-hw 7.1).
+/// The key of an MPA request (erdma_rs_hw 7.1).
 pub(crate) const MPA_KEY_REQ: [u8; 16] = *b"MPA ID Req Frame";
 /// The key of an MPA reply.
 pub(crate) const MPA_KEY_REP: [u8; 16] = *b"MPA ID Rep Frame";
@@ -849,7 +849,7 @@ bitfield! {
 }
 
 /// The 28-byte header of an MPA request or reply, followed on the wire by `pd_len` bytes of
-/// private data (erdma-hw 7.1). Big-endian words.
+/// private data (erdma_rs_hw 7.1). Big-endian words.
 #[repr(C)]
 #[derive(IntoBytes, FromBytes, zerocopy_derive::Immutable)]
 pub(crate) struct MpaHeader {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The adapter as the driver drives it: its registers, its command queue, its event queues and
-//! the tables through which events reach the verbs objects they name.
+//! The adapter as the driver drives it: its registers, its command queue and its event queues,
+//! whose events go to the objects they name through [`crate::dispatch`].
 
 use kernel::{
     device, fmt,
@@ -9,10 +9,7 @@ use kernel::{
     num::Bounded,
     pci,
     prelude::*,
-    rbtree::RBTree,
-    rdma::qp::QpEvent,
     sync::{
-        Arc,
         Mutex,
         SpinLockIrq, //
     },
@@ -24,20 +21,17 @@ use kernel::{
 
 use crate::{
     cmdq::{
+        CmdCtx,
         Cmdq,
         Wait, //
     },
-    commands::{
-        Command,
-        Response, //
+    commands::Command,
+    dispatch::{
+        AsyncSink,
+        CompletionSink, //
     },
-    consts::MAX_CEQS,
     eq::EqRing,
     formats::AsyncEvent,
-    kverbs::{
-        CqEntry,
-        QpEntry, //
-    },
     regs::{
         self,
         Bar0, //
@@ -48,9 +42,6 @@ use crate::{
         upper, //
     },
 };
-
-/// The completion queues of one CEQ, by CQN.
-pub(crate) type CqTable = RBTree<u32, Arc<CqEntry>>;
 
 /// Event-queue entries handled per interrupt before re-arming.
 const EQ_BUDGET: usize = 16;
@@ -67,12 +58,6 @@ pub(crate) struct Hw<'bound> {
     pub(crate) cmdq: Cmdq,
     #[pin]
     aeq: SpinLockIrq<EqRing>,
-    /// Event handles of the completion queues, one table per CEQ (index EQN - 1) holding
-    /// the CQs whose events that CEQ delivers, by CQN: CEQ handlers never share a lock.
-    ceq_cqs: KVec<Pin<KBox<SpinLockIrq<CqTable>>>>,
-    /// Event handles of the queue pairs, by QPN, for the AEQ handler.
-    #[pin]
-    pub(crate) qps: SpinLockIrq<RBTree<u32, Arc<QpEntry>>>,
     /// What the adapter did wrong.
     pub(crate) reports: DeviceReports,
     /// The memory of objects whose teardown command failed ([`Hw::strand`]).
@@ -91,20 +76,11 @@ impl<'bound> Hw<'bound> {
         let dev: &device::Device<device::Bound> = pdev.as_ref();
         let cmdq = Cmdq::new(dev)?;
         let aeq = EqRing::new(dev, aeq_depth, regs::AEQ_DB)?;
-        let mut ceq_cqs = KVec::with_capacity(MAX_CEQS as usize, GFP_KERNEL)?;
-        for _ in 0..MAX_CEQS {
-            ceq_cqs.push(
-                KBox::pin_init(kernel::new_spinlock_irq!(RBTree::new()), GFP_KERNEL)?,
-                GFP_KERNEL,
-            )?;
-        }
         Ok(try_pin_init!(Self {
             pdev,
             bar,
             cmdq <- cmdq,
             aeq <- kernel::new_spinlock_irq!(aeq),
-            ceq_cqs,
-            qps <- kernel::new_spinlock_irq!(RBTree::new()),
             reports: DeviceReports::new(),
             stranded <- kernel::new_mutex!(KVec::new()),
         }? Error))
@@ -179,27 +155,43 @@ impl<'bound> Hw<'bound> {
         }
     }
 
-    /// The completion queues whose events CEQ `eqn` delivers.
-    pub(crate) fn ceq_cqs(&self, eqn: u32) -> Result<&SpinLockIrq<CqTable>> {
-        let index = usize::try_from(eqn.checked_sub(1).ok_or(EINVAL)?)?;
-        Ok(self.ceq_cqs.get(index).ok_or(EINVAL)?.as_ref().get_ref())
+    /// What the command queue needs of the adapter.
+    fn cmd_ctx(&self) -> CmdCtx<'_> {
+        CmdCtx {
+            dev: self.dev(),
+            reports: &self.reports,
+            bar: &self.bar,
+        }
     }
 
-    /// Runs `cmd` on the command queue.
-    pub(crate) fn exec<C: Command>(&self, cmd: &C, wait: Wait) -> Result<Response> {
-        self.cmdq
-            .exec(self.dev(), &self.reports, &self.bar, cmd, wait)
+    /// Runs `cmd` on the command queue and returns its reply, sleeping until it completes.
+    /// Process context only (checked by `might_sleep`): post, poll and completion paths hand
+    /// their commands to work instead.
+    pub(crate) fn exec<C: Command>(&self, cmd: &C) -> Result<C::Reply> {
+        self.exec_with(cmd, Wait::Sleep)
     }
 
-    /// Vector 0: command completions, then asynchronous events.
-    pub(crate) fn handle_common_irq(&self) {
+    /// Runs `cmd` busy-polling for its completion, in any context. Only where the RDMA core
+    /// gives no choice (address handles created or destroyed where sleeping is not allowed),
+    /// and while the command queue has no interrupt (probe before, teardown after).
+    pub(crate) fn exec_polled<C: Command>(&self, cmd: &C) -> Result<C::Reply> {
+        self.exec_with(cmd, Wait::Poll)
+    }
+
+    /// [`Hw::exec`] or [`Hw::exec_polled`], as `wait` says.
+    pub(crate) fn exec_with<C: Command>(&self, cmd: &C, wait: Wait) -> Result<C::Reply> {
+        self.cmdq.submit(self.cmd_ctx(), cmd, wait)?.wait(wait)
+    }
+
+    /// Vector 0: command completions, then asynchronous events, delivered to `objects`.
+    pub(crate) fn handle_common_irq(&self, objects: &dyn AsyncSink) {
         self.cmdq
             .handle_interrupt(self.dev(), &self.reports, &self.bar);
-        self.handle_aeq();
+        self.handle_aeq(objects);
     }
 
     /// Drains up to [`EQ_BUDGET`] asynchronous events and re-arms the AEQ.
-    fn handle_aeq(&self) {
+    fn handle_aeq(&self, objects: &dyn AsyncSink) {
         let mut aeq = self.aeq.lock();
         for _ in 0..EQ_BUDGET {
             let Some(eqe) = aeq.pop() else {
@@ -211,7 +203,7 @@ impl<'bound> Hw<'bound> {
             let object = aeqe.object;
             let subtype = aeqe.hdr.subtype().get();
             let (kind, what, found) = match aeqe.hdr.event() {
-                // Every QP event is fatal to the QP (erdma-hw 4.2).
+                // Every QP event is fatal to the QP (erdma_rs_hw 4.2).
                 Ok(
                     event @ (AsyncEvent::QpFatal
                     | AsyncEvent::QpRqError
@@ -220,25 +212,12 @@ impl<'bound> Hw<'bound> {
                 ) => (
                     Bounded::<u32, 8>::from(event).get(),
                     "error on QP",
-                    self.qps
-                        .lock()
-                        .get(&object)
-                        .map(|q| {
-                            q.events.event(QpEvent::Fatal);
-                            // An iWARP queue pair's connection ends with it.
-                            if let Some(iw) = &q.iw {
-                                iw.fatal();
-                            }
-                        })
-                        .is_some(),
+                    objects.qp_fatal(object),
                 ),
-                // Rare: every CEQ's table is searched.
                 Ok(event @ AsyncEvent::CqError) => (
                     Bounded::<u32, 8>::from(event).get(),
                     "error on CQ",
-                    self.ceq_cqs
-                        .iter()
-                        .any(|cqs| cqs.lock().get(&object).map(|c| c.events.error()).is_some()),
+                    objects.cq_error(object),
                 ),
                 Err(kind) => (kind, "unknown event for object", false),
             };
@@ -253,11 +232,13 @@ impl<'bound> Hw<'bound> {
     }
 
     /// A completion event queue's interrupt: delivers up to [`EQ_BUDGET`] completion events to
-    /// their CQs and re-arms the queue.
-    pub(crate) fn handle_ceq(&self, ring: &SpinLockIrq<EqRing>, eqn: u16) {
-        let Ok(cqs) = self.ceq_cqs(eqn.into()) else {
-            return;
-        };
+    /// `objects` and re-arms the queue.
+    pub(crate) fn handle_ceq(
+        &self,
+        ring: &SpinLockIrq<EqRing>,
+        eqn: u16,
+        objects: &dyn CompletionSink,
+    ) {
         let mut ring = ring.lock();
         for _ in 0..EQ_BUDGET {
             let Some(eqe) = ring.pop() else {
@@ -268,13 +249,7 @@ impl<'bound> Hw<'bound> {
             };
             // CAST: a 20-bit field.
             let cqn = ceqe.cqn().get() as u32;
-            let found = cqs.lock().get(&cqn).map(|c| {
-                if let Some(k) = &c.kernel {
-                    k.event();
-                }
-                c.events.completion();
-            });
-            if found.is_none() {
+            if !objects.cq_event(eqn.into(), cqn) {
                 // A CQ destroyed after the adapter queued its event.
                 dev_dbg!(
                     self.dev(),

@@ -55,6 +55,7 @@ use kernel::{
         Arc,
         Mutex, //
     },
+    workqueue::OwnedQueue,
 };
 
 use crate::{
@@ -62,7 +63,6 @@ use crate::{
         Cm,
         CmHw, //
     },
-    cmdq::Wait,
     commands::{
         AllocDb,
         ConfMtu,
@@ -100,6 +100,7 @@ use crate::{
         Ids,
         ObjIds, //
     },
+    kverbs::Objects,
     mtt::DbRecPages,
     regs::{
         MacAddr,
@@ -142,19 +143,31 @@ struct AllocCtxResp {
 
 /// What the device's callbacks use.
 pub(crate) struct IbData<'bound> {
+    /// The device's work queue: commands that post, poll and completion paths may not wait
+    /// for run here ([`crate::qp::Reflusher`]). First, so that it drains before the rest goes.
+    pub(crate) work: OwnedQueue,
     pub(crate) hw: Arc<Hw<'bound>>,
+    /// The lookup tables through which the adapter's events reach the objects.
+    pub(crate) objects: Arc<Objects>,
     pub(crate) caps: DeviceCaps,
     pub(crate) fw_version: u32,
     pub(crate) mac: MacAddr,
-    pub(crate) protocol: Protocol,
+    /// What the adapter's protocol gives it.
+    pub(crate) proto: Personality,
     /// Completion vectors (CEQs).
     pub(crate) ceqs: u32,
     pub(crate) ids: Arc<Mutex<ObjIds>>,
-    /// The AHNs of a RoCE adapter.
-    pub(crate) ahs: Option<Arc<AhIds>>,
-    /// The connection manager of an iWARP adapter.
-    pub(crate) cm: Option<Pin<KBox<Cm>>>,
     contexts: AtomicU32,
+}
+
+/// What an adapter has for the protocol it speaks (erdma_rs_hw 7): operations that differ match
+/// on it once.
+pub(crate) enum Personality {
+    /// RoCEv2: address handles, whose numbers (AHNs) the driver hands out; connections are made
+    /// by the RDMA core's own connection manager over the GSI QP.
+    Roce(Arc<AhIds>),
+    /// iWARP: the driver's connection manager (MPA over kernel TCP sockets).
+    Iwarp(Pin<KBox<Cm>>),
 }
 
 /// A user context: the doorbell pages it was given, if the adapter hands them out, and the
@@ -167,6 +180,7 @@ pub(crate) struct UCtx {
 impl<'bound> IbData<'bound> {
     pub(crate) fn new(
         hw: Arc<Hw<'bound>>,
+        objects: Arc<Objects>,
         caps: DeviceCaps,
         fw_version: u32,
         mac: MacAddr,
@@ -174,33 +188,30 @@ impl<'bound> IbData<'bound> {
         ceqs: u32,
     ) -> Result<Self> {
         let max_qp = caps.max_qp();
-        // QPN, CQN and MPT index 0 are never used (erdma-hw 6, 9.1).
+        // QPN, CQN and MPT index 0 are never used (erdma_rs_hw 6, 9.1).
         let ids = ObjIds {
             pd: Ids::new(1, MAX_PD)?,
             cq: Ids::new(1, 2 * max_qp)?,
-            // QPN 1 of a RoCE adapter is its GSI QP (erdma-hw 7.2).
+            // QPN 1 of a RoCE adapter is its GSI QP (erdma_rs_hw 7.2).
             qp: Ids::new(if protocol == Protocol::RoceV2 { 2 } else { 1 }, max_qp)?,
             mr: Ids::new(1, 2 * max_qp)?,
         };
         Ok(Self {
+            work: OwnedQueue::new_ordered(c"erdma_rs_dev")?,
             hw,
+            objects,
             caps,
             fw_version,
             mac,
-            protocol,
-            ceqs,
-            ids: Arc::pin_init(new_mutex!(ids), GFP_KERNEL)?,
-            ahs: match protocol {
-                Protocol::RoceV2 => Some(Arc::pin_init(
+            proto: match protocol {
+                Protocol::RoceV2 => Personality::Roce(Arc::pin_init(
                     new_spinlock_irq!(ids::ahn_range(caps.max_ah_log2)?),
                     GFP_KERNEL,
                 )?),
-                Protocol::Iwarp => None,
+                Protocol::Iwarp => Personality::Iwarp(KBox::pin_init(Cm::new()?, GFP_KERNEL)?),
             },
-            cm: match protocol {
-                Protocol::RoceV2 => None,
-                Protocol::Iwarp => Some(KBox::pin_init(Cm::new()?, GFP_KERNEL)?),
-            },
+            ceqs,
+            ids: Arc::pin_init(new_mutex!(ids), GFP_KERNEL)?,
             contexts: AtomicU32::new(0),
         })
     }
@@ -214,15 +225,12 @@ impl<'bound> IbData<'bound> {
         self.hw.bound()
     }
 
-    pub(crate) fn roce(&self) -> bool {
-        self.protocol == Protocol::RoceV2
-    }
-
+    /// The GID table: a RoCEv2 adapter's from its capabilities, an iWARP adapter's one entry
+    /// (its MAC).
     fn gid_table_len(&self) -> u32 {
-        if self.roce() {
-            1 << self.caps.max_gid_log2
-        } else {
-            1
+        match self.proto {
+            Personality::Roce(_) => 1 << self.caps.max_gid_log2,
+            Personality::Iwarp(_) => 1,
         }
     }
 
@@ -258,7 +266,7 @@ impl<'bound> IbData<'bound> {
             } else {
                 AtomicCap::None
             });
-        if self.roce() {
+        if let Personality::Roce(_) = self.proto {
             attr.set_max_pkeys(1)
                 .set_max_ah(ids::max_ahs(caps.max_ah_log2));
         }
@@ -288,7 +296,7 @@ impl<'bound> IbData<'bound> {
         attr.set_gid_tbl_len(self.gid_table_len() as i32)
             .set_port_cap_flags(PortCap::CmSup | PortCap::DeviceMgmtSup)
             .set_max_msg_sz(u32::MAX);
-        if self.roce() {
+        if let Personality::Roce(_) = self.proto {
             attr.set_ip_gids(true).set_pkey_tbl_len(1);
         }
         Ok(())
@@ -297,13 +305,16 @@ impl<'bound> IbData<'bound> {
     pub(crate) fn get_port_immutable(&self, immutable: &mut PortImmutable) {
         // CAST: the GID table has at most 2^15 entries.
         immutable.set_gid_tbl_len(self.gid_table_len() as i32);
-        if self.roce() {
-            immutable
-                .set_core_cap_flags(CoreCap::RoceUdpEncap.into())
-                .set_pkey_tbl_len(1)
-                .set_max_mad_size(MGMT_MAD_SIZE);
-        } else {
-            immutable.set_core_cap_flags(CoreCap::Iwarp.into());
+        match self.proto {
+            Personality::Roce(_) => {
+                immutable
+                    .set_core_cap_flags(CoreCap::RoceUdpEncap.into())
+                    .set_pkey_tbl_len(1)
+                    .set_max_mad_size(MGMT_MAD_SIZE);
+            }
+            Personality::Iwarp(_) => {
+                immutable.set_core_cap_flags(CoreCap::Iwarp.into());
+            }
         }
     }
 
@@ -336,7 +347,7 @@ impl<'bound> IbData<'bound> {
                 gid: [0; 16],
             }
         };
-        self.hw.exec(&cmd, Wait::Sleep).map(|_| ())
+        self.hw.exec(&cmd)
     }
 
     pub(crate) fn alloc_ucontext(
@@ -361,9 +372,9 @@ impl<'bound> IbData<'bound> {
     fn open_context(&self, setup: &UContextSetup<'_>, udata: &mut UData<'_>) -> Result<UCtx> {
         let dbrecs = DbRecPages::new()?;
         let ctx = if self.caps.extend_db {
-            let resp = self.hw.exec(&AllocDb::new(), Wait::Sleep)?;
+            let resp = self.hw.exec(&AllocDb::new())?;
             UCtx {
-                db: Some(DbPages::from_response(resp)),
+                db: Some(resp),
                 dbrecs,
             }
         } else {
@@ -388,7 +399,7 @@ impl<'bound> IbData<'bound> {
     ) -> Result {
         let page = |index: u16| u64::from(index) << PAGE_SHIFT;
         // The RQ doorbell goes on the page of the "CDB" field and the CQ doorbell on the
-        // page of the "RDB" field: the ABI every provider expects (erdma-hw 3.6).
+        // page of the "RDB" field: the ABI every provider expects (erdma_rs_hw 3.6).
         let (sdb, rdb, cdb) = match ctx.db {
             Some(db) => (page(db.sq), page(db.cdb), page(db.rdb)),
             // CAST: BAR0 offsets.
@@ -410,7 +421,7 @@ impl<'bound> IbData<'bound> {
 
     fn release_context(&self, ctx: &UCtx) {
         if let Some(db) = ctx.db {
-            if let Err(e) = self.hw.exec(&FreeDb::new(db), Wait::Sleep) {
+            if let Err(e) = self.hw.exec(&FreeDb::new(db)) {
                 dev_warn!(
                     self.dev(),
                     "FREE_DB of pages {}/{}/{} failed: {}\n",
@@ -442,7 +453,7 @@ impl<'bound> IbData<'bound> {
             len: STATS_BUF_LEN as u32,
             reserved1: 0,
         };
-        self.hw.exec(&cmd, Wait::Sleep)?;
+        self.hw.exec(&cmd)?;
         let head = StatsHeader::from_raw(io_read!(&buf, [try: 0]));
         let magic = head.magic().get();
         if magic != u64::from(STATS_MAGIC) {
@@ -499,7 +510,7 @@ impl<'bound> IbData<'bound> {
             }
             NetdevEvent::ChangeMtu => {
                 let mtu = ndev.mtu();
-                if let Err(e) = self.hw.exec(&ConfMtu { mtu }, Wait::Sleep) {
+                if let Err(e) = self.hw.exec(&ConfMtu { mtu }) {
                     dev_warn!(self.dev(), "CONF_MTU {} failed: {}\n", mtu, e.to_errno());
                 }
             }
@@ -515,10 +526,19 @@ pub(crate) struct IwDev<'a, 'bound> {
     cm: &'a Cm,
 }
 
+/// The device as deferred work reaches it: through a counted reference to the device, while it
+/// is registered.
+pub(crate) trait DeviceRef: Send + Sync {
+    /// Runs `f` on the device's data if the device is still registered, holding off its
+    /// unregistration until `f` returns; returns whether it ran.
+    fn with(&self, f: &mut dyn FnMut(&IbData<'_>)) -> bool;
+}
+
 impl<'bound> IbData<'bound> {
-    /// Sends a REFLUSH (erdma-hw 10.13); a failure is noted as the device's, the caller goes on.
-    pub(crate) fn reflush(&self, cmd: &Reflush, wait: Wait) {
-        if let Err(e) = self.hw.exec(cmd, wait) {
+    /// Sends a REFLUSH (erdma_rs_hw 10.13) and waits for it (process context); a failure is noted
+    /// as the device's, the caller goes on.
+    pub(crate) fn reflush(&self, cmd: &Reflush) {
+        if let Err(e) = self.hw.exec(cmd) {
             self.hw.reports.note(
                 self.dev(),
                 fmt!("REFLUSH of QP {} failed ({})\n", cmd.qpn, e.to_errno()),
@@ -528,7 +548,19 @@ impl<'bound> IbData<'bound> {
 
     /// The device as its connection manager reaches it; `None` on RoCE adapters.
     pub(crate) fn iw(&self) -> Option<IwDev<'_, 'bound>> {
-        self.cm.as_deref().map(|cm| IwDev { data: self, cm })
+        match &self.proto {
+            Personality::Iwarp(cm) => Some(IwDev { data: self, cm }),
+            Personality::Roce(_) => None,
+        }
+    }
+
+    /// The AHNs of a RoCE adapter; `EOPNOTSUPP` on iWARP adapters, which have no address
+    /// handles.
+    pub(crate) fn ahs(&self) -> Result<&Arc<AhIds>> {
+        match &self.proto {
+            Personality::Roce(ahs) => Ok(ahs),
+            Personality::Iwarp(_) => Err(EOPNOTSUPP),
+        }
     }
 }
 
@@ -542,11 +574,11 @@ impl CmHw for IwDev<'_, '_> {
     }
 
     fn modify_qp(&self, cmd: &ModifyQpIwarp) -> Result {
-        self.data.hw.exec(cmd, Wait::Sleep).map(drop)
+        self.data.hw.exec(cmd).map(drop)
     }
 
     fn reflush(&self, cmd: &Reflush) {
-        self.data.reflush(cmd, Wait::Sleep);
+        self.data.reflush(cmd);
     }
 
     fn cc(&self) -> u8 {

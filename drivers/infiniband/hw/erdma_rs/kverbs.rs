@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Queues of kernel consumers: the driver builds the work queue entries, rings the shared
-//! kernel doorbells and reads the completions itself (erdma-hw 4.4, 5).
+//! kernel doorbells and reads the completions itself (erdma_rs_hw 4.4, 5).
 //!
 //! Kernel queues live in coherent DMA memory, one contiguous buffer each, described to the
-//! adapter as a single "page" (erdma-hw 3.5). Posting and polling run in any context, under
+//! adapter as a single "page" (erdma_rs_hw 3.5). Posting and polling run in any context, under
 //! interrupt-safe spinlocks; doorbell identity is in the value, so every kernel queue shares
 //! one doorbell per kind.
 
@@ -66,6 +66,11 @@ use crate::{
         RQE_SIZE,
         WQEBB_SIZE, //
     },
+    dispatch::{
+        CqSink,
+        Dispatch,
+        QpSink, //
+    },
     formats::{
         low32,
         low64,
@@ -110,7 +115,7 @@ const CQE_WORDS: usize = crate::consts::CQE_SIZE / 4;
 const MAX_SQE_SIZE: usize = MAX_SQE_WQEBBS * WQEBB_SIZE;
 
 /// The page list of a fast-registration region: an MTT the adapter reads when a
-/// fast-registration work request names the region (erdma-hw 6).
+/// fast-registration work request names the region (erdma_rs_hw 6).
 pub(crate) struct Frmr {
     pages: Coherent<[u64]>,
     npages: AtomicU32,
@@ -199,7 +204,7 @@ struct SqeBody {
     hdr: SqeHeader,
 }
 
-/// The verbs status and vendor error of a completion status code (erdma-hw 5.7).
+/// The verbs status and vendor error of a completion status code (erdma_rs_hw 5.7).
 fn wc_status(code: u32) -> (WcStatus, u32) {
     match code {
         0 => (WcStatus::Success, 0),
@@ -235,9 +240,50 @@ struct CqState {
     /// The kernel queue pairs whose completions this CQ receives, by QPN: polling looks
     /// entries up here, under this CQ's lock, not in a table of the whole device.
     qps: RBTree<u32, Arc<QpEntry>>,
-    /// Completions to drop: those of a queue pair that went back to RESET, written before
-    /// the ring position given with it (erdma-hw 10.12).
-    stale: KVec<(u32, u32)>,
+    /// Completions to drop: those of queue pairs that went back to RESET.
+    stale: StaleFilter,
+}
+
+/// The completions a CQ drops (erdma_rs_hw 10.12): those of a queue pair that went back to RESET,
+/// written before the ring position recorded with it. Positions wrap; a position before the
+/// recorded one is less than a ring's depth (at most 2^22) before it.
+struct StaleFilter {
+    /// (QPN, ring position after its last completion written before RESET).
+    entries: KVec<(u32, u32)>,
+}
+
+impl StaleFilter {
+    const fn new() -> Self {
+        Self {
+            entries: KVec::new(),
+        }
+    }
+
+    fn before(p: u32, end: u32) -> bool {
+        // CAST: the distance of two positions of one ring, as a signed number.
+        (end.wrapping_sub(p) as i32) > 0
+    }
+
+    /// Drops the completions of `qpn` at positions before `end`. Any context.
+    fn add(&mut self, qpn: u32, end: u32) -> Result {
+        self.entries.push((qpn, end), GFP_ATOMIC)?;
+        Ok(())
+    }
+
+    /// Whether the completion of `qpn` at ring position `pos` is dropped; forgets what the
+    /// consumer index, now past `pos`, has left behind.
+    fn drops(&mut self, qpn: u32, pos: u32) -> bool {
+        if self.entries.is_empty() {
+            return false;
+        }
+        let stale = self
+            .entries
+            .iter()
+            .any(|&(q, end)| q == qpn && Self::before(pos, end));
+        let next = pos.wrapping_add(1);
+        self.entries.retain(|e| Self::before(next, e.1));
+        stale
+    }
 }
 
 impl KernelCq {
@@ -257,7 +303,7 @@ impl KernelCq {
                 ci: 0,
                 arm_sn: 0,
                 qps: RBTree::new(),
-                stale: KVec::new(),
+                stale: StaleFilter::new(),
             }),
             cmdsn: AtomicU32::new(0),
         }? Error))
@@ -292,7 +338,7 @@ impl KernelCq {
         Cqe::read_from_bytes(words.as_bytes()).ok()
     }
 
-    /// Arms the CQ (erdma-hw 4.4); with `report_missed`, whether completions already wait.
+    /// Arms the CQ (erdma_rs_hw 4.4); with `report_missed`, whether completions already wait.
     pub(crate) fn arm(&self, bar: &Bar0<'_>, solicited: bool, report_missed: bool) -> bool {
         let mut st = self.state.lock();
         let value = CqDoorbell::zeroed()
@@ -330,7 +376,7 @@ impl KernelCq {
             end = end.wrapping_add(1);
         }
         if end != st.ci {
-            st.stale.push((qpn, end), GFP_ATOMIC)?;
+            st.stale.add(qpn, end)?;
         }
         Ok(())
     }
@@ -349,19 +395,8 @@ impl KernelCq {
             let pos = st.ci;
             st.ci = st.ci.wrapping_add(1);
             let qpn = cqe.qpn.get();
-            if !st.stale.is_empty() {
-                // CAST: ring positions wrap; a position before `end` is less than a ring's
-                // depth (at most 2^22) before it.
-                let before = |p: u32, end: u32| (end.wrapping_sub(p) as i32) > 0;
-                let stale = st
-                    .stale
-                    .iter()
-                    .any(|&(q, end)| q == qpn && before(pos, end));
-                let next = st.ci;
-                st.stale.retain(|e| before(next, e.1));
-                if stale {
-                    continue;
-                }
+            if st.stale.drops(qpn, pos) {
+                continue;
             }
             // CQEs of QPs that are gone, or not the kernel's, complete nothing.
             let Some(entry) = st.qps.get(&qpn) else {
@@ -392,6 +427,33 @@ pub(crate) struct QpEntry {
     pub(crate) iw: Option<Arc<IwQp>>,
 }
 
+/// The adapter's lookup tables, holding the verbs objects' entries.
+pub(crate) type Objects = Dispatch<QpEntry, CqEntry>;
+
+impl CqSink for CqEntry {
+    fn completion(&self) {
+        if let Some(k) = &self.kernel {
+            k.event();
+        }
+        self.events.completion();
+    }
+
+    fn error(&self) {
+        self.events.error();
+    }
+}
+
+impl QpSink for QpEntry {
+    /// Every QP event is fatal to the QP (erdma_rs_hw 4.2); an iWARP queue pair's connection ends
+    /// with it.
+    fn fatal(&self) {
+        self.events.event(QpEvent::Fatal);
+        if let Some(iw) = &self.iw {
+            iw.fatal();
+        }
+    }
+}
+
 /// A kernel queue pair.
 #[pin_data]
 pub(crate) struct KernelQp {
@@ -420,21 +482,98 @@ pub(crate) struct KernelQp {
     rq: SpinLockIrq<WorkQueue>,
 }
 
+/// The driver's side of a send or receive queue: its producer and consumer indices (in
+/// entries, basic blocks for a send queue) and, by ring position, the work request that starts
+/// there. Completions are taken only for requests posted and not yet completed, so the consumer
+/// index never passes the producer and no request completes twice, whatever the adapter reports.
 struct WorkQueue {
     pi: u16,
     ci: u16,
+    /// Entries, a power of two.
+    depth: u16,
     wr_ids: KVec<u64>,
+    /// The length in entries of the request that starts at each position; 0 where none does.
+    lens: KVec<u8>,
 }
 
 impl WorkQueue {
     fn new(depth: u16) -> Result<Self> {
         let mut wr_ids = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
         wr_ids.resize(depth.into(), 0, GFP_KERNEL)?;
+        let mut lens = KVec::with_capacity(depth.into(), GFP_KERNEL)?;
+        lens.resize(depth.into(), 0, GFP_KERNEL)?;
         Ok(Self {
             pi: 0,
             ci: 0,
+            depth,
             wr_ids,
+            lens,
         })
+    }
+
+    fn pos(&self, index: u16) -> usize {
+        usize::from(index & (self.depth - 1))
+    }
+
+    /// Entries posted and not completed.
+    fn used(&self) -> u16 {
+        self.pi.wrapping_sub(self.ci)
+    }
+
+    /// Whether a request of `len` entries fits.
+    fn has_room(&self, len: u16) -> bool {
+        u32::from(self.used()) + u32::from(len) <= u32::from(self.depth)
+    }
+
+    /// Records request `wr_id` of `len` entries (1 to 255, room checked), written at the
+    /// producer index; returns the producer index after it.
+    fn push(&mut self, wr_id: u64, len: u8) -> u16 {
+        let pos = self.pos(self.pi);
+        self.wr_ids[pos] = wr_id;
+        self.lens[pos] = len;
+        self.pi = self.pi.wrapping_add(len.into());
+        self.pi
+    }
+
+    /// Empty again (RESET).
+    fn clear(&mut self) {
+        self.pi = 0;
+        self.ci = 0;
+        self.lens.fill(0);
+    }
+
+    /// A send completion at `index`: the request that starts there, if it is posted and not
+    /// completed, completes, and the unsignaled ones before it with it; its ID. An index inside
+    /// a request, or outside what is posted, completes nothing.
+    fn complete_at(&mut self, index: u16) -> Option<u64> {
+        if index.wrapping_sub(self.ci) >= self.used() {
+            return None;
+        }
+        let pos = self.pos(index);
+        let len = self.lens[pos];
+        if len == 0 {
+            return None;
+        }
+        let end = index.wrapping_add(len.into());
+        while self.ci != end {
+            let at = self.pos(self.ci);
+            self.lens[at] = 0;
+            self.ci = self.ci.wrapping_add(1);
+        }
+        Some(self.wr_ids[pos])
+    }
+
+    /// A receive completion at `index`: receives complete in the order they were posted, so
+    /// only the oldest one may; its ID. Any other index completes nothing, and no receive is
+    /// ever skipped.
+    fn complete_next(&mut self, index: u16) -> Option<u64> {
+        if self.used() == 0 || index != self.ci {
+            return None;
+        }
+        let pos = self.pos(index);
+        self.lens[pos] = 0;
+        self.ci = self.ci.wrapping_add(1);
+        Some(self.wr_ids[pos])
     }
 }
 
@@ -513,7 +652,7 @@ impl KernelQp {
         self.rq_db.record_addr()
     }
 
-    /// Records a state change; RESET starts both queues over (erdma-hw 10.12).
+    /// Records a state change; RESET starts both queues over (erdma_rs_hw 10.12).
     ///
     /// The state is read after every post ([`KernelQp::in_error`]) and written before the
     /// producer indices are read for a REFLUSH ([`KernelQp::reflush`]), both sequentially
@@ -522,9 +661,7 @@ impl KernelQp {
     pub(crate) fn set_state(&self, state: QpState) {
         if state == QpState::Reset {
             for q in [&self.sq, &self.rq] {
-                let mut q = q.lock();
-                q.pi = 0;
-                q.ci = 0;
+                q.lock().clear();
             }
         }
         self.state.store(state.to_raw(), Ordering::SeqCst);
@@ -550,7 +687,7 @@ impl KernelQp {
         self.state.load(Ordering::SeqCst) == QpState::Err.to_raw()
     }
 
-    /// The REFLUSH that makes the adapter flush everything posted so far (erdma-hw 10.13).
+    /// The REFLUSH that makes the adapter flush everything posted so far (erdma_rs_hw 10.13).
     pub(crate) fn reflush(&self) -> Reflush {
         Reflush {
             qpn: self.qpn(),
@@ -578,7 +715,8 @@ impl KernelQp {
             let mut wqe = SqeImage([0; MAX_SQE_SIZE]);
             let body = self.build_sqe(&wr, &mut wqe).map_err(|e| (e, i))?;
             let blocks = body.len.div_ceil(WQEBB_SIZE);
-            if usize::from(sq.pi.wrapping_sub(sq.ci)) + blocks > usize::from(self.sq_depth) {
+            // CAST: at most 4 blocks.
+            if !sq.has_room(blocks as u16) {
                 return Err((ENOMEM, i));
             }
             let mask = self.sq_depth - 1;
@@ -596,7 +734,7 @@ impl KernelQp {
                 .with_fence(wr.flags().contains(SendFlag::Fence));
             wqe.put(0, &hdr).map_err(|e| (e, i))?;
             let words = wqe.words();
-            // The body first, then the header (erdma-hw 10.7); an entry may wrap the ring.
+            // The body first, then the header (erdma_rs_hw 10.7); an entry may wrap the ring.
             let order = Iterator::chain(1..blocks * WQEBB_WORDS, core::iter::once(0));
             for (w, word) in order.filter_map(|w| Some((w, *words.get(w)?))) {
                 // CAST: `w / 4` is below 4.
@@ -604,8 +742,8 @@ impl KernelQp {
                 // Cannot fail: `block` is below the depth.
                 let _ = write64(&self.sq_ring, block * WQEBB_WORDS + w % WQEBB_WORDS, word);
             }
-            sq.wr_ids[usize::from(pi & mask)] = wr.wr_id();
-            sq.pi = next;
+            // CAST: at most 4 blocks.
+            sq.push(wr.wr_id(), blocks as u8);
             let db = SqDoorbell::zeroed()
                 .with_qpn(low64(self.qpn().into()))
                 .with_pi(next);
@@ -623,7 +761,7 @@ impl KernelQp {
     {
         let hdr = SqeHeader::zeroed();
         let op = wr.opcode().ok_or(EINVAL)?;
-        // Datagram queue pairs send and nothing else (erdma-hw 5.3), through an address
+        // Datagram queue pairs send and nothing else (erdma_rs_hw 5.3), through an address
         // handle of their protection domain.
         let datagram = if self.ud {
             if !matches!(op, WrOpcode::Send | WrOpcode::SendImm) {
@@ -761,7 +899,7 @@ impl KernelQp {
                 let mut sqe = RegMrSqe {
                     hdr,
                     iova: mr.iova(),
-                    // CAST: the low half of the length (erdma-hw 5.4).
+                    // CAST: the low half of the length (erdma_rs_hw 5.4).
                     length: mr.length() as u32,
                     stag: key,
                     attrs: RegMrSqeAttrs::zeroed()
@@ -880,7 +1018,7 @@ impl KernelQp {
         }
         let mut rq = self.rq.lock();
         for (i, wr) in wrs.enumerate() {
-            if rq.pi.wrapping_sub(rq.ci) >= self.rq_depth {
+            if !rq.has_room(1) {
                 return Err((ENOMEM, i));
             }
             let mut sges = wr.sges();
@@ -916,8 +1054,7 @@ impl KernelQp {
             for (k, word) in words.iter().enumerate().rev() {
                 let _ = write64(&self.rq_ring, base + k, *word);
             }
-            rq.wr_ids[usize::from(pi & (self.rq_depth - 1))] = wr.wr_id();
-            rq.pi = next;
+            rq.push(wr.wr_id(), 1);
             self.rq_db.ring(bar, head.into_raw());
         }
         Ok(())
@@ -934,12 +1071,9 @@ impl KernelQp {
         let idx = cqe.wqe_index.get() as u16;
         let byte_len = cqe.byte_len.get();
         if hdr.queue().get() == u32::from(cqe_queue::RQ) {
-            let mut rq = self.rq.lock();
-            if idx.wrapping_sub(rq.ci) >= rq.pi.wrapping_sub(rq.ci) {
+            let Some(wr_id) = self.rq.lock().complete_next(idx) else {
                 return false;
-            }
-            let wr_id = rq.wr_ids[usize::from(idx & (self.rq_depth - 1))];
-            rq.ci = idx.wrapping_add(1);
+            };
             let (opcode, flags, ex) = match op {
                 opcode::RECV_IMM => (WcOpcode::RecvRdmaWithImm, WcFlag::WithImm.into(), cqe.imm()),
                 opcode::RSP_SEND_IMM => (WcOpcode::Recv, WcFlag::WithImm.into(), cqe.imm()),
@@ -978,17 +1112,9 @@ impl KernelQp {
                 wc.set_datagram(info.src_qpn().get(), info.sl().get() as u8, net);
             }
         } else {
-            let mut sq = self.sq.lock();
-            if idx.wrapping_sub(sq.ci) >= sq.pi.wrapping_sub(sq.ci) {
+            let Some(wr_id) = self.sq.lock().complete_at(idx) else {
                 return false;
-            }
-            let mask = self.sq_depth - 1;
-            let hdr_word =
-                read64(&self.sq_ring, usize::from(idx & mask) * WQEBB_WORDS).unwrap_or(0);
-            // CAST: a 3-bit field.
-            let blocks = SqeHeader::from_raw(hdr_word).wqebbs_minus_one().get() as u16 + 1;
-            let wr_id = sq.wr_ids[usize::from(idx & mask)];
-            sq.ci = idx.wrapping_add(blocks);
+            };
             let opcode = match op {
                 opcode::WRITE | opcode::WRITE_WITH_IMM => WcOpcode::RdmaWrite,
                 opcode::READ | opcode::READ_WITH_INV => WcOpcode::RdmaRead,
@@ -1010,5 +1136,181 @@ impl KernelQp {
             );
         }
         true
+    }
+}
+
+#[kunit_tests(erdma_rs_kverbs)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (xorshift64*): the sequences are random-looking and
+    /// the same every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+        }
+    }
+
+    /// What was posted and not completed, oldest first: (start index, entries, ID).
+    struct Posted {
+        reqs: KVec<(u16, u8, u64)>,
+        head: usize,
+    }
+
+    impl Posted {
+        fn pending(&self) -> &[(u16, u8, u64)] {
+            &self.reqs[self.head..]
+        }
+
+        /// The queue's indices agree with what is pending.
+        fn check(&self, q: &WorkQueue) {
+            let used: u32 = self.pending().iter().map(|r| u32::from(r.1)).sum();
+            assert_eq!(u32::from(q.used()), used);
+            assert!(q.used() <= q.depth);
+            assert_eq!(self.pending().first().map_or(q.pi, |r| r.0), q.ci);
+        }
+    }
+
+    /// Random posts of 1 to 4 entries, completions of posted requests (each completing the
+    /// unsignaled ones before it, as the adapter does) and completions at hostile indices:
+    /// the consumer index never passes the producer, no request completes twice or out of
+    /// turn, an index inside a request completes nothing.
+    #[test]
+    fn send_completions_never_overrun_or_repeat() -> Result {
+        for seed in 1..=6u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut q = WorkQueue::new(32)?;
+            let mut p = Posted {
+                reqs: KVec::new(),
+                head: 0,
+            };
+            let mut next_id = 0u64;
+            for _ in 0..3000 {
+                match rng.below(3) {
+                    0 => {
+                        // CAST: 1 to 4.
+                        let len = (1 + rng.below(4)) as u8;
+                        if q.has_room(len.into()) {
+                            let start = q.pi;
+                            assert_eq!(q.push(next_id, len), start.wrapping_add(len.into()));
+                            p.reqs.push((start, len, next_id), GFP_KERNEL)?;
+                            next_id += 1;
+                        }
+                    }
+                    1 if !p.pending().is_empty() => {
+                        // CAST: fewer than 32 pending.
+                        let k = rng.below(p.pending().len() as u64) as usize;
+                        let (start, _, id) = p.pending()[k];
+                        assert_eq!(q.complete_at(start), Some(id));
+                        p.head += k + 1;
+                    }
+                    _ => {
+                        // CAST: any index around the ring, masked to 16 bits.
+                        let index = q.ci.wrapping_add(rng.below(96) as u16).wrapping_sub(32);
+                        let at = p.pending().iter().position(|r| r.0 == index);
+                        match q.complete_at(index) {
+                            Some(id) => {
+                                let k = at.ok_or(EINVAL)?;
+                                assert_eq!(p.pending()[k].2, id);
+                                p.head += k + 1;
+                            }
+                            None => assert!(at.is_none()),
+                        }
+                    }
+                }
+                p.check(&q);
+            }
+            // Everything completed again completes nothing.
+            for r in 0..p.head {
+                assert_eq!(q.complete_at(p.reqs[r].0), None);
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives complete in the order they were posted, one at a time: a completion at any
+    /// other index (ahead, behind, repeated) completes nothing and skips nothing.
+    #[test]
+    fn receives_are_never_skipped() -> Result {
+        for seed in 1..=6u64 {
+            let mut rng = Rng(seed.wrapping_mul(0xd1b5_4a32_d192_ed03));
+            let mut q = WorkQueue::new(16)?;
+            let mut p = Posted {
+                reqs: KVec::new(),
+                head: 0,
+            };
+            let mut next_id = 0u64;
+            for _ in 0..3000 {
+                if rng.below(2) == 0 {
+                    if q.has_room(1) {
+                        let start = q.pi;
+                        q.push(next_id, 1);
+                        p.reqs.push((start, 1, next_id), GFP_KERNEL)?;
+                        next_id += 1;
+                    }
+                } else {
+                    // CAST: any index around the ring, masked to 16 bits.
+                    let index = q.ci.wrapping_add(rng.below(4) as u16).wrapping_sub(1);
+                    match q.complete_next(index) {
+                        Some(id) => {
+                            assert_eq!(p.pending().first().map(|r| (r.0, r.2)), Some((index, id)));
+                            p.head += 1;
+                        }
+                        None => assert!(p.pending().first().is_none_or(|r| r.0 != index)),
+                    }
+                }
+                p.check(&q);
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn stale_completions_are_dropped_until_the_consumer_passes_them() -> Result {
+        let mut f = StaleFilter::new();
+        assert!(!f.drops(7, 0));
+        // QP 7 went back to RESET with completions at positions 10..12 in the ring.
+        f.add(7, 13)?;
+        assert!(!f.drops(8, 10));
+        assert!(f.drops(7, 11));
+        assert!(f.drops(7, 12));
+        // Past the recorded position: QP 7's new completions count, the entry is gone.
+        assert!(!f.drops(7, 13));
+        assert!(f.entries.is_empty());
+        // Across the wrap of ring positions.
+        f.add(3, 2)?;
+        assert!(f.drops(3, u32::MAX));
+        assert!(f.drops(3, 1));
+        assert!(!f.drops(3, 2));
+        // Two queue pairs at once; each entry leaves when the consumer passes it.
+        f.add(1, 105)?;
+        f.add(2, 110)?;
+        assert!(f.drops(1, 100));
+        assert!(f.drops(2, 104));
+        assert_eq!(f.entries.len(), 1);
+        assert!(!f.drops(1, 106));
+        assert!(f.drops(2, 109));
+        assert!(f.entries.is_empty());
+        Ok(())
+    }
+
+    /// RESET empties the queue: old indices complete nothing, new posts start at 0.
+    #[test]
+    fn a_cleared_queue_forgets_its_requests() -> Result {
+        let mut q = WorkQueue::new(8)?;
+        q.push(1, 2);
+        q.push(2, 1);
+        q.clear();
+        assert_eq!(q.complete_at(0), None);
+        assert_eq!(q.complete_at(2), None);
+        assert_eq!(q.push(3, 1), 1);
+        assert_eq!(q.complete_at(0), Some(3));
+        assert_eq!(q.used(), 0);
+        Ok(())
     }
 }

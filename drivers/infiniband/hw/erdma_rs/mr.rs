@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Memory regions (erdma-hw 3.5, 6): user regions described by MTTs, the DMA region of kernel
+//! Memory regions (erdma_rs_hw 3.5, 6): user regions described by MTTs, the DMA region of kernel
 //! users, and fast-registration regions whose page list kernel QPs hand to the adapter.
 
 use kernel::{
@@ -49,6 +49,10 @@ use crate::{
         Frmr, //
     },
     mtt::Mtt,
+    object::{
+        retire,
+        Kind, //
+    },
     pd::Pd,
 };
 
@@ -107,7 +111,7 @@ impl Mr {
             Mtt::new(data.bound(), &umem, req.iova, MR_PAGE_SIZES, INLINE_MTT)?
         };
         // Format version 1 carries the high bits of the length and of the entry count, and
-        // the page size of the tables; multi-level tables need it (erdma-hw 3.5).
+        // the page size of the tables; multi-level tables need it (erdma_rs_hw 3.5).
         let v1 = mtt.level > 1 || long;
         if (!v1 && mtt.count >= 1 << 20) || (long && !data.caps.mtt_va) {
             // Without the version-1 format the entry count and the length are 20 and 32 bits.
@@ -152,7 +156,7 @@ impl Mr {
     ) -> Result<NewMr<Self>> {
         let index = ObjIds::take(&data.ids, IdKind::Mr)?;
         cmd.cfg0 = cmd.cfg0.with_mpt_index(low32(index.get()));
-        data.hw.exec(&cmd, Wait::Sleep)?;
+        data.hw.exec(&cmd)?;
         let index = index.keep();
         let stag = Stag::zeroed().with_index(low32(index));
         Ok(NewMr {
@@ -171,23 +175,20 @@ impl Mr {
                 .with_key(self.stag.key())
                 .with_mpt_index(low32(self.stag.index().get())),
         };
-        match data.hw.exec(&cmd, Wait::Sleep) {
-            Ok(_) => {
-                ObjIds::free(&data.ids, IdKind::Mr, self.stag.index().get());
-                drop(self);
-            }
-            Err(e) => data.hw.strand(
-                fmt!(
-                    "DEREG_MR {:#x} failed ({}); its pages and MPT index are kept until unbind\n",
-                    self.stag.into_raw(),
-                    e.to_errno()
-                ),
-                self,
-            ),
-        }
+        let stag = self.stag;
+        retire(
+            &data.hw,
+            &cmd,
+            Wait::Sleep,
+            fmt!("DEREG_MR {:#x}", stag.into_raw()),
+            // Nothing finds a region by its key.
+            || {},
+            Some((&Kind(&data.ids, IdKind::Mr), stag.index().get())),
+            Some(self),
+        );
     }
 
-    /// Registers the region through which kernel users address bus addresses (erdma-hw 6: no
+    /// Registers the region through which kernel users address bus addresses (erdma_rs_hw 6: no
     /// MTT; the adapter ignores the extent fields).
     pub(crate) fn get_dma<T: rdma::Driver<Pd = Pd>>(
         data: &IbData<'_>,
@@ -204,7 +205,7 @@ impl Mr {
     }
 
     /// Allocates a fast-registration region for up to `max_pages` pages of `PAGE_SIZE`
-    /// (erdma-hw 6): invalid until a fast-registration work request names it.
+    /// (erdma_rs_hw 6): invalid until a fast-registration work request names it.
     pub(crate) fn alloc_frmr<T: rdma::Driver<Pd = Pd>>(
         data: &IbData<'_>,
         pd: &rdma::Pd<T>,

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! User memory the adapter reads and writes: page lists (MTTs) of queue buffers and memory
-//! regions (erdma-hw 3.5, 6), pinned doorbell records, and the request by which user space
-//! describes a queue buffer (erdma-hw 8).
+//! regions (erdma_rs_hw 3.5, 6), pinned doorbell records, and the request by which user space
+//! describes a queue buffer (erdma_rs_hw 8).
 
 use kernel::{
     device,
@@ -53,7 +53,7 @@ pub(crate) struct Mtt {
     /// Byte offset of the buffer's start in its first page.
     pub(crate) offset: u64,
     _array: Option<Coherent<[u64]>>,
-    /// Multi-level tables, bottom level first (erdma-hw 6).
+    /// Multi-level tables, bottom level first (erdma_rs_hw 6).
     _levels: KVec<Level>,
 }
 
@@ -151,6 +151,25 @@ impl Level {
     }
 }
 
+/// The shape of a multi-level table of `count` entries: the pages of each level, bottom level
+/// first, up to a top level of one page; `EINVAL` if that takes more than [`MAX_MTT_LEVELS`]
+/// levels.
+fn level_pages(count: usize) -> Result<KVec<usize>> {
+    let mut shape = KVec::new();
+    let mut entries = count.max(1);
+    loop {
+        let pages = entries.div_ceil(MTT_PAGE_ENTRIES);
+        shape.push(pages, GFP_KERNEL)?;
+        if pages == 1 {
+            return Ok(shape);
+        }
+        if shape.len() >= MAX_MTT_LEVELS as usize {
+            return Err(EINVAL);
+        }
+        entries = pages;
+    }
+}
+
 impl Mtt {
     /// Describes `umem`, which the adapter sees at `va`, in the largest page size of
     /// `page_sizes`; inline when it has at most `inline_max` pages.
@@ -204,16 +223,12 @@ impl Mtt {
         if count == 1 || (inline_ok && count <= INLINE_MTT) {
             return Self::new(dev, umem, va, page_sizes, INLINE_MTT);
         }
-        let mut levels = KVec::new();
+        // Too large a region fails here, before anything is allocated.
+        let shape = level_pages(count)?;
+        let mut levels = KVec::with_capacity(shape.len(), GFP_KERNEL)?;
         levels.push(Level::new(dev, count, umem.dma_blocks(pgsz))?, GFP_KERNEL)?;
-        loop {
+        for _ in 1..shape.len() {
             let below = levels.last().ok_or(EINVAL)?;
-            if below.pages == 1 {
-                break;
-            }
-            if levels.len() as u32 >= MAX_MTT_LEVELS {
-                return Err(EINVAL);
-            }
             let next = Level::new(dev, below.pages, below.page_addrs())?;
             levels.push(next, GFP_KERNEL)?;
         }
@@ -338,5 +353,35 @@ impl Drop for DbRecord {
         drop(list);
         // Unpinned outside the lock.
         drop(unused);
+    }
+}
+
+#[kunit_tests(erdma_rs_mtt)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_grow_one_page_of_entries_at_a_time() -> Result {
+        let e = MTT_PAGE_ENTRIES;
+        assert_eq!(&level_pages(5)?[..], &[1]);
+        assert_eq!(&level_pages(e)?[..], &[1]);
+        assert_eq!(&level_pages(e + 1)?[..], &[2, 1]);
+        assert_eq!(&level_pages(e * e)?[..], &[e, 1]);
+        assert_eq!(&level_pages(e * e + 1)?[..], &[e + 1, 2, 1]);
+        // Three levels at most (MAX_MTT_LEVELS).
+        assert_eq!(&level_pages(e * e * e)?[..], &[e * e, e, 1]);
+        assert_eq!(level_pages(e * e * e + 1).map(|_| ()), Err(EINVAL));
+        Ok(())
+    }
+
+    #[test]
+    fn a_table_takes_exactly_the_addresses_it_describes() {
+        let mut short = Counted::new([0x1000u64, 0x2000].into_iter());
+        assert_eq!(short.by_ref().take(3).count(), 2);
+        // Fewer addresses than blocks: an entry would be left 0.
+        assert_eq!(short.check(3), Err(EINVAL));
+        let mut exact = Counted::new([0x1000u64, 0x2000, 0x3000].into_iter());
+        assert_eq!(exact.by_ref().take(3).count(), 3);
+        assert_eq!(exact.check(3), Ok(()));
     }
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Protection domains: numbers the driver hands out and passes in CREATE_QP and REG_MR; the
-//! adapter has no command for them (erdma-hw 6).
+//! adapter has no command for them (erdma_rs_hw 6).
 
 use kernel::prelude::*;
 

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Queue pairs (erdma-hw 3.5, 7.2): RC QPs for user space and kernel consumers, and the GSI QP
+//! Queue pairs (erdma_rs_hw 3.5, 7.2): RC QPs for user space and kernel consumers, and the GSI QP
 //! of RoCE adapters. User queues live in user memory; kernel queues are driven by
 //! [`crate::kverbs`].
 
 use kernel::{
-    new_mutex,
+    impl_has_work, new_mutex, new_work,
     prelude::*,
     rbtree::RBTreeNode,
     rdma::{
@@ -32,6 +32,10 @@ use kernel::{
         Arc,
         Mutex, //
     },
+    workqueue::{
+        Work,
+        WorkItem, //
+    },
 };
 use zerocopy::FromZeros;
 
@@ -54,7 +58,6 @@ use crate::{
         ModifyQpRoce,
         QpDbCfg,
         QueryQp,
-        QueryQpResp,
         QueueMttCfg, //
     },
     consts::{
@@ -74,7 +77,9 @@ use crate::{
     cq::Cq,
     formats::low32,
     ibdev::{
+        DeviceRef,
         IbData,
+        Personality,
         UCtx, //
     },
     ids::{
@@ -93,6 +98,11 @@ use crate::{
         CreateReq,
         DbRecord,
         Mtt, //
+    },
+    object::{
+        retire,
+        Kind,
+        Numbers, //
     },
     pd::Pd,
 };
@@ -113,7 +123,7 @@ struct QpShadow {
     dest_qpn: u32,
     qkey: u32,
     /// The local ACK timeout, reported by query only: the adapter does not take it
-    /// (erdma-hw 10.15).
+    /// (erdma_rs_hw 10.15).
     timeout: u8,
 }
 
@@ -142,6 +152,67 @@ pub(crate) struct QpHw {
     user: Option<Arc<UserQp>>,
     /// The connection state of a queue pair of an iWARP adapter.
     iw: Option<Arc<IwQp>>,
+    /// The REFLUSH work of a kernel queue pair.
+    reflusher: Option<Arc<Reflusher>>,
+}
+
+/// The REFLUSH of a kernel queue pair in ERROR (erdma_rs_hw 10.13) as device work: a post, in
+/// whatever context it runs, only queues it on the device's work queue; the work sends the
+/// command and sleeps for its completion. Queueing it while it is still queued coalesces: one
+/// REFLUSH then covers every post before it runs, as it reads the producer indices when it
+/// runs.
+#[pin_data]
+pub(crate) struct Reflusher {
+    qp: Arc<KernelQp>,
+    dev: Arc<dyn DeviceRef>,
+    #[pin]
+    work: Work<Reflusher>,
+    /// Cleared, under the lock, before the queue pair is destroyed: no REFLUSH may name its
+    /// QPN afterwards (the number may be another queue pair's by then).
+    #[pin]
+    live: Mutex<bool>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Reflusher { self.work }
+}
+
+impl WorkItem for Reflusher {
+    type Pointer = Arc<Reflusher>;
+
+    fn run(this: Arc<Reflusher>) {
+        let live = this.live.lock();
+        // Not if the queue pair left ERROR (RESET) since the post asked.
+        if *live && this.qp.in_error() {
+            this.dev.with(&mut |data| data.reflush(&this.qp.reflush()));
+        }
+        drop(live);
+    }
+}
+
+impl Reflusher {
+    fn new(qp: Arc<KernelQp>, dev: Arc<dyn DeviceRef>) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            try_pin_init!(Self {
+                qp,
+                dev,
+                work <- new_work!("erdma_rs::qp::Reflusher::work"),
+                live <- new_mutex!(true),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Asks for a REFLUSH, in any context: queued unless queued already.
+    fn request(self: &Arc<Self>, data: &IbData<'_>) {
+        // Already queued: that run covers this post too.
+        let _ = data.work.enqueue(self.clone());
+    }
+
+    /// No REFLUSH after this returns (a running one is waited for).
+    fn stop(&self) {
+        *self.live.lock() = false;
+    }
 }
 
 /// A queue pair.
@@ -161,7 +232,7 @@ fn mtt_cfg(mtt: &Mtt) -> QueueMttCfg {
         .with_level(low32(mtt.level))
 }
 
-/// Checks the sizes a queue pair asks for against the adapter's limits (erdma-hw 9.1).
+/// Checks the sizes a queue pair asks for against the adapter's limits (erdma_rs_hw 9.1).
 fn check_cap(data: &IbData<'_>, cap: &QpCap) -> Result {
     let max_recv = 1u32 << data.caps.max_recv_wr_log2;
     if cap.max_send_wr == 0
@@ -198,15 +269,17 @@ impl Qp {
         setup: &rdma::QpSetup<'_, T>,
         attr: &QpInitAttr<'_, T>,
         udata: &mut UData<'_>,
+        dev_ref: impl FnOnce() -> Result<Arc<dyn DeviceRef>>,
     ) -> Result<QpHw> {
         let qp_type = attr.qp_type().ok_or(EOPNOTSUPP)?;
+        let roce = matches!(data.proto, Personality::Roce(_));
         match qp_type {
             QpType::Rc => {}
-            // Datagrams on RoCE adapters (erdma-hw 7.2): UD QPs, and the GSI QP of the core's
+            // Datagrams on RoCE adapters (erdma_rs_hw 7.2): UD QPs, and the GSI QP of the core's
             // MAD layer, a kernel UD QP with number 1. User space may create UD QPs (as with
             // the C driver), though the provider has no address handles to send with.
-            QpType::Ud if data.roce() => {}
-            QpType::Gsi if data.roce() && !udata.is_user() => {}
+            QpType::Ud if roce => {}
+            QpType::Gsi if roce && !udata.is_user() => {}
             _ => return Err(EOPNOTSUPP),
         }
         let datagram = matches!(qp_type, QpType::Ud | QpType::Gsi);
@@ -274,7 +347,7 @@ impl Qp {
             cmd.sq_mtt = [sq_mtt.entries[1], sq_mtt.entries[2], sq_mtt.entries[3]];
             cmd.rq_mtt = [rq_mtt.entries[1], rq_mtt.entries[2], rq_mtt.entries[3]];
             if let Some(db) = ctx.db {
-                // CREATE_QP names the "RDB" page for the receive queue (erdma-hw 3.6).
+                // CREATE_QP names the "RDB" page for the receive queue (erdma_rs_hw 3.6).
                 cmd.sq_cfg = cmd.sq_cfg.with_ext_db(true);
                 cmd.db_cfg = QpDbCfg::zeroed().with_sq_page(db.sq).with_rq_page(db.rdb);
             }
@@ -310,6 +383,10 @@ impl Qp {
             cmd.rq_dbrec = k.rq_dbrec();
             (Some(k), None)
         };
+        let reflusher = match &kernel {
+            Some(k) => Some(Reflusher::new(k.clone(), dev_ref()?)?),
+            None => None,
+        };
 
         // The GSI QP has its fixed number; the others take one, given back on error.
         if datagram {
@@ -321,8 +398,8 @@ impl Qp {
             Some(ObjIds::take(&data.ids, IdKind::Qp)?)
         };
         let qpn = taken.as_ref().map_or(GSI_QPN, |t| t.get());
-        // An iWARP queue pair is connected by the connection manager (erdma-hw 7.1).
-        let iw = if data.roce() {
+        // An iWARP queue pair is connected by the connection manager (erdma_rs_hw 7.1).
+        let iw = if roce {
             None
         } else {
             let sink = kernel.clone().map(|k| -> Arc<dyn IwStateSink> { k });
@@ -358,14 +435,13 @@ impl Qp {
         cmd.cfg0 = CreateQpCfg0::zeroed()
             .with_sq_depth_log2(low32(sq_depth.trailing_zeros()))
             .with_qpn(low32(qpn));
-        let resp = data.hw.exec(&cmd, Wait::Sleep)?;
+        let reply = data.hw.exec(&cmd)?;
         if let Some(iw) = &iw {
-            // CAST: the cookie is resp0 31:0 (erdma-hw 3.5).
-            iw.set_cookie(resp.0[0] as u32);
+            iw.set_cookie(reply.cookie);
         }
         // From here on, `destroy` undoes the creation.
         taken.map(TakenId::keep);
-        data.hw.qps.lock().insert(node);
+        data.objects.qps.lock().insert(node);
         for (cq, node) in cqs.iter().zip(cq_nodes) {
             if let (Some(cq), Some(node)) = (cq, node) {
                 cq.attach(node);
@@ -381,6 +457,7 @@ impl Qp {
             cqs,
             user,
             iw,
+            reflusher,
         };
         setup.set_qp_num(qpn);
         if let Some(u) = &qp.user {
@@ -403,10 +480,10 @@ impl Qp {
 impl QpHw {
     /// What a kernel queue pair needs after it reached `state`: in ERROR, a REFLUSH for work
     /// posted while the adapter was getting there; in RESET, its completions in its CQs
-    /// forgotten (erdma-hw 10.12, 10.13).
+    /// forgotten (erdma_rs_hw 10.12, 10.13).
     fn kernel_state_changed(&self, data: &IbData<'_>, k: &KernelQp, state: QpState) {
         match state {
-            QpState::Err => self.reflush(data, k, Wait::Sleep),
+            QpState::Err => data.reflush(&k.reflush()),
             QpState::Reset => {
                 for cq in self.cqs.iter().flatten() {
                     if cq.forget_qp(self.qpn).is_err() {
@@ -422,11 +499,6 @@ impl QpHw {
         }
     }
 
-    /// Makes the adapter flush the work of a kernel queue pair in ERROR posted so far.
-    fn reflush(&self, data: &IbData<'_>, k: &KernelQp, wait: Wait) {
-        data.reflush(&k.reflush(), wait);
-    }
-
     /// Destroys the queue pair in the adapter, stopping it first unless it is in `state`
     /// RESET or ERROR. Its memory goes with `self`, or, if the adapter refuses, is kept with
     /// its QPN until unbind. An iWARP queue pair's connection stops first, and the connection
@@ -436,7 +508,7 @@ impl QpHw {
         if let (Some(iw), Some(dev)) = (&self.iw, data.iw()) {
             iw.destroy(&dev);
         } else if state != QpState::Err && state != QpState::Reset {
-            // Stop the queue pair before it goes (erdma-hw 10.11). Should the adapter refuse,
+            // Stop the queue pair before it goes (erdma_rs_hw 10.11). Should the adapter refuse,
             // DESTROY_QP below still stops it, so the failure is only reported.
             let cmd = ModifyQpRoce {
                 cfg: ModifyQpCfg::zeroed()
@@ -445,7 +517,7 @@ impl QpHw {
                 mask: ModifyQpMask::zeroed().with_state(true),
                 ..ModifyQpRoce::new_zeroed()
             };
-            if let Err(e) = data.hw.exec(&cmd, Wait::Sleep) {
+            if let Err(e) = data.hw.exec(&cmd) {
                 data.hw.reports.note(
                     data.dev(),
                     fmt!(
@@ -455,23 +527,27 @@ impl QpHw {
                 );
             }
         }
-        let result = data.hw.exec(&DestroyQp { qpn }, Wait::Sleep);
-        // After this, neither the AEQ handler nor a kernel CQ finds the queue pair.
-        for cq in self.cqs.iter().flatten() {
-            cq.detach(qpn);
+        if let Some(r) = &self.reflusher {
+            r.stop();
         }
-        drop(data.hw.qps.lock().remove(&qpn));
-        match result {
-            Ok(_) if qpn == GSI_QPN => {}
-            Ok(_) => ObjIds::free(&data.ids, IdKind::Qp, qpn),
-            Err(e) => data.hw.strand(
-                fmt!(
-                    "DESTROY_QP {qpn} failed ({}); its memory is kept until unbind\n",
-                    e.to_errno()
-                ),
-                (self.kernel.clone(), self.user.clone()),
-            ),
-        }
+        let kind = Kind(&data.ids, IdKind::Qp);
+        retire(
+            &data.hw,
+            &DestroyQp { qpn },
+            Wait::Sleep,
+            fmt!("DESTROY_QP {qpn}"),
+            // After this, neither the AEQ handler nor a kernel CQ finds the queue pair.
+            || {
+                for cq in self.cqs.iter().flatten() {
+                    cq.detach(qpn);
+                }
+                let entry = data.objects.qps.lock().remove(&qpn);
+                drop(entry);
+            },
+            // The GSI QP's number is fixed, not taken.
+            (qpn != GSI_QPN).then_some((&kind as &dyn Numbers, qpn)),
+            Some((self.kernel.clone(), self.user.clone())),
+        );
     }
 }
 
@@ -488,7 +564,7 @@ impl Qp {
     }
 
     /// Modifies a queue pair: by [`Qp::modify_iwarp`] on iWARP adapters; on RoCEv2 adapters
-    /// (erdma-hw 7.2) checks the transition against the verbs state machine, then sends the
+    /// (erdma_rs_hw 7.2) checks the transition against the verbs state machine, then sends the
     /// state, Q_Key, address vector, PSNs and destination QPN.
     pub(crate) fn modify(&self, data: &IbData<'_>, attr: &QpAttr<'_>, mask: QpAttrMask) -> Result {
         if let Some(iw) = &self.hw.iw {
@@ -516,7 +592,7 @@ impl Qp {
         } else {
             shadow.dest_qpn
         };
-        // The adapter numbers states as the verbs do (erdma-hw 3.5).
+        // The adapter numbers states as the verbs do (erdma_rs_hw 3.5).
         let mut cmd = ModifyQpRoce {
             cfg: ModifyQpCfg::zeroed()
                 .with_state(low32(next.to_raw()))
@@ -545,7 +621,7 @@ impl Qp {
             let qpn = self.hw.qpn;
             cmd.av = address_vector(&attr.ah_attr(), |fl| udp_sport(fl, qpn, dest_qpn))?;
         }
-        data.hw.exec(&cmd, Wait::Sleep)?;
+        data.hw.exec(&cmd)?;
         if let Some(k) = &self.hw.kernel {
             k.set_state(next);
             if mask.contains(QpAttrBit::Qkey) {
@@ -564,7 +640,7 @@ impl Qp {
         Ok(())
     }
 
-    /// Modifies an iWARP queue pair (erdma-hw 7.1): only its state counts.
+    /// Modifies an iWARP queue pair (erdma_rs_hw 7.1): only its state counts.
     fn modify_iwarp(
         &self,
         data: &IbData<'_>,
@@ -604,7 +680,7 @@ impl Qp {
         if let Some(iw) = &self.hw.iw {
             out.set_state(iw.state(), false);
         } else {
-            let resp = QueryQpResp::from_raw(data.hw.exec(&QueryQp { qpn }, Wait::Sleep)?.0[0]);
+            let resp = data.hw.exec(&QueryQp { qpn })?;
             // CAST: an 8-bit field.
             let state = QpState::from_raw(resp.state().get() as u32).ok_or(EIO)?;
             // CAST: fields of 24 bits.
@@ -646,11 +722,13 @@ impl Qp {
         ret
     }
 
-    /// After a post: a queue pair in ERROR flushes the new work only on REFLUSH (posts may run
-    /// where sleeping is not allowed: the command busy-polls).
+    /// After a post: a queue pair in ERROR flushes the new work only on REFLUSH, which posts
+    /// (that may run where sleeping is not allowed) leave to the device's work queue.
     fn reflush_if_error(&self, data: &IbData<'_>, k: &KernelQp) {
         if k.in_error() {
-            self.hw.reflush(data, k, Wait::Poll);
+            if let Some(r) = &self.hw.reflusher {
+                r.request(data);
+            }
         }
     }
 

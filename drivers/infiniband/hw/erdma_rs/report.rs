@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Reports of what the adapter did wrong: completions for commands not in flight, events for
-//! objects that do not exist, malformed responses. A misbehaving (or hostile) adapter can make
-//! them at any rate, so they are rate-limited in the log and counted; the count is the port
-//! counter `bad_device_reports`.
+//! Reports of what the adapter did wrong: completions for commands not in flight or not matching
+//! their command, events for objects that do not exist, commands that failed, a statistics
+//! buffer it did not fill in. A misbehaving (or hostile) adapter can make them at any rate, so
+//! they are rate-limited in the log and counted; the count is the device's hardware counter
+//! `adapter_errors_cnt`. Consequences of a report already counted (a teardown command that
+//! failed, so memory is kept) are logged under the same limit with [`DeviceReports::note`].
 
 use core::sync::atomic::{
     AtomicU64,

@@ -65,8 +65,10 @@ use crate::{
     },
     cq::Cq,
     ibdev::{
+        DeviceRef,
         IbData,
         IwDev,
+        Personality,
         UCtx,
         HW_STATS,
         PORT, //
@@ -74,7 +76,6 @@ use crate::{
     mr::Mr,
     pd::Pd,
     qp::Qp,
-    regs::Protocol,
 };
 
 /// The uverbs ABI of `erdma-abi.h`.
@@ -283,7 +284,10 @@ impl rdma::DeviceOps<Erdma> for DataPath {
         attr: &QpInitAttr<'_, Erdma>,
         udata: &mut UData<'_>,
     ) -> impl PinInit<Qp, Error> {
-        Qp::new(Qp::create_hw(data, dev, setup, attr, udata))
+        Qp::new(Qp::create_hw(data, dev, setup, attr, udata, || {
+            let handle: Arc<dyn DeviceRef> = Arc::new(DevHandle(ARef::from(dev)), GFP_KERNEL)?;
+            Ok(handle)
+        }))
     }
 
     fn modify_qp(
@@ -374,9 +378,15 @@ impl rdma::DeviceOps<Erdma> for DataPath {
     }
 }
 
-/// A device as the connection manager's work reaches it: through a reference on the device,
-/// while it is registered.
+/// A device as work reaches it (the connection manager's, a queue pair's REFLUSH): through a
+/// reference on the device, while it is registered.
 struct DevHandle(ARef<rdma::Device<Erdma>>);
+
+impl DeviceRef for DevHandle {
+    fn with(&self, f: &mut dyn FnMut(&IbData<'_>)) -> bool {
+        self.0.with_registered(|_, data| f(data)).is_some()
+    }
+}
 
 impl CmDevice for DevHandle {
     fn with(&self, f: &mut dyn FnMut(&dyn CmHw)) -> bool {
@@ -405,7 +415,7 @@ fn cm_device<'a, 'b>(
 
 /// The connection state of the iWARP queue pair numbered `qpn`.
 fn iw_qp(data: &IbData<'_>, qpn: u32) -> Result<Arc<IwQp>> {
-    data.hw
+    data.objects
         .qps
         .lock()
         .get(&qpn)
@@ -460,7 +470,7 @@ impl rdma::DeviceOps<Erdma> for Iwarp {
     }
 
     fn iw_get_qp(_dev: &rdma::Device<Erdma>, data: &IbData<'_>, qpn: u32) -> Option<QpEvents> {
-        data.hw
+        data.objects
             .qps
             .lock()
             .get(&qpn)
@@ -489,12 +499,12 @@ impl<'bound> IbDevice<'bound> {
     pub(crate) fn register(data: IbData<'bound>, ndev: &NetDevice, ceqs: u32) -> Result<Self> {
         let pdev = data.hw.pdev;
         let mut dev = rdma::UnregisteredDevice::<Erdma>::new(pdev.as_ref())?;
-        match data.protocol {
-            Protocol::RoceV2 => dev
+        match data.proto {
+            Personality::Roce(_) => dev
                 .add_ops::<Roce>()
                 .add_ops::<DataPath>()
                 .set_node_type(rdma::NodeType::IbCa),
-            Protocol::Iwarp => {
+            Personality::Iwarp(_) => {
                 // The port mapper learns the interface from the device (an unset name made
                 // rdma_cm fail with Alibaba's own driver).
                 let mut name = [0u8; 16];

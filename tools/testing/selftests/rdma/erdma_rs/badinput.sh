@@ -32,7 +32,7 @@ same_objects() {
 
 # mr_layouts BDF IBDEV: MRs of 4 KiB pages, as many as each MTT level holds
 # (4 inline; a page of 512 entries; 512 pages of them; beyond), are described
-# to the adapter in the levels the adapter walks (erdma-hw 6), as the model
+# to the adapter in the levels the adapter walks (erdma_rs_hw 6), as the model
 # sees them. The regions stay registered while the model is asked.
 mr_layouts() {
 	rm -f /tmp/mr.go

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""A hostile MPA peer for the iWARP connection manager (erdma-hw 7.1).
+"""A hostile MPA peer for the iWARP connection manager (erdma_rs_hw 7.1).
 
   mpa_peer.py request HOST PORT CASE
       Connects to an iWARP listener at HOST:PORT and sends the malformed (or

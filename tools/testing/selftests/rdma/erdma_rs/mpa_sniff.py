@@ -8,7 +8,7 @@
       SECONDS, or until it has seen one MPA request and one MPA reply, and
       writes each frame it sees once to OUT, a line each:
           req|rep SRC-IP:PORT DST-IP:PORT HEX
-      HEX is the frame: the 28-byte header (erdma-hw 7.1) and its private
+      HEX is the frame: the 28-byte header (erdma_rs_hw 7.1) and its private
       data, as far as this segment carries it. Prints "ready" once the
       socket is open (start the traffic after that), and exits 0, or 1 if it
       saw no frame.

@@ -7,7 +7,7 @@
 # driver under test and the stock erdma provider. Each run must complete on
 # both ends and print its result table. Iteration counts are small: the guest
 # runs under TCG, and bandwidth figures belong to `make bench`.
-# On iWARP adapters (CM_PROTO=iwarp) only rdma_cm can connect a QP (erdma-hw
+# On iWARP adapters (CM_PROTO=iwarp) only rdma_cm can connect a QP (erdma_rs_hw
 # 7.1: RTS comes from the driver's connection manager alone): the -R runs, the
 # atomics only where the adapters report atomic support.
 # Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma). On a real

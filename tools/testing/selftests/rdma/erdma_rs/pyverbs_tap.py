@@ -72,7 +72,7 @@ ALLOWED = [
              "test_qp.QPTest.test_create_raw_qp_ex_with_illegal_caps_*"),
             "ValueError", r"^empty range", "suite needs max_sge >= 2"),
     # User UD: both drivers create UD QPs (issue 10 gave ours UD), but the stock
-    # provider has no create_ah (erdma-hw.md 8), so the suite's UD traffic
+    # provider has no create_ah (erdma_rs_hw 8), so the suite's UD traffic
     # cannot address anyone.
     Allowed(("test_cq_events.CqEventsTestCase.test_cq_events_ud",
              "test_relaxed_ordering.RoTestCase.test_ro_ud_traffic"),
@@ -95,7 +95,7 @@ ALLOWED = [
     Allowed(("test_cq.CQAPITest.test_create_cq_bad_flow",),
             "AssertionError", r"^5 != 22", "max_cqe + 1 comes back as EIO, not EINVAL"),
     # RoCE QP access flags never reach the device; access is checked per MR
-    # (erdma-hw.md 10.15).
+    # (erdma_rs_hw 10.15).
     Allowed(("test_atomic.AtomicTest.test_atomic_invalid_qp_access",),
             "AssertionError", r"^PyverbsRDMAError not raised", "device ignores QP access flags"),
 ]
