@@ -85,11 +85,14 @@
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
+use super::objects::Qp;
 use super::{Device, RETRY_COUNT, RETRY_TIMEOUT};
 use crate::cmdq::{Request as CmdRequest, Status};
-use crate::fabric::{Body, Conn, Nak, Packet, PortId, Refused, Reply, Request, StreamMsg};
+use crate::fabric::{Body, Conn, Nak, Packet, Port, PortId, Refused, Reply, Request, StreamMsg};
 use crate::io::Io;
+use crate::stats::TrafficCounters;
 use crate::wire::{self, wc, AeqEvent, IwarpConnection, IwarpState, ModifyQpIwarp, QpState};
 
 /// AE type: QP fatal (what the requester of a terminated stream, and a broken stream, post).
@@ -199,6 +202,154 @@ fn stream_packet(qpn: u32, tuple: Conn, cookie: u32, seq: u32, msg: StreamMsg) -
             cookie,
             msg,
         },
+    }
+}
+
+/// What iWARP stream messages travel through: the fabric port and the traffic counters.
+struct IwWire<'a> {
+    port: Option<&'a Arc<Port>>,
+    stats: &'a mut TrafficCounters,
+}
+
+impl IwWire<'_> {
+    /// Hands one stream message of QP `qpn` on connection `c` to the fabric; gives it back if
+    /// nobody takes it.
+    fn transmit(
+        &mut self,
+        qpn: u32,
+        c: &IwConn,
+        seq: u32,
+        msg: StreamMsg,
+    ) -> Result<(), StreamMsg> {
+        let (tuple, cookie) = (c.tuple, c.cookie);
+        let Some(port) = self.port else {
+            return Err(msg);
+        };
+        let bytes = msg.payload_len() as u64;
+        match port.send_stream(tuple, stream_packet(qpn, tuple, cookie, seq, msg)) {
+            Ok(()) => {
+                self.stats.tx_packet(bytes);
+                Ok(())
+            }
+            Err(Refused { packet, .. }) => match packet.body {
+                Body::Stream { msg, .. } => Err(msg),
+                _ => unreachable!("the fabric hands back the packet it was given"),
+            },
+        }
+    }
+}
+
+/// The live connection of `qp`, if it is an iWARP QP with one.
+fn live_conn(qp: &mut Qp) -> Option<&mut IwConn> {
+    qp.iw
+        .as_mut()
+        .and_then(|i| i.conn.as_mut())
+        .filter(|c| c.live)
+}
+
+/// Puts `msg` on the stream of `qp`: it takes the next sequence numbers; it is sent now, or
+/// kept for retransmission behind earlier undelivered messages. Dropped if the stream is not
+/// live. Returns whether it was lost now (then the QP's retransmission timer must run).
+fn stream_send(qp: &mut Qp, msg: StreamMsg, wire: &mut IwWire<'_>) -> bool {
+    let (qpn, retries) = (qp.qpn, qp.retries);
+    let Some(c) = live_conn(qp) else {
+        log::debug!("QP {qpn}: iWARP message on a stream that ended, dropped");
+        return false;
+    };
+    let seq = c.snd_nxt;
+    c.snd_nxt = seq.wrapping_add(msg.stream_len());
+    if !c.backlog.is_empty() {
+        c.backlog.push_back((seq, msg));
+        return false;
+    }
+    match wire.transmit(qpn, c, seq, msg) {
+        Ok(()) => false,
+        Err(msg) => {
+            log::info!(
+                "QP {qpn}: iWARP message at sequence {seq} on {} lost: no QP bound to {} \
+                 (retransmission {} of {RETRY_COUNT} next)",
+                c.tuple,
+                c.tuple.mirror(),
+                retries + 1
+            );
+            c.backlog.push_back((seq, msg));
+            true
+        }
+    }
+}
+
+/// What an iWARP QP's retransmission timer does.
+#[derive(Debug)]
+enum StreamTimer {
+    /// Nothing undelivered, or the stream is not sending (not RTS, or ended: the backlog is
+    /// dropped).
+    Nothing,
+    /// [`RETRY_COUNT`] retransmissions of the message at `first` on `tuple` went undelivered:
+    /// the connection is given up; `victim`: an unanswered request completes with "retry
+    /// exceeded" (else the QP goes to ERROR with everything flushed).
+    Exceeded {
+        first: u32,
+        tuple: Conn,
+        victim: bool,
+    },
+    /// Send the backlog again.
+    Resend,
+}
+
+/// The retransmission timer of `qp` fired: decides, and counts the retransmission.
+fn stream_timer(qp: &mut Qp) -> StreamTimer {
+    let rts = qp.state == QpState::Rts;
+    let retries = qp.retries;
+    let Some(c) = qp.iw.as_mut().and_then(|i| i.conn.as_mut()) else {
+        return StreamTimer::Nothing;
+    };
+    if !rts || !c.live {
+        c.backlog.clear();
+        return StreamTimer::Nothing;
+    }
+    let Some(&(first, _)) = c.backlog.front() else {
+        return StreamTimer::Nothing;
+    };
+    if retries >= RETRY_COUNT {
+        let tuple = c.tuple;
+        qp.retries = 0;
+        let victim = qp
+            .outstanding
+            .iter_mut()
+            .find(|p| p.seq.is_some() && p.status.is_none());
+        let has_victim = victim.is_some();
+        if let Some(p) = victim {
+            p.status = Some(wc::RETRY_EXCEEDED);
+        }
+        return StreamTimer::Exceeded {
+            first,
+            tuple,
+            victim: has_victim,
+        };
+    }
+    qp.retries += 1;
+    StreamTimer::Resend
+}
+
+/// Sends the backlog of `qp` again, in order, until the fabric refuses a message: returns its
+/// sequence number (it stays first in the backlog), or `None` when everything was delivered
+/// (the retry count starts over).
+fn stream_resend(qp: &mut Qp, wire: &mut IwWire<'_>) -> Option<u32> {
+    let qpn = qp.qpn;
+    loop {
+        let Some(c) = qp.iw.as_mut().and_then(|i| i.conn.as_mut()) else {
+            qp.retries = 0;
+            return None;
+        };
+        let Some((seq, msg)) = c.backlog.pop_front() else {
+            // Everything delivered.
+            qp.retries = 0;
+            return None;
+        };
+        if let Err(msg) = wire.transmit(qpn, c, seq, msg) {
+            c.backlog.push_front((seq, msg));
+            return Some(seq);
+        }
     }
 }
 
@@ -479,59 +630,20 @@ impl Device {
     // Sending
     // --------------------------------------------------------------------------------------------
 
-    /// Puts `msg` on QP `qpn`'s stream: it takes the next sequence numbers; it is sent now, or
-    /// kept for retransmission behind earlier undelivered messages. Dropped if the stream is
-    /// not live.
+    /// Puts `msg` on QP `qpn`'s stream (see [`stream_send`]); a message lost now starts the
+    /// QP's retransmission timer unless it runs already.
     pub(super) fn iw_send(&mut self, qpn: u32, msg: StreamMsg) {
-        let Some(c) = self.iw_conn_mut(qpn).filter(|c| c.live) else {
+        let mut wire = IwWire {
+            port: self.port.as_ref(),
+            stats: &mut self.harness.stats,
+        };
+        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
             log::debug!("QP {qpn}: iWARP message on a stream that ended, dropped");
             return;
         };
-        let seq = c.snd_nxt;
-        c.snd_nxt = seq.wrapping_add(msg.stream_len());
-        if !c.backlog.is_empty() {
-            c.backlog.push_back((seq, msg));
-            return;
-        }
-        if let Err(msg) = self.iw_transmit(qpn, seq, msg) {
+        if stream_send(qp, msg, &mut wire) {
             let due = self.clock.now() + RETRY_TIMEOUT;
-            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
-                return;
-            };
-            let retries = qp.retries;
-            if let Some(c) = qp.iw.as_mut().and_then(|i| i.conn.as_mut()) {
-                log::info!(
-                    "QP {qpn}: iWARP message at sequence {seq} on {} lost: no QP bound to \
-                     {} (retransmission {} of {RETRY_COUNT} next)",
-                    c.tuple,
-                    c.tuple.mirror(),
-                    retries + 1
-                );
-                c.backlog.push_back((seq, msg));
-            }
             self.func.rdma.retransmit.entry(qpn).or_insert(due);
-        }
-    }
-
-    /// Hands one stream message to the fabric; gives it back if nobody takes it.
-    fn iw_transmit(&mut self, qpn: u32, seq: u32, msg: StreamMsg) -> Result<(), StreamMsg> {
-        let Some(c) = self.iw_conn_mut(qpn) else {
-            return Err(msg);
-        };
-        let (tuple, cookie) = (c.tuple, c.cookie);
-        let Some(port) = self.port.clone() else {
-            return Err(msg);
-        };
-        let bytes = msg.payload_len() as u64;
-        match port.send_stream(tuple, stream_packet(qpn, tuple, cookie, seq, msg)) {
-            Ok(()) => {
-                self.harness.stats.tx_packet(bytes);
-                Ok(())
-            }
-            Err(Refused { packet, .. }) => match packet.body {
-                Body::Stream { msg, .. } => Err(msg),
-                _ => unreachable!("the fabric hands back the packet it was given"),
-            },
         }
     }
 
@@ -541,62 +653,41 @@ impl Device {
         let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
             return;
         };
-        let rts = qp.state == QpState::Rts;
-        let retries = qp.retries;
-        let Some(c) = qp.iw.as_mut().and_then(|i| i.conn.as_mut()) else {
-            return;
-        };
-        if !rts || !c.live {
-            c.backlog.clear();
-            return;
-        }
-        let Some(&(first, _)) = c.backlog.front() else {
-            return;
-        };
-        if retries >= RETRY_COUNT {
-            let tuple = c.tuple;
-            qp.retries = 0;
-            let victim = qp
-                .outstanding
-                .iter_mut()
-                .find(|p| p.seq.is_some() && p.status.is_none());
-            let has_victim = victim.is_some();
-            if let Some(p) = victim {
-                p.status = Some(wc::RETRY_EXCEEDED);
-            }
-            if self.warned.dp_error() {
-                log::warn!(
-                    "QP {qpn}: iWARP message at sequence {first} undelivered after \
-                     {RETRY_COUNT} retransmissions (no QP bound to {}): retry exceeded, QP to \
-                     ERROR",
-                    tuple.mirror()
-                );
-            }
-            self.qp_event(qpn, AE_QP_FATAL, io);
-            if has_victim {
-                self.drain_completions(qpn, io);
-            } else {
-                self.enter_error(qpn, io);
-            }
-            return;
-        }
-        qp.retries += 1;
-        loop {
-            let Some((seq, msg)) = self.iw_conn_mut(qpn).and_then(|c| c.backlog.pop_front()) else {
-                // Everything delivered.
-                if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
-                    qp.retries = 0;
+        match stream_timer(qp) {
+            StreamTimer::Nothing => {}
+            StreamTimer::Exceeded {
+                first,
+                tuple,
+                victim,
+            } => {
+                if self.warned.dp_error() {
+                    log::warn!(
+                        "QP {qpn}: iWARP message at sequence {first} undelivered after \
+                         {RETRY_COUNT} retransmissions (no QP bound to {}): retry exceeded, QP to \
+                         ERROR",
+                        tuple.mirror()
+                    );
                 }
-                return;
-            };
-            if let Err(msg) = self.iw_transmit(qpn, seq, msg) {
-                if let Some(c) = self.iw_conn_mut(qpn) {
-                    c.backlog.push_front((seq, msg));
+                self.qp_event(qpn, AE_QP_FATAL, io);
+                if victim {
+                    self.drain_completions(qpn, io);
+                } else {
+                    self.enter_error(qpn, io);
                 }
-                let due = self.clock.now() + RETRY_TIMEOUT;
-                self.func.rdma.retransmit.insert(qpn, due);
-                log::info!("QP {qpn}: iWARP message at sequence {seq} lost again");
-                return;
+            }
+            StreamTimer::Resend => {
+                let mut wire = IwWire {
+                    port: self.port.as_ref(),
+                    stats: &mut self.harness.stats,
+                };
+                let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                    return;
+                };
+                if let Some(seq) = stream_resend(qp, &mut wire) {
+                    let due = self.clock.now() + RETRY_TIMEOUT;
+                    self.func.rdma.retransmit.insert(qpn, due);
+                    log::info!("QP {qpn}: iWARP message at sequence {seq} lost again");
+                }
             }
         }
     }
@@ -770,5 +861,133 @@ impl Device {
             cc: c.map_or(0, |c| c.cc),
             backlog: c.map_or(0, |c| c.backlog.len()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::objects::Pending;
+    use crate::fabric::{Fabric, NoWaker};
+
+    fn tuple() -> Conn {
+        Conn {
+            src_ip: Ipv4Addr::new(10, 0, 0, 1),
+            src_port: 4791,
+            dst_ip: Ipv4Addr::new(10, 0, 0, 2),
+            dst_port: 5000,
+        }
+    }
+
+    /// An RTS iWARP QP 5 whose live stream continues at sequence 100, peer cookie 6.
+    fn iwarp_qp() -> Qp {
+        let mut qp = Qp::for_test(5);
+        qp.iw = Some(Box::new(Iwarp {
+            state: IwarpState::Rts,
+            driver_state: IwarpState::Rts,
+            conn: Some(IwConn {
+                tuple: tuple(),
+                cookie: 6,
+                cc: 0,
+                snd_nxt: 100,
+                rcv_nxt: 0,
+                live: true,
+                backlog: VecDeque::new(),
+            }),
+        }));
+        qp
+    }
+
+    fn read_response(id: u64) -> StreamMsg {
+        StreamMsg::ReadResponse {
+            id,
+            data: vec![7; 10],
+        }
+    }
+
+    fn conn(qp: &mut Qp) -> &mut IwConn {
+        qp.iw.as_mut().and_then(|i| i.conn.as_mut()).unwrap()
+    }
+
+    #[test]
+    fn stream_messages_wait_in_order_for_the_peer() {
+        let fabric = Fabric::new();
+        let (ours, peer) = (
+            fabric.attach(Arc::new(NoWaker)),
+            fabric.attach(Arc::new(NoWaker)),
+        );
+        let mut stats = TrafficCounters::default();
+        let mut wire = IwWire {
+            port: Some(&ours),
+            stats: &mut stats,
+        };
+        let mut qp = iwarp_qp();
+        let len = read_response(0).stream_len();
+        assert!(
+            stream_send(&mut qp, read_response(1), &mut wire),
+            "nobody bound: lost"
+        );
+        assert!(
+            !stream_send(&mut qp, read_response(2), &mut wire),
+            "behind the first: kept, the timer runs already"
+        );
+        let seqs: Vec<u32> = conn(&mut qp).backlog.iter().map(|m| m.0).collect();
+        assert_eq!(seqs, [100, 100 + len]);
+        assert_eq!(conn(&mut qp).snd_nxt, 100 + 2 * len);
+        assert!(matches!(stream_timer(&mut qp), StreamTimer::Resend));
+        assert_eq!(stream_resend(&mut qp, &mut wire), Some(100), "still nobody");
+        assert_eq!(conn(&mut qp).backlog.len(), 2);
+        peer.bind(tuple().mirror(), 6).unwrap();
+        assert!(matches!(stream_timer(&mut qp), StreamTimer::Resend));
+        assert_eq!(qp.retries, 2);
+        assert_eq!(stream_resend(&mut qp, &mut wire), None);
+        assert!(conn(&mut qp).backlog.is_empty());
+        assert_eq!(qp.retries, 0, "everything delivered: the count starts over");
+        let inbox = peer.take_inbox();
+        assert_eq!(inbox.len(), 2);
+        assert!(inbox.iter().all(|p| p.dst_qpn == 6));
+        assert!(
+            !stream_send(&mut qp, read_response(3), &mut wire),
+            "sent at once"
+        );
+        assert_eq!(peer.take_inbox().len(), 1);
+    }
+
+    #[test]
+    fn stream_timer_gives_up_or_drops() {
+        let mut qp = iwarp_qp();
+        assert!(
+            matches!(stream_timer(&mut qp), StreamTimer::Nothing),
+            "no backlog"
+        );
+        conn(&mut qp).backlog.push_back((100, read_response(1)));
+        qp.outstanding.push_back(Pending::for_test(1));
+        qp.retries = RETRY_COUNT;
+        match stream_timer(&mut qp) {
+            StreamTimer::Exceeded {
+                first: 100,
+                tuple: t,
+                victim: true,
+            } => assert_eq!(t, tuple()),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(qp.outstanding[0].status, Some(wc::RETRY_EXCEEDED));
+        assert_eq!(qp.retries, 0);
+        conn(&mut qp).live = false;
+        assert!(matches!(stream_timer(&mut qp), StreamTimer::Nothing));
+        assert!(
+            conn(&mut qp).backlog.is_empty(),
+            "an ended stream's backlog goes"
+        );
+        let mut stats = TrafficCounters::default();
+        let mut wire = IwWire {
+            port: None,
+            stats: &mut stats,
+        };
+        assert!(
+            !stream_send(&mut qp, read_response(4), &mut wire),
+            "ended: dropped"
+        );
+        assert!(conn(&mut qp).backlog.is_empty());
     }
 }

@@ -659,6 +659,22 @@ mod fixtures {
         }
     }
 
+    impl Pending {
+        /// A signaled network request `seq` waiting for its answer.
+        pub(in crate::device) fn for_test(seq: u64) -> Self {
+            Pending {
+                seq: Some(seq),
+                wqe_index: 0,
+                opcode: 0,
+                signaled: true,
+                status: None,
+                byte_len: 0,
+                sink: None,
+                inv_after: None,
+            }
+        }
+    }
+
     impl Qp {
         /// A RoCEv2 RC QP in RTS with empty queues and nothing pending, for the unit tests of
         /// the parts that work on one QP.

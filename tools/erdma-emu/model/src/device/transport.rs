@@ -7,11 +7,12 @@
 //! numbers, backlog and Terminate). The engines ask [`Device::transport`] once per operation
 //! instead of testing what kind of QP they have.
 //!
-//! RoCEv2's own work takes only what it needs: sending goes through a `RoceWire` (the fabric
-//! port and the traffic counters) for one QP, and keeping lost requests and deciding what the
-//! retransmission timer does are functions of the QP alone. The trait's methods still get the
-//! whole [`Device`], for what they hand back to the engines (completions, the SQ) and for the
-//! iWARP streams.
+//! Sending and retransmitting take only what they need on both protocols: the message goes
+//! through a wire (`RoceWire` here, `IwWire` in `iwarp`: the fabric port and the traffic
+//! counters) for one QP, and what a lost message and the retransmission timer do to the QP
+//! are functions of the QP alone. The trait's methods still get the whole [`Device`], for what
+//! they hand back to the engines (completions, the SQ, events) and for the rest of the iWARP
+//! stream (receiving, Terminate).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -269,19 +270,6 @@ mod tests {
     use super::*;
     use crate::device::objects::Pending;
 
-    fn pending(seq: u64) -> Pending {
-        Pending {
-            seq: Some(seq),
-            wqe_index: 0,
-            opcode: 0,
-            signaled: true,
-            status: None,
-            byte_len: 0,
-            sink: None,
-            inv_after: None,
-        }
-    }
-
     fn send() -> Request {
         Request::Send {
             data: vec![1, 2, 3],
@@ -295,8 +283,8 @@ mod tests {
     fn roce_keeps_lost_requests_and_gives_up_after_the_retries() {
         let mut qp = Qp::for_test(7);
         assert!(!record_lost(&mut qp, 0, send()), "not pending: dropped");
-        qp.outstanding.push_back(pending(0));
-        qp.outstanding.push_back(pending(1));
+        qp.outstanding.push_back(Pending::for_test(0));
+        qp.outstanding.push_back(Pending::for_test(1));
         assert!(record_lost(&mut qp, 1, send()));
         assert!(record_lost(&mut qp, 0, send()));
         for round in 1..=RETRY_COUNT {
