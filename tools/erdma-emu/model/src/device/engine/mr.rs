@@ -3,8 +3,14 @@
 //! Key and memory-region access: the MR checks of local SGEs and remote keys (the status
 //! codes of each side), gathering SGEs, fast-register and invalidate, and moving data across
 //! translated guest-memory pieces.
+//!
+//! The checks get only the MR table and the function's local DMA lkey ([`Keys`], a view the
+//! device lends); fast-register and invalidate change the MR table ([`Rdma`]) and nothing else.
+
+use std::collections::BTreeMap;
 
 use super::MAX_MESSAGE;
+use crate::device::objects::{Mr, Rdma};
 use crate::device::Device;
 use crate::io::GuestMemory;
 use crate::mtt::{self, Mtt, Piece, Xlate};
@@ -79,10 +85,34 @@ pub(super) fn write_pieces(
     Ok(())
 }
 
+/// What keys are checked against: the MR table (the MPT) and the function's local DMA lkey.
+#[derive(Clone, Copy)]
+pub(super) struct Keys<'a> {
+    mrs: &'a BTreeMap<u32, Mr>,
+    local_dma_lkey: u32,
+}
+
 impl Device {
+    /// The view of the MR table that key checks use.
+    pub(super) fn keys(&self) -> Keys<'_> {
+        Keys::new(&self.func.rdma, self.config.caps.local_dma_lkey)
+    }
+}
+
+impl<'a> Keys<'a> {
+    /// Keys of the MRs in `rdma`, and `local_dma_lkey` (physical addresses, unchecked).
+    pub(super) fn new(rdma: &'a Rdma, local_dma_lkey: u32) -> Self {
+        Keys {
+            mrs: &rdma.mrs,
+            local_dma_lkey,
+        }
+    }
+}
+
+impl Keys<'_> {
     /// Checks `[addr, addr + len)` under `key` for PD `pdn` with `need` access bits, and
     /// translates it.
-    pub(super) fn mr_access(
+    pub(super) fn access(
         &self,
         key: u32,
         pdn: u32,
@@ -92,7 +122,7 @@ impl Device {
         mem: &dyn GuestMemory,
     ) -> Result<Vec<Piece>, AccessErr> {
         let end = addr.checked_add(len).ok_or(AccessErr::Bounds)?;
-        if key == self.config.caps.local_dma_lkey {
+        if key == self.local_dma_lkey {
             return Ok(if len == 0 {
                 Vec::new()
             } else {
@@ -100,8 +130,6 @@ impl Device {
             });
         }
         let mr = self
-            .func
-            .rdma
             .mrs
             .get(&wire::stag_index(key))
             .ok_or(AccessErr::Stag)?;
@@ -147,22 +175,22 @@ impl Device {
         let mut data = Vec::with_capacity(usize::try_from(total).unwrap_or(0).min(1 << 20));
         for s in sges.iter().filter(|s| s.len > 0) {
             let pieces = self
-                .mr_access(s.key, pdn, s.addr, u64::from(s.len), 0, mem)
+                .access(s.key, pdn, s.addr, u64::from(s.len), 0, mem)
                 .map_err(AccessErr::local)?;
             read_pieces(mem, &pieces, &mut data).map_err(|()| wc::SEND_BOUNDS)?;
         }
         Ok(data)
     }
+}
 
+impl Rdma {
     /// A fast-register WQE (§5.4): makes an FRMR valid with a new key, IOVA, length, rights.
-    pub(super) fn fast_register(&mut self, pdn: u32, wqe: &[u8]) -> Result<(), u8> {
+    pub(in crate::device) fn fast_register(&mut self, pdn: u32, wqe: &[u8]) -> Result<(), u8> {
         let f = FastRegSqe::decode(wqe).ok_or(wc::SEND_FORMAT)?;
         let iova = f.iova;
         let len = u64::from(f.length);
         let npages = u64::from(f.npages);
         let mr = self
-            .func
-            .rdma
             .mrs
             .get_mut(&wire::stag_index(f.stag))
             .ok_or(wc::SEND_STAG)?;
@@ -209,10 +237,13 @@ impl Device {
     /// if `key_checked` must the STag's key be the region's: a READ_WITH_INV names its sink by
     /// the index alone, as the kernel's rdma_rw posts it (on iWARP, with the key the region
     /// had before the REG_MR that precedes the READ gave it the next one).
-    pub(super) fn invalidate(&mut self, stag: u32, pdn: u32, key_checked: bool) -> Result<(), u8> {
+    pub(in crate::device) fn invalidate(
+        &mut self,
+        stag: u32,
+        pdn: u32,
+        key_checked: bool,
+    ) -> Result<(), u8> {
         let mr = self
-            .func
-            .rdma
             .mrs
             .get_mut(&wire::stag_index(stag))
             .ok_or(wc::SEND_STAG)?;
@@ -224,5 +255,77 @@ impl Device {
         }
         mr.valid = false;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::caps::Caps;
+    use crate::wire::RegMr;
+
+    /// The local DMA lkey of the tests.
+    pub(in crate::device::engine) const LKEY: u32 = 0xf000_0000;
+
+    /// MR 3 (key 1) of PD 1: `va` 0x4000..0x5000 at guest-physical 0x1_0000, with `rights`;
+    /// the tables also hold a DMA MR 4 (key 2) of PD 2.
+    pub(in crate::device::engine) fn tables(rights: u8, mem: &dyn GuestMemory) -> Rdma {
+        let mut t = Rdma::default();
+        let mr = RegMr {
+            valid: true,
+            version: 1,
+            key: 1,
+            index: 3,
+            pdn: 1,
+            mr_type: 0,
+            access: rights,
+            va: 0x4000,
+            len: 0x1000,
+            page_shift: 12,
+            mtt_page_code: 0,
+            level: 0,
+            count: 1,
+            entries: [0x1_0000, 0, 0, 0],
+        };
+        let caps = Caps::default();
+        assert_eq!(t.reg_mr(mr, &caps, mem), Ok((0, 0)));
+        let dma = RegMr {
+            key: 2,
+            index: 4,
+            pdn: 2,
+            mr_type: 2,
+            ..mr
+        };
+        assert_eq!(t.reg_mr(dma, &caps, mem), Ok((0, 0)));
+        t
+    }
+
+    #[test]
+    fn keys_check_key_pd_rights_and_bounds() {
+        let mem = crate::testing::VecMemory::new(0x1_0000, 0x1000);
+        let t = tables(access::REMOTE_READ, &mem);
+        let keys = Keys::new(&t, LKEY);
+        let stag = wire::stag(3, 1);
+        let ok = keys.access(stag, 1, 0x4ff0, 0x10, access::REMOTE_READ, &mem);
+        assert_eq!(ok.map(|p| p[0].gpa), Ok(0x1_0ff0));
+        let err = |key, pdn, addr, len, need| keys.access(key, pdn, addr, len, need, &mem).err();
+        assert_eq!(
+            err(wire::stag(3, 9), 1, 0x4000, 1, 0),
+            Some(AccessErr::Stag)
+        );
+        assert_eq!(
+            err(wire::stag(5, 1), 1, 0x4000, 1, 0),
+            Some(AccessErr::Stag)
+        );
+        assert_eq!(err(stag, 2, 0x4000, 1, 0), Some(AccessErr::Pd));
+        let write = access::REMOTE_WRITE;
+        assert_eq!(err(stag, 1, 0x4000, 1, write), Some(AccessErr::Rights));
+        assert_eq!(err(stag, 1, 0x4ff0, 0x11, 0), Some(AccessErr::Bounds));
+        assert_eq!(err(stag, 1, u64::MAX, 2, 0), Some(AccessErr::Bounds));
+        // The local DMA lkey and DMA MRs take physical addresses.
+        let phys = keys.access(LKEY, 7, 0x9000, 4, write, &mem);
+        assert_eq!(phys.map(|p| (p[0].gpa, p[0].len)), Ok((0x9000, 4)));
+        let dma = keys.access(wire::stag(4, 2), 2, 0x9000, 4, 0, &mem);
+        assert_eq!(dma.map(|p| p[0].gpa), Ok(0x9000));
     }
 }

@@ -154,7 +154,7 @@ impl Device {
     ) -> Result<Vec<u8>, u8> {
         match Sgl::decode(hdr, wqe, sgl_off).ok_or(wc::SEND_FORMAT)? {
             Sgl::Inline(data) => Ok(data.to_vec()),
-            Sgl::Sges(sges) => self.gather(pdn, &sges, mem),
+            Sgl::Sges(sges) => self.keys().gather(pdn, &sges, mem),
         }
     }
 
@@ -219,7 +219,8 @@ impl Device {
                 None => Err(wc::SEND_FORMAT),
                 Some(r) if u64::from(r.length) > MAX_MESSAGE => Err(wc::GENERAL),
                 Some(r) => self
-                    .mr_access(
+                    .keys()
+                    .access(
                         r.lkey,
                         pdn,
                         r.laddr,
@@ -243,7 +244,8 @@ impl Device {
             },
             op::ATOMIC_CAS | op::ATOMIC_FAA => match AtomicSqe::decode(wqe) {
                 Some(a) if self.config.caps.atomic => self
-                    .mr_access(
+                    .keys()
+                    .access(
                         a.local.key,
                         pdn,
                         a.local.addr,
@@ -271,10 +273,10 @@ impl Device {
                     }),
                 _ => Err(wc::SEND_FORMAT),
             },
-            op::REG_MR => self.fast_register(pdn, wqe).map(|()| None),
+            op::REG_MR => self.func.rdma.fast_register(pdn, wqe).map(|()| None),
             op::LOCAL_INV => LocalInvSqe::decode(wqe)
                 .ok_or(wc::SEND_FORMAT)
-                .and_then(|l| self.invalidate(l.stag, pdn, true))
+                .and_then(|l| self.func.rdma.invalidate(l.stag, pdn, true))
                 .map(|()| None),
             other => {
                 if self.warned.dp_error() {
@@ -356,7 +358,7 @@ impl Device {
             Err(Nak::Remote(code)) => code,
         };
         let status = match (status, p.inv_after) {
-            (wc::SUCCESS, Some(stag)) => match self.invalidate(stag, pdn, false) {
+            (wc::SUCCESS, Some(stag)) => match self.func.rdma.invalidate(stag, pdn, false) {
                 Ok(()) => wc::SUCCESS,
                 Err(s) => s,
             },
@@ -387,7 +389,10 @@ impl Device {
         if data.len() as u64 > u64::from(len) {
             return wc::SEND_BOUNDS;
         }
-        match self.mr_access(lkey, pdn, addr, data.len() as u64, need, io.mem) {
+        match self
+            .keys()
+            .access(lkey, pdn, addr, data.len() as u64, need, io.mem)
+        {
             Ok(pieces) => {
                 trace_data(qpn, "sink in", addr, lkey, &pieces, data);
                 match write_pieces(io.mem, &pieces, data) {

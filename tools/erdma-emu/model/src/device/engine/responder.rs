@@ -5,11 +5,11 @@
 
 use std::collections::VecDeque;
 
-use super::mr::{read_pieces, write_pieces, AccessErr};
+use super::mr::{read_pieces, write_pieces, AccessErr, Keys};
 use super::{trace_data, MAX_HELD};
 use crate::device::Device;
 use crate::fabric::{AtomicOp, Body, Nak, Packet, PortId, Reply, Request};
-use crate::io::Io;
+use crate::io::{GuestMemory, Io};
 use crate::wire::{access, op, wc, AeqEvent, CqeExtra, QpState, Rqe, UdInfo, QP_TYPE_UD, RQE_SIZE};
 
 /// AE type: access error.
@@ -163,7 +163,11 @@ impl Device {
                     (None, None) => (op::RECEIVE, CqeExtra::None),
                 };
                 let inv_ok = match inv {
-                    Some(k) => self.invalidate(*k, pdn, true).map_err(|_| wc::RECV_STAG),
+                    Some(k) => self
+                        .func
+                        .rdma
+                        .invalidate(*k, pdn, true)
+                        .map_err(|_| wc::RECV_STAG),
                     None => Ok(()),
                 };
                 match inv_ok {
@@ -222,27 +226,8 @@ impl Device {
         data: &[u8],
         io: &mut Io<'_>,
     ) -> Result<(), Nak> {
-        // A zero-length RDMA Write touches no memory: its key and address are not checked
-        // (InfiniBand, and what rsockets' control messages rely on).
-        if data.is_empty() {
-            return Ok(());
-        }
-        let pieces = self.mr_access(
-            rkey,
-            pdn,
-            addr,
-            data.len() as u64,
-            access::REMOTE_WRITE,
-            io.mem,
-        );
-        match pieces {
-            Ok(p) => {
-                trace_data(qpn, "WRITE in", addr, rkey, &p, data);
-                write_pieces(io.mem, &p, data)
-                    .map_err(|()| self.remote_access_error(qpn, AccessErr::Bounds, io))
-            }
-            Err(e) => Err(self.remote_access_error(qpn, e, io)),
-        }
+        write_remote(self.keys(), qpn, pdn, addr, rkey, data, io.mem)
+            .map_err(|e| self.remote_access_error(qpn, e, io))
     }
 
     fn remote_read(
@@ -254,24 +239,8 @@ impl Device {
         len: u32,
         io: &mut Io<'_>,
     ) -> Result<Reply, Nak> {
-        // Nor is that of a zero-length RDMA Read.
-        if len == 0 {
-            return Ok(Reply::Read(Vec::new()));
-        }
-        let pieces = self.mr_access(rkey, pdn, addr, u64::from(len), access::REMOTE_READ, io.mem);
-        match pieces {
-            Ok(p) => {
-                let mut data = Vec::new();
-                match read_pieces(io.mem, &p, &mut data) {
-                    Ok(()) => {
-                        trace_data(qpn, "READ out", addr, rkey, &p, &data);
-                        Ok(Reply::Read(data))
-                    }
-                    Err(()) => Err(self.remote_access_error(qpn, AccessErr::Bounds, io)),
-                }
-            }
-            Err(e) => Err(self.remote_access_error(qpn, e, io)),
-        }
+        read_remote(self.keys(), qpn, pdn, addr, rkey, len, io.mem)
+            .map_err(|e| self.remote_access_error(qpn, e, io))
     }
 
     fn remote_atomic(
@@ -283,30 +252,8 @@ impl Device {
         aop: AtomicOp,
         io: &mut Io<'_>,
     ) -> Result<Reply, Nak> {
-        if addr % 8 != 0 {
-            return Err(self.remote_access_error(qpn, AccessErr::Bounds, io));
-        }
-        let pieces = match self.mr_access(rkey, pdn, addr, 8, access::REMOTE_ATOMIC, io.mem) {
-            Ok(p) => p,
-            Err(e) => return Err(self.remote_access_error(qpn, e, io)),
-        };
-        let mut old = Vec::new();
-        if read_pieces(io.mem, &pieces, &mut old).is_err() || old.len() != 8 {
-            return Err(self.remote_access_error(qpn, AccessErr::Bounds, io));
-        }
-        let old = u64::from_le_bytes([
-            old[0], old[1], old[2], old[3], old[4], old[5], old[6], old[7],
-        ]);
-        let new = match aop {
-            AtomicOp::Cas { compare, swap } => (old == compare).then_some(swap),
-            AtomicOp::Faa { add } => Some(old.wrapping_add(add)),
-        };
-        if let Some(new) = new {
-            if write_pieces(io.mem, &pieces, &new.to_le_bytes()).is_err() {
-                return Err(self.remote_access_error(qpn, AccessErr::Bounds, io));
-            }
-        }
-        Ok(Reply::Atomic(old))
+        atomic_remote(self.keys(), pdn, addr, rkey, aop, io.mem)
+            .map_err(|e| self.remote_access_error(qpn, e, io))
     }
 
     /// Reads and checks the RQE at the RQ's CI. `Err(code)` for a format error.
@@ -392,7 +339,7 @@ impl Device {
                 self.consume_rqe_error(qpn, wc::RECV_BOUNDS, io);
                 return Err(Nak::Remote(wc::RECV_BOUNDS));
             }
-            let pieces = self.mr_access(
+            let pieces = self.keys().access(
                 rqe.sge.key,
                 pdn,
                 rqe.sge.addr,
@@ -426,5 +373,144 @@ impl Device {
             io,
         );
         Ok(Reply::Ack)
+    }
+}
+
+/// An RDMA Write of `data` at `addr` under `rkey` of PD `pdn` (for QP `qpn`'s trace).
+fn write_remote(
+    keys: Keys<'_>,
+    qpn: u32,
+    pdn: u32,
+    addr: u64,
+    rkey: u32,
+    data: &[u8],
+    mem: &mut dyn GuestMemory,
+) -> Result<(), AccessErr> {
+    // A zero-length RDMA Write touches no memory: its key and address are not checked
+    // (InfiniBand, and what rsockets' control messages rely on).
+    if data.is_empty() {
+        return Ok(());
+    }
+    let p = keys.access(
+        rkey,
+        pdn,
+        addr,
+        data.len() as u64,
+        access::REMOTE_WRITE,
+        mem,
+    )?;
+    trace_data(qpn, "WRITE in", addr, rkey, &p, data);
+    write_pieces(mem, &p, data).map_err(|()| AccessErr::Bounds)
+}
+
+/// An RDMA Read of `len` bytes at `addr` under `rkey` of PD `pdn`.
+fn read_remote(
+    keys: Keys<'_>,
+    qpn: u32,
+    pdn: u32,
+    addr: u64,
+    rkey: u32,
+    len: u32,
+    mem: &dyn GuestMemory,
+) -> Result<Reply, AccessErr> {
+    // Nor is that of a zero-length RDMA Read.
+    if len == 0 {
+        return Ok(Reply::Read(Vec::new()));
+    }
+    let p = keys.access(rkey, pdn, addr, u64::from(len), access::REMOTE_READ, mem)?;
+    let mut data = Vec::new();
+    read_pieces(mem, &p, &mut data).map_err(|()| AccessErr::Bounds)?;
+    trace_data(qpn, "READ out", addr, rkey, &p, &data);
+    Ok(Reply::Read(data))
+}
+
+/// An atomic on the aligned u64 at `addr` under `rkey` of PD `pdn`: the original value.
+fn atomic_remote(
+    keys: Keys<'_>,
+    pdn: u32,
+    addr: u64,
+    rkey: u32,
+    aop: AtomicOp,
+    mem: &mut dyn GuestMemory,
+) -> Result<Reply, AccessErr> {
+    if addr % 8 != 0 {
+        return Err(AccessErr::Bounds);
+    }
+    let pieces = keys.access(rkey, pdn, addr, 8, access::REMOTE_ATOMIC, mem)?;
+    let mut old = Vec::new();
+    if read_pieces(mem, &pieces, &mut old).is_err() || old.len() != 8 {
+        return Err(AccessErr::Bounds);
+    }
+    let old = u64::from_le_bytes([
+        old[0], old[1], old[2], old[3], old[4], old[5], old[6], old[7],
+    ]);
+    let new = match aop {
+        AtomicOp::Cas { compare, swap } => (old == compare).then_some(swap),
+        AtomicOp::Faa { add } => Some(old.wrapping_add(add)),
+    };
+    if let Some(new) = new {
+        if write_pieces(mem, &pieces, &new.to_le_bytes()).is_err() {
+            return Err(AccessErr::Bounds);
+        }
+    }
+    Ok(Reply::Atomic(old))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::mr::tests::{tables, LKEY};
+    use super::*;
+    use crate::testing::VecMemory;
+    use crate::wire;
+
+    #[test]
+    fn remote_operations_move_data_only_through_valid_keys() {
+        let mut mem = VecMemory::new(0x1_0000, 0x1000);
+        let all = access::REMOTE_READ | access::REMOTE_WRITE | access::REMOTE_ATOMIC;
+        let t = tables(all, &mem);
+        let keys = Keys::new(&t, LKEY);
+        let stag = wire::stag(3, 1);
+        assert_eq!(
+            write_remote(keys, 5, 1, 0x4008, stag, &[1, 2], &mut mem),
+            Ok(())
+        );
+        assert_eq!(mem.bytes()[8..10], [1, 2]);
+        assert_eq!(
+            write_remote(keys, 5, 1, 0, 0xdead, &[], &mut mem),
+            Ok(()),
+            "a zero-length Write checks nothing"
+        );
+        let read = read_remote(keys, 5, 1, 0x4008, stag, 2, &mem);
+        assert!(matches!(read, Ok(Reply::Read(d)) if d == [1, 2]));
+        assert!(matches!(
+            read_remote(keys, 5, 2, 0x4008, stag, 2, &mem),
+            Err(AccessErr::Pd)
+        ));
+        let faa = AtomicOp::Faa { add: 5 };
+        assert!(matches!(
+            atomic_remote(keys, 1, 0x4004, stag, faa, &mut mem),
+            Err(AccessErr::Bounds)
+        ));
+        assert!(matches!(
+            atomic_remote(keys, 1, 0x4008, stag, faa, &mut mem),
+            Ok(Reply::Atomic(0x201))
+        ));
+        let cas = |compare| AtomicOp::Cas { compare, swap: 9 };
+        assert!(matches!(
+            atomic_remote(keys, 1, 0x4008, stag, cas(1), &mut mem),
+            Ok(Reply::Atomic(0x206))
+        ));
+        assert_eq!(mem.bytes()[8], 6, "no swap when the compare fails");
+        assert!(matches!(
+            atomic_remote(keys, 1, 0x4008, stag, cas(0x206), &mut mem),
+            Ok(Reply::Atomic(0x206))
+        ));
+        assert_eq!(mem.bytes()[8], 9);
+        let rights = tables(access::REMOTE_READ, &mem);
+        let keys = Keys::new(&rights, LKEY);
+        assert_eq!(
+            write_remote(keys, 5, 1, 0x4000, stag, &[1], &mut mem),
+            Err(AccessErr::Rights)
+        );
     }
 }

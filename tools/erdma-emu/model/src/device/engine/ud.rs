@@ -71,7 +71,7 @@ impl Device {
         }
         let data = match sgl {
             Sgl::Inline(d) => d.to_vec(),
-            Sgl::Sges(sges) => self.gather(pdn, &sges, mem)?,
+            Sgl::Sges(sges) => self.keys().gather(pdn, &sges, mem)?,
         };
         let av = ah.av;
         let sgid: Gid = match self.func.gids.get(av.sgid_index) {
@@ -219,7 +219,7 @@ impl Device {
         let written = if total as u64 > u64::from(rqe.sge.len) {
             Err(wc::RECV_BOUNDS)
         } else {
-            let pieces = self.mr_access(
+            let pieces = self.keys().access(
                 rqe.sge.key,
                 pdn,
                 rqe.sge.addr,
