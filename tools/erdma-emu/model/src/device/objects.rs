@@ -606,7 +606,7 @@ fn normal_mr(r: &RegMr, access: u8, caps: &Caps, mem: &dyn GuestMemory) -> Resul
 }
 
 #[cfg(test)]
-mod fixtures {
+pub(super) mod fixtures {
     use super::*;
     use crate::testing::VecMemory;
 

@@ -3,9 +3,11 @@
 //! Completion generation: data CQEs (with the owner bit of the lap, CQ events, CQ overflow),
 //! completing requests in SQ order, and moving a QP to ERROR with everything posted flushed.
 
-use crate::device::objects::Pending;
+use crate::device::objects::{Cq, Pending};
 use crate::device::{Device, Oddity};
-use crate::io::Io;
+use crate::io::{GuestMemory, Io};
+use crate::mtt::Xlate;
+use crate::regs::CqDoorbell;
 use crate::wire::{
     self, op, wc, AeqEvent, CqeExtra, DataCqe, QpState, SqeHeader, UdInfo, CQE_QTYPE_RQ,
     CQE_QTYPE_SQ, SQ_WQEBB_SIZE,
@@ -14,9 +16,77 @@ use crate::wire::{
 /// AE type: CQ error.
 const AE_CQ: u8 = 3;
 
+/// What writing a CQE into a CQ came to.
+#[derive(Debug, PartialEq, Eq)]
+enum CqPost {
+    /// The CQ is broken (an overflow was reported): CQEs are dropped.
+    Broken,
+    /// The CQE would land `depth` entries beyond the consumer index (judged only while that CI
+    /// is current): the CQ is broken from now on, and an AEQE of type 3 is due.
+    Overflow,
+    /// The CQ's ring is not writable: the CQE is dropped.
+    Unwritable(Xlate),
+    /// Written; `event`: the CQ was armed for it, and no longer is: its CEQE is due.
+    Written { event: bool },
+}
+
+impl Cq {
+    /// Writes `cqe` at the producer index with the owner bit of the lap (1 on the first), the
+    /// owner bit last. A `solicited` completion, or an error, fires a solicited-only arm.
+    fn post(&mut self, mut cqe: DataCqe, solicited: bool, mem: &mut dyn GuestMemory) -> CqPost {
+        if self.error {
+            return CqPost::Broken;
+        }
+        if self.ci_fresh && self.pi.wrapping_sub(self.ci) & 0xff_ffff >= self.depth {
+            self.error = true;
+            return CqPost::Overflow;
+        }
+        let slot = self.pi & (self.depth - 1);
+        cqe.owner = self.pi & self.depth == 0;
+        let bytes = cqe.encode();
+        let off = u64::from(slot) * wire::CQE_SIZE as u64;
+        let written = wire::write_owner_last(&bytes, |at, b| self.buf.write(off + at, b, mem));
+        if let Err(e) = written {
+            return CqPost::Unwritable(e);
+        }
+        self.pi = self.pi.wrapping_add(1);
+        let fire = match self.armed {
+            Some(sol_only) => !sol_only || solicited || cqe.status != wc::SUCCESS,
+            None => false,
+        };
+        if fire {
+            self.armed = None;
+            self.ci_fresh = false;
+        }
+        CqPost::Written { event: fire }
+    }
+
+    /// A CQ doorbell (§4.4): records the CI; with ARM, arms for the next (solicited)
+    /// completion, unless completions the consumer has not seen are there already: then the
+    /// event is due now (the return value).
+    pub(super) fn doorbell(&mut self, db: CqDoorbell) -> bool {
+        self.ci = db.ci;
+        if !db.arm {
+            return false;
+        }
+        self.ci_fresh = true;
+        let pending = self.pi.wrapping_sub(db.ci) & 0xff_ffff;
+        if !db.solicited && pending != 0 && pending <= self.depth {
+            // Completions the consumer has not seen: the event is due now.
+            self.armed = None;
+            self.ci_fresh = false;
+            true
+        } else {
+            self.armed = Some(db.solicited);
+            false
+        }
+    }
+}
+
 impl Device {
-    /// Writes a CQE into CQ `cqn` and raises its event if armed for it.
-    fn post_cqe(&mut self, cqn: u32, mut cqe: DataCqe, solicited: bool, io: &mut Io<'_>) {
+    /// Writes a CQE into CQ `cqn` (see [`Cq::post`]) and posts what it asks for: the CEQE of
+    /// an armed CQ, the AEQE of an overflow.
+    fn post_cqe(&mut self, cqn: u32, cqe: DataCqe, solicited: bool, io: &mut Io<'_>) {
         let Some(cq) = self.func.rdma.cqs.get_mut(&cqn) else {
             if self.warned.first(Oddity::MissingCq, u64::from(cqn)) {
                 log::warn!(
@@ -26,51 +96,37 @@ impl Device {
             }
             return;
         };
-        if cq.error {
-            return;
-        }
-        if cq.ci_fresh && cq.pi.wrapping_sub(cq.ci) & 0xff_ffff >= cq.depth {
-            cq.error = true;
-            log::warn!(
-                "CQ {cqn} overflow: {} CQEs beyond the consumer index {:#x}; CQ error",
-                cq.depth,
-                cq.ci
-            );
-            let ev = AeqEvent {
-                ty: AE_CQ,
-                subtype: 0,
-                data0: cqn,
-                data1: 0,
-            };
-            if let Err(e) = self.post_aeqe(ev, io) {
-                log::warn!("CQ {cqn}: AEQE dropped: {e}");
+        match cq.post(cqe, solicited, io.mem) {
+            CqPost::Broken => {}
+            CqPost::Overflow => {
+                log::warn!(
+                    "CQ {cqn} overflow: {} CQEs beyond the consumer index {:#x}; CQ error",
+                    cq.depth,
+                    cq.ci
+                );
+                let ev = AeqEvent {
+                    ty: AE_CQ,
+                    subtype: 0,
+                    data0: cqn,
+                    data1: 0,
+                };
+                if let Err(e) = self.post_aeqe(ev, io) {
+                    log::warn!("CQ {cqn}: AEQE dropped: {e}");
+                }
             }
-            return;
-        }
-        let slot = cq.pi & (cq.depth - 1);
-        cqe.owner = cq.pi & cq.depth == 0;
-        let bytes = cqe.encode();
-        let off = u64::from(slot) * wire::CQE_SIZE as u64;
-        let written = wire::write_owner_last(&bytes, |at, b| cq.buf.write(off + at, b, io.mem));
-        if let Err(e) = written {
-            if self
-                .warned
-                .first(Oddity::CqeWrite, u64::from(cqn) | 1 << 32)
-            {
-                log::warn!("CQ {cqn}: CQE not writable ({e:?}), dropped");
+            CqPost::Unwritable(e) => {
+                if self
+                    .warned
+                    .first(Oddity::CqeWrite, u64::from(cqn) | 1 << 32)
+                {
+                    log::warn!("CQ {cqn}: CQE not writable ({e:?}), dropped");
+                }
             }
-            return;
-        }
-        cq.pi = cq.pi.wrapping_add(1);
-        let fire = match cq.armed {
-            Some(sol_only) => !sol_only || solicited || cqe.status != wc::SUCCESS,
-            None => false,
-        };
-        if fire {
-            cq.armed = None;
-            cq.ci_fresh = false;
-            let eqn = cq.eqn;
-            self.cq_event(eqn, cqn, io);
+            CqPost::Written { event: false } => {}
+            CqPost::Written { event: true } => {
+                let eqn = cq.eqn;
+                self.cq_event(eqn, cqn, io);
+            }
         }
     }
 
@@ -247,5 +303,83 @@ impl Device {
                 io,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caps::Caps;
+    use crate::device::objects::fixtures::{cq_request, memory};
+    use crate::device::objects::Rdma;
+    use crate::testing::VecMemory;
+
+    /// CQ 1 (16 CQEs at guest-physical 0x1_0000) and its memory.
+    fn new_cq() -> (Cq, VecMemory) {
+        let mem = memory();
+        let mut t = Rdma::default();
+        let created = t.create_cq(cq_request(1), &Caps::default(), |_| true, &mem);
+        assert_eq!(created, Ok((0, 0)));
+        (t.cqs.remove(&1).expect("created"), mem)
+    }
+
+    fn cqe(status: u8) -> DataCqe {
+        DataCqe {
+            owner: false,
+            opcode: op::RECEIVE,
+            qtype: CQE_QTYPE_RQ,
+            status,
+            wqe_index: 0,
+            qpn: 5,
+            extra: CqeExtra::None,
+            byte_len: 0,
+            ud: UdInfo::NONE,
+        }
+    }
+
+    fn arm(ci: u32, solicited: bool) -> CqDoorbell {
+        CqDoorbell {
+            ci,
+            cmdsn: 0,
+            solicited,
+            arm: true,
+            cqn: 1,
+            seq: 0,
+        }
+    }
+
+    #[test]
+    fn cq_arms_fire_once_and_overflow_breaks_it() {
+        let (mut cq, mut mem) = new_cq();
+        let ok = wc::SUCCESS;
+        assert!(!cq.doorbell(arm(0, true)), "nothing unseen: armed");
+        let quiet = CqPost::Written { event: false };
+        let event = CqPost::Written { event: true };
+        assert_eq!(cq.post(cqe(ok), false, &mut mem), quiet, "not solicited");
+        assert_eq!(cq.post(cqe(ok), true, &mut mem), event);
+        assert_eq!(cq.post(cqe(ok), true, &mut mem), quiet, "one event per arm");
+        assert!(cq.doorbell(arm(0, false)), "three unseen: due now");
+        assert!(!cq.doorbell(arm(3, true)));
+        assert_eq!(
+            cq.post(cqe(wc::FLUSHED), false, &mut mem),
+            event,
+            "errors fire"
+        );
+        let first: [u8; wire::CQE_SIZE] = mem.bytes()[..wire::CQE_SIZE].try_into().unwrap();
+        assert!(DataCqe::decode(&first).owner, "first lap");
+        // The CI of the last arm is 3: 16 CQEs beyond it overflow the CQ.
+        assert!(!cq.doorbell(arm(3, true)));
+        for _ in 4..19 {
+            assert_eq!(cq.post(cqe(ok), false, &mut mem), quiet);
+        }
+        assert_eq!(cq.post(cqe(ok), false, &mut mem), CqPost::Overflow);
+        assert_eq!(cq.post(cqe(ok), false, &mut mem), CqPost::Broken);
+        let (mut cq, _) = new_cq();
+        let mut nowhere = VecMemory::new(0, 0);
+        assert!(matches!(
+            cq.post(cqe(ok), false, &mut nowhere),
+            CqPost::Unwritable(_)
+        ));
+        assert_eq!(cq.pi, 0, "a CQE not written is not produced");
     }
 }

@@ -137,20 +137,9 @@ impl Device {
         let Some(cq) = self.func.rdma.cqs.get_mut(&db.cqn) else {
             return;
         };
-        cq.ci = db.ci;
-        if !db.arm {
-            return;
-        }
-        cq.ci_fresh = true;
-        let pending = cq.pi.wrapping_sub(db.ci) & 0xff_ffff;
-        if !db.solicited && pending != 0 && pending <= cq.depth {
-            // Completions the consumer has not seen: the event is due now.
-            cq.armed = None;
-            cq.ci_fresh = false;
+        if cq.doorbell(db) {
             let (eqn, cqn) = (cq.eqn, cq.cqn);
             self.cq_event(eqn, cqn, io);
-        } else {
-            cq.armed = Some(db.solicited);
         }
     }
 
