@@ -90,6 +90,7 @@
 //!   the iWARP stream).
 //! * `responder`: incoming RC requests, held requests, RQE consumption.
 //! * `ud`: UD datagrams, out and in.
+//! * `receive`: the RQE at a QP's consumer index, and scattering a message into its buffer.
 //! * `mr`: MR and key checks, fast-register and invalidate, data across guest-memory pieces.
 //! * `completions`: CQEs and CQ events, SQ-ordered completion, ERROR and flushing.
 //! * here: the fabric inbox ([`Device::run_fabric`]) that feeds the requester, the responder,
@@ -98,6 +99,7 @@
 mod completions;
 mod doorbells;
 mod mr;
+mod receive;
 mod requester;
 mod responder;
 mod ud;

@@ -289,8 +289,7 @@ impl Device {
             if qp.rq.pi == qp.rq.ci {
                 break;
             }
-            let index = qp.rq.ci;
-            qp.rq.ci = index.wrapping_add(1);
+            let index = qp.rq.consume();
             self.rq_cqe(
                 qpn,
                 index,

@@ -6,11 +6,12 @@
 use std::collections::VecDeque;
 
 use super::mr::{read_pieces, write_pieces, AccessErr, Keys};
+use super::receive::scatter;
 use super::{trace_data, MAX_HELD};
 use crate::device::Device;
 use crate::fabric::{AtomicOp, Body, Nak, Packet, PortId, Reply, Request};
 use crate::io::{GuestMemory, Io};
-use crate::wire::{access, op, wc, AeqEvent, CqeExtra, QpState, Rqe, UdInfo, QP_TYPE_UD, RQE_SIZE};
+use crate::wire::{access, op, wc, AeqEvent, CqeExtra, QpState, Rqe, UdInfo, QP_TYPE_UD};
 
 /// AE type: access error.
 const AE_ACCESS: u8 = 2;
@@ -256,20 +257,10 @@ impl Device {
             .map_err(|e| self.remote_access_error(qpn, e, io))
     }
 
-    /// Reads and checks the RQE at the RQ's CI. `Err(code)` for a format error.
+    /// Reads and checks the RQE at the RQ's CI ([`Qp::rqe_at_ci`]); `None` if the QP does not
+    /// exist.
     pub(super) fn fetch_rqe(&self, qpn: u32, io: &Io<'_>) -> Option<Result<Rqe, u8>> {
-        let qp = self.func.rdma.qps.get(&qpn)?;
-        let ci = qp.rq.ci;
-        let off = u64::from(u32::from(ci) & (qp.rq.depth - 1)) * RQE_SIZE as u64;
-        let mut b = [0u8; RQE_SIZE];
-        if qp.rq.buf.read(off, &mut b, io.mem).is_err() {
-            return Some(Err(wc::RECV_FORMAT));
-        }
-        let rqe = Rqe::decode(&b);
-        if rqe.index != ci.wrapping_add(1) || rqe.qpn != qpn {
-            return Some(Err(wc::RECV_FORMAT));
-        }
-        Some(Ok(rqe))
+        Some(self.func.rdma.qps.get(&qpn)?.rqe_at_ci(io.mem))
     }
 
     /// Consumes the RQE at the CI with error status `code`, in a CQE carrying `info`; returns
@@ -281,9 +272,7 @@ impl Device {
         info: UdInfo,
         io: &mut Io<'_>,
     ) -> Option<u16> {
-        let qp = self.func.rdma.qps.get_mut(&qpn)?;
-        let index = qp.rq.ci;
-        qp.rq.ci = index.wrapping_add(1);
+        let index = self.func.rdma.qps.get_mut(&qpn)?.rq.consume();
         self.rq_cqe(
             qpn,
             index,
@@ -335,23 +324,7 @@ impl Device {
         };
         let pdn = self.func.rdma.qps.get(&qpn).map_or(0, |q| q.pdn);
         if !data.is_empty() {
-            if data.len() as u64 > u64::from(rqe.sge.len) {
-                self.consume_rqe_error(qpn, wc::RECV_BOUNDS, io);
-                return Err(Nak::Remote(wc::RECV_BOUNDS));
-            }
-            let pieces = self.keys().access(
-                rqe.sge.key,
-                pdn,
-                rqe.sge.addr,
-                data.len() as u64,
-                access::LOCAL_WRITE,
-                io.mem,
-            );
-            let written = match pieces {
-                Ok(p) => write_pieces(io.mem, &p, data).map_err(|()| wc::RECV_BOUNDS),
-                Err(e) => Err(e.remote()),
-            };
-            if let Err(code) = written {
+            if let Err(code) = scatter(self.keys(), pdn, &rqe.sge, data, io.mem) {
                 self.consume_rqe_error(qpn, code, io);
                 return Err(Nak::Remote(code));
             }
@@ -359,8 +332,7 @@ impl Device {
         let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
             return Err(Nak::NoQp);
         };
-        let index = qp.rq.ci;
-        qp.rq.ci = index.wrapping_add(1);
+        let index = qp.rq.consume();
         self.rq_cqe(
             qpn,
             index,

@@ -3,7 +3,7 @@
 //! UD (and the GSI QP): datagrams out of UD SEND WQEs, and datagrams in, consuming one RQE
 //! each; drops counted by cause.
 
-use super::mr::write_pieces;
+use super::receive::scatter;
 use super::UD_DEFAULT_MTU;
 use crate::cmdq::Gid;
 use crate::device::{Device, Oddity};
@@ -11,9 +11,7 @@ use crate::fabric::{Body, Datagram, Packet, Refused, SendError};
 use crate::io::{GuestMemory, Io};
 use crate::roce::{self, GRH_SIZE};
 use crate::stats::UdDrop;
-use crate::wire::{
-    access, op, wc, CqeExtra, QpState, Sgl, SqeHeader, UdInfo, UdSendSqe, QP_TYPE_UD,
-};
+use crate::wire::{op, wc, CqeExtra, QpState, Sgl, SqeHeader, UdInfo, UdSendSqe, QP_TYPE_UD};
 
 /// The IB MTUs, largest first: a UD payload may not exceed the largest one that fits the
 /// function's MTU (as ib_core derives the port's MTU from the netdev's).
@@ -216,28 +214,10 @@ impl Device {
         };
         let pdn = self.func.rdma.qps.get(&dst_qpn).map_or(0, |q| q.pdn);
         let total = GRH_SIZE + d.data.len();
-        let written = if total as u64 > u64::from(rqe.sge.len) {
-            Err(wc::RECV_BOUNDS)
-        } else {
-            let pieces = self.keys().access(
-                rqe.sge.key,
-                pdn,
-                rqe.sge.addr,
-                total as u64,
-                access::LOCAL_WRITE,
-                io.mem,
-            );
-            match pieces {
-                Ok(p) => {
-                    let mut bytes = Vec::with_capacity(total);
-                    bytes.extend_from_slice(&roce::grh_area(&d));
-                    bytes.extend_from_slice(&d.data);
-                    write_pieces(io.mem, &p, &bytes).map_err(|()| wc::RECV_BOUNDS)
-                }
-                Err(e) => Err(e.remote()),
-            }
-        };
-        if let Err(code) = written {
+        let mut bytes = Vec::with_capacity(total);
+        bytes.extend_from_slice(&roce::grh_area(&d));
+        bytes.extend_from_slice(&d.data);
+        if let Err(code) = scatter(self.keys(), pdn, &rqe.sge, &bytes, io.mem) {
             self.ud_receive_error(dst_qpn, code, info, io);
             return;
         }
@@ -248,8 +228,7 @@ impl Device {
         let Some(qp) = self.func.rdma.qps.get_mut(&dst_qpn) else {
             return;
         };
-        let index = qp.rq.ci;
-        qp.rq.ci = index.wrapping_add(1);
+        let index = qp.rq.consume();
         qp.rq_psn = (qp.rq_psn + 1) & 0xff_ffff;
         self.rq_cqe(
             dst_qpn,
