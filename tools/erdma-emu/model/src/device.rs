@@ -90,6 +90,7 @@ mod events;
 mod harness;
 mod iwarp;
 mod objects;
+mod pci_function;
 mod rdma_cmds;
 mod registers;
 mod transport;
@@ -97,6 +98,7 @@ mod transport;
 use cmdq_ring::{CmdRing, DelayedCqes};
 pub use engine::{MAX_HELD, MAX_MESSAGE, RETRY_COUNT, RETRY_TIMEOUT};
 pub use iwarp::{IwarpQpInfo, AE_QP_FATAL, AE_RQ_ERROR};
+use pci_function::PciFunction;
 pub use registers::{AdminQueues, DbSpaceWrite, InitProblem, RingConfig};
 use registers::{RegWrite, Registers};
 
@@ -365,7 +367,7 @@ impl WarnOnce {
 pub struct Device {
     config: DeviceConfig,
     clock: Arc<dyn Clock>,
-    pci: ConfigSpace,
+    pci: PciFunction,
     func: Function,
     harness: Harness,
     warned: WarnOnce,
@@ -382,7 +384,7 @@ impl Device {
     /// A function at power-on whose delayed work runs on `clock`.
     pub fn with_clock(config: DeviceConfig, clock: Arc<dyn Clock>) -> Self {
         let mut dev = Device {
-            pci: ConfigSpace::new(config.revision),
+            pci: PciFunction::new(config.revision, config.test_page),
             func: Function::power_on(&config),
             harness: Harness::power_on(),
             config,
@@ -459,12 +461,12 @@ impl Device {
 
     /// The PCI configuration space.
     pub fn pci(&self) -> &ConfigSpace {
-        &self.pci
+        self.pci.config_space()
     }
 
     /// Whether the function may initiate DMA.
     pub fn bus_master(&self) -> bool {
-        self.pci.bus_master()
+        self.pci.config_space().bus_master()
     }
 
     /// The DEV_STATUS register.
@@ -503,23 +505,12 @@ impl Device {
 
     /// Reads PCI configuration space.
     pub fn pci_config_read(&mut self, offset: u64, data: &mut [u8]) {
-        self.check_config_range(offset, data.len());
-        self.pci.read(offset, data);
+        self.pci.config_read(offset, data, &mut self.warned);
     }
 
     /// Writes PCI configuration space.
     pub fn pci_config_write(&mut self, offset: u64, data: &[u8]) {
-        self.check_config_range(offset, data.len());
-        self.pci.write(offset, data);
-    }
-
-    fn check_config_range(&mut self, offset: u64, len: usize) {
-        let end = offset.checked_add(len as u64);
-        if end.is_none_or(|e| e > pci::CONFIG_SPACE_SIZE as u64)
-            && self.warned.first(Oddity::ConfigOutOfRange, offset)
-        {
-            log::warn!("config space access {offset:#x}+{len} beyond 256 bytes (reads 0 there)");
-        }
+        self.pci.config_write(offset, data, &mut self.warned);
     }
 
     // --------------------------------------------------------------------------------------------
@@ -529,19 +520,12 @@ impl Device {
     /// Reads BAR2. QEMU emulates the MSI-X table and PBA itself, so this reads 0.
     pub fn bar2_read(&mut self, offset: u64, data: &mut [u8]) {
         data.fill(0);
-        self.check_bar2_range(offset, data.len());
+        self.pci.bar2_access(offset, data.len(), &mut self.warned);
     }
 
     /// Writes BAR2: ignored (QEMU emulates the MSI-X table and PBA itself).
     pub fn bar2_write(&mut self, offset: u64, data: &[u8]) {
-        self.check_bar2_range(offset, data.len());
-    }
-
-    fn check_bar2_range(&mut self, offset: u64, len: usize) {
-        let end = offset.checked_add(len as u64);
-        if end.is_none_or(|e| e > regs::BAR2_SIZE) && self.warned.first(Oddity::Bar2OutOfRange, 0) {
-            log::warn!("BAR2 access {offset:#x}+{len} beyond the BAR, ignored");
-        }
+        self.pci.bar2_access(offset, data.len(), &mut self.warned);
     }
 
     // --------------------------------------------------------------------------------------------
@@ -573,26 +557,7 @@ impl Device {
 
     /// The BAR0 area an access falls in, or `None` (logged) if it leaves its area or BAR0.
     fn bar0_area_of(&mut self, offset: u64, len: usize, dir: &str) -> Option<Bar0Area> {
-        let end = offset.checked_add(len as u64);
-        match (regs::bar0_area_with(offset, self.config.test_page), end) {
-            (Some((area, _, area_end)), Some(end)) if end <= area_end => Some(area),
-            (Some((area, _, _)), Some(end)) if end <= regs::BAR0_SIZE => {
-                if self.warned.first(Oddity::CrossesArea, offset) {
-                    log::warn!(
-                        "BAR0 {dir} {offset:#x}+{len} crosses the end of the {}, ignored",
-                        area.name()
-                    );
-                }
-                None
-            }
-            _ => {
-                // Keyed by a single slot: offsets beyond the BAR are unbounded.
-                if self.warned.first(Oddity::OutOfRange, 0) {
-                    log::warn!("BAR0 {dir} {offset:#x}+{len} beyond the 4 MiB BAR, ignored");
-                }
-                None
-            }
-        }
+        self.pci.bar0_area(offset, len, dir, &mut self.warned)
     }
 
     /// Reads from the register page; the range is inside it.
