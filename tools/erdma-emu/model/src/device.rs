@@ -89,6 +89,7 @@ mod engine;
 mod events;
 mod harness;
 mod iwarp;
+mod iwarp_qp;
 mod objects;
 mod pci_function;
 mod rdma_cmds;

@@ -87,6 +87,7 @@ use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
+use super::iwarp_qp::IwConn;
 use super::objects::Qp;
 use super::{Device, RETRY_COUNT, RETRY_TIMEOUT};
 use crate::cmdq::{Request as CmdRequest, Status};
@@ -99,63 +100,6 @@ use crate::wire::{self, wc, AeqEvent, IwarpConnection, IwarpState, ModifyQpIwarp
 pub const AE_QP_FATAL: u8 = 0;
 /// AE type: QP RQ error (a responder without a usable receive WQE).
 pub const AE_RQ_ERROR: u8 = 1;
-
-/// A QP's connection as handed over at RTS.
-#[derive(Clone, Debug)]
-pub(super) struct IwConn {
-    /// The 4-tuple, this end's view.
-    pub tuple: Conn,
-    /// The peer's cookie (its QPN).
-    pub cookie: u32,
-    /// Congestion-control algorithm (recorded only).
-    pub cc: u8,
-    /// Sequence number of the next byte this QP sends.
-    pub snd_nxt: u32,
-    /// Sequence number of the next byte this QP expects.
-    pub rcv_nxt: u32,
-    /// Bound on the fabric and not ended.
-    pub live: bool,
-    /// Messages the fabric could not deliver yet, in stream order with their sequence numbers.
-    pub backlog: VecDeque<(u32, StreamMsg)>,
-}
-
-/// The iWARP part of a QP.
-#[derive(Clone, Debug)]
-pub(super) struct Iwarp {
-    /// The adapter's state.
-    pub state: IwarpState,
-    /// The state the driver last set (transitions are judged from it).
-    pub driver_state: IwarpState,
-    /// The connection, from RTS on (kept after it ended, for inspection).
-    pub conn: Option<IwConn>,
-}
-
-impl Iwarp {
-    /// A new QP: IDLE.
-    pub fn new() -> Self {
-        Iwarp {
-            state: IwarpState::Idle,
-            driver_state: IwarpState::Idle,
-            conn: None,
-        }
-    }
-
-    /// The `query qps` / `query queues` view: `STATE`, then the connection if there is one
-    /// (`:TUPLE:snd=N:rcv=N:cookie=N`, `:closed` once it ended).
-    pub fn describe(&self) -> String {
-        let mut s = self.state.name().to_string();
-        if let Some(c) = &self.conn {
-            s.push_str(&format!(
-                ":{}:snd={}:rcv={}:cookie={}",
-                c.tuple, c.snd_nxt, c.rcv_nxt, c.cookie
-            ));
-            if !c.live {
-                s.push_str(":closed");
-            }
-        }
-        s
-    }
-}
 
 /// What a test or the control language sees of an iWARP QP.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -867,6 +811,7 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::iwarp_qp::Iwarp;
     use crate::device::objects::Pending;
     use crate::fabric::{Fabric, NoWaker};
 

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use super::iwarp::Iwarp;
+use super::iwarp_qp::Iwarp;
 use super::Protocol;
 use crate::caps::Caps;
 use crate::cmdq::{AddressVector, Status};
