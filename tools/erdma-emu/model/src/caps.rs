@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The capabilities a function reports in QUERY_DEVICE and QUERY_FW_INFO (erdma-hw.md §3.5, §3.6,
+//! The capabilities a function reports in QUERY_DEVICE and QUERY_FW_INFO (erdma_rs_hw 3.5, §3.6,
 //! §9.1), configurable per device.
 //!
 //! Most limits are reported as log2 values; the driver turns them into `max_*` attributes

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Command-queue wire formats (erdma-hw.md §3): the command header, the opcode table, completion
+//! Command-queue wire formats (erdma_rs_hw 3): the command header, the opcode table, completion
 //! status codes, the big-endian CMDQ CQE, and the request layouts of the commands the model
 //! executes.
 //!

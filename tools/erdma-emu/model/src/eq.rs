@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Event queues (erdma-hw.md §4): the CMDQ EQ, the AEQ and the CEQs share one ring engine.
+//! Event queues (erdma_rs_hw 4): the CMDQ EQ, the AEQ and the CEQs share one ring engine.
 //!
 //! * Entries are 16 bytes; the owner bit is bit 31 of dword 0. The device writes owner = 1 on the
 //!   first pass through the ring, 0 on the second, and so on: the entry at counter `i` carries

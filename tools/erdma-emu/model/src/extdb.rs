@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Extended doorbell pages (ALLOC_DB / FREE_DB / CONF_DEVICE, erdma-hw.md §3.6, §8).
+//! Extended doorbell pages (ALLOC_DB / FREE_DB / CONF_DEVICE, erdma_rs_hw 3.6, §8).
 //!
 //! User contexts get their own SQ, "CDB" (CQ) and "RDB" (RQ) doorbell pages from the extended
 //! doorbell space of BAR0 ([`regs::EXTDB_BASE`] to the end of BAR0, minus the test page when it

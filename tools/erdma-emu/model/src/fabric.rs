@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The in-process network that connects every device of the process (erdma-hw.md §7.2, §10.20).
+//! The in-process network that connects every device of the process (erdma_rs_hw 7.2, §10.20).
 //!
 //! The model does not speak RoCEv2 on a wire; it exchanges RC *messages* and UD *datagrams*
 //! between devices:
@@ -273,7 +273,7 @@ impl StreamMsg {
     }
 }
 
-/// A UD datagram (SEND or SEND_WITH_IMM on a UD QP, erdma-hw.md §5.4): delivered to one QP,
+/// A UD datagram (SEND or SEND_WITH_IMM on a UD QP, erdma_rs_hw 5.4): delivered to one QP,
 /// never answered. The addressing fields come from the sender's address handle and GID table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Datagram {

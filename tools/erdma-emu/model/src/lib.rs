@@ -26,8 +26,8 @@
 //! * `testing` (only with `cfg(test)` or the `testing` feature, never in a release build of
 //!   the server): simple implementations of those traits, and a driver double, for tests.
 //!
-//! Facts about the hardware interface come from `shared/docs/erdma-hw.md`; section numbers in
-//! comments (§2.2, ...) refer to it.
+//! The hardware interface is described in `Documentation/infiniband/erdma_rs_hw.rst`; comments
+//! cite its sections as `erdma_rs_hw N.M` (or `§N.M`).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

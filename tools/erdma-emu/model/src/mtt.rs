@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Address translation through MTTs (memory translation tables, erdma-hw.md §3.5, §6).
+//! Address translation through MTTs (memory translation tables, erdma_rs_hw 3.5, §6).
 //!
 //! * Queues (CREATE_QP, CREATE_CQ): level 0 holds up to four page addresses in the command,
 //!   level 1 an address of a contiguous array of u64 page addresses. The model reads the array

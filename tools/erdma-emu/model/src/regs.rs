@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The eRDMA BAR0 address map and register page (erdma-hw.md §2.1, §2.2), BAR sizes and the MSI-X
+//! The eRDMA BAR0 address map and register page (erdma_rs_hw 2.1, §2.2), BAR sizes and the MSI-X
 //! layout.
 //!
 //! This module is the single place where BAR0 offsets are decoded: [`bar0_area`] splits BAR0 into
@@ -18,7 +18,7 @@ use crate::stats::Counter;
 /// Size of BAR0 (registers and doorbells): 4 MiB.
 ///
 /// The driver does not check the size. 4 MiB holds the register page and the SQ/RQ/CQ doorbell
-/// spaces of erdma-hw §2.1 in the first MiB and leaves 3 MiB (768 pages of 4 KiB) for the
+/// spaces of erdma_rs_hw 2.1 in the first MiB and leaves 3 MiB (768 pages of 4 KiB) for the
 /// "extended doorbell" pages handed out by ALLOC_DB.
 pub const BAR0_SIZE: u64 = 4 << 20;
 /// Size of BAR2 (MSI-X table and PBA): 8 KiB.

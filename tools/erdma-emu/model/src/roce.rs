@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! RoCEv2 addressing state of a function: the GID table (SET_GID) and the address handles
-//! (CREATE_AH / DESTROY_AH), erdma-hw.md §3.5, §7.2, §9.1.
+//! (CREATE_AH / DESTROY_AH), erdma_rs_hw 3.5, §7.2, §9.1.
 //!
 //! Both tables are sized by the capabilities QUERY_DEVICE reports: `2^max_gid` GID entries and
 //! `2^max_ah` address handles; the driver picks indices and AHNs below those limits. Entries are
@@ -60,7 +60,7 @@ pub fn ipv4_checksum(hdr: &[u8]) -> u16 {
     !(sum as u16)
 }
 
-/// The 40-byte GRH area of a UD receive of `d` (erdma-hw.md §5.6): what RoCEv2 puts in front of
+/// The 40-byte GRH area of a UD receive of `d` (erdma_rs_hw 5.6): what RoCEv2 puts in front of
 /// the payload, counted in the receive's byte count.
 ///
 /// * IPv6 path (`d.net_type` IPv6): a 40-byte IPv6 header: version 6, traffic class, 20-bit flow

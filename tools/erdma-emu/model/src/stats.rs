@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The function's traffic counters (erdma-hw.md §3.6 GET_STATS, §2.2 statistics registers,
+//! The function's traffic counters (erdma_rs_hw 3.6 GET_STATS, §2.2 statistics registers,
 //! §9.3 hw counters).
 //!
 //! The data path counts: every WQE the requester takes from an SQ is a transmit request; every
@@ -14,7 +14,7 @@
 //! `query ud_drops`): they are the model's own counters, not the adapter's.
 //!
 //! GET_STATS writes the counters in [`Counter::ALL`] order. The statistics registers
-//! (`regs::STATS`) read the same counters: erdma-hw.md lists eleven registers and eleven GET_STATS
+//! (`regs::STATS`) read the same counters: erdma_rs_hw lists eleven registers and eleven GET_STATS
 //! counters in the same order with matching names (TSO_IN_PKTS / tx_reqs, TSO_OUT_PKTS /
 //! tx_packets, TSO_OUT_BYTES / tx_bytes, TX_DROP_PKTS / tx_disable_drop, TX_BPS/PPS_METER_DROP /
 //! tx_bps/pps_limit_drop, and the same for RX); the drivers never read the registers, and the

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Data-path wire formats (erdma-hw.md §3.5, §5, §6): the RDMA object commands (CREATE_QP,
+//! Data-path wire formats (erdma_rs_hw 3.5, §5, §6): the RDMA object commands (CREATE_QP,
 //! DESTROY_QP, MODIFY_QP in the RoCEv2 and iWARP layouts, CREATE_CQ, DESTROY_CQ, REFLUSH,
 //! REG_MR, DEREG_MR, QUERY_QP), SQ WQEs (the header, the body of every opcode, the SGL), RQEs, data CQEs, the SQ/RQ
 //! doorbell values and STags. The engines build and read these words only through the types
-//! here; each layout is pinned to a byte image worked out from erdma-hw.md in its part's tests.
+//! here; each layout is pinned to a byte image worked out from erdma_rs_hw in its part's tests.
 //!
 //! Decoders read only the fields that are meaningful for the command; the caller decides which of
 //! the decoded optional fields (inline MTT entries, doorbell pages, ...) matter, so stale slot bytes

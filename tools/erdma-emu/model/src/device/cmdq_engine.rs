@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The command queue engine (erdma-hw.md §3) and the COMMON commands it executes; the CMDQ EQE
+//! The command queue engine (erdma_rs_hw 3) and the COMMON commands it executes; the CMDQ EQE
 //! it posts on an armed CMDQ CQ goes through [`crate::eq::EventQueues`]. The rings (fetching,
 //! CQEs, the CQ arm) and the delayed completions are the `cmdq_ring` part; this drives them.
 //!

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The command queue's rings (erdma-hw.md §3): [`CmdRing`] fetches commands from the CMDQ SQ and
+//! The command queue's rings (erdma_rs_hw 3): [`CmdRing`] fetches commands from the CMDQ SQ and
 //! writes CQEs into the CMDQ CQ, and keeps the CQ's arm; [`DelayedCqes`] holds the completions
 //! that `delay` fault rules hold back. Neither executes anything nor posts events: they say
 //! when the CMDQ EQE is due, and the device (`cmdq_engine`) posts it through the event queues.

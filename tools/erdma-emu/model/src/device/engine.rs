@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The RoCEv2 data path (erdma-hw.md §4.4, §5, §6, §7.2): doorbells, the requester (SQ WQEs),
+//! The RoCEv2 data path (erdma_rs_hw 4.4, §5, §6, §7.2): doorbells, the requester (SQ WQEs),
 //! the responder (incoming requests, RQEs), UD datagrams, completions and CQ events. iWARP QPs
 //! use the same requester, responder and completions over their TCP streams; what differs
 //! (transport, no RNR, Terminate, Read sinks) is in the `iwarp` submodule.

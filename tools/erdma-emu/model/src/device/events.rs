@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The function's event entry points (erdma-hw.md §4): EQ doorbells, and posting CEQEs and AEQEs
+//! The function's event entry points (erdma_rs_hw 4): EQ doorbells, and posting CEQEs and AEQEs
 //! for the engines and the control language. The rings, the posting and the arming are
 //! [`crate::eq::EventQueues`]; this is the device's face of them.
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The iWARP RC engine (erdma-hw.md §3.5 MODIFY_QP iWARP layout, §7.1, §10.14, §10.20).
+//! The iWARP RC engine (erdma_rs_hw 3.5 MODIFY_QP iWARP layout, §7.1, §10.14, §10.20).
 //!
 //! On an iWARP function (DEV_PROTO 0) the driver's own MPA connection manager sets up a TCP
 //! connection over the guest's kernel sockets and hands it to the adapter with MODIFY_QP(RTS):

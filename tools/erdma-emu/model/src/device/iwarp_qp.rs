@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The iWARP part of a QP (erdma-hw.md §7.1): the adapter's and the driver's view of its state,
+//! The iWARP part of a QP (erdma_rs_hw 7.1): the adapter's and the driver's view of its state,
 //! and the connection handed over at RTS with its stream's sequence numbers and backlog. The
 //! object tables hold it in the QP; the iWARP engine (`iwarp`) works on it.
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The RDMA object tables (QPs, CQs, MRs) and what their commands do to them (erdma-hw.md §3.5,
+//! The RDMA object tables (QPs, CQs, MRs) and what their commands do to them (erdma_rs_hw 3.5,
 //! §6). [`Rdma`] checks and changes itself with only what each command needs besides the tables
 //! (the capabilities, the protocol, guest memory for queue MTTs, whether a CEQ exists); what a
 //! command does beyond the tables (starting or stopping the engines, iWARP streams) is the

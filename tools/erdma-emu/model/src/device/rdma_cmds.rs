@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The RDMA object commands (erdma-hw.md §3.5, §6) as the command engine runs them. The object
+//! The RDMA object commands (erdma_rs_hw 3.5, §6) as the command engine runs them. The object
 //! tables (`objects`) check and change themselves; what a command does beyond them is here:
 //! the CEQ that CREATE_CQ names, the held requests a destroyed or reset QP answers, the engines
 //! that a state change starts (RTS) or stops (ERROR), the flush after REFLUSH, and the iWARP

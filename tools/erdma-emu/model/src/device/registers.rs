@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The register page's state (erdma-hw.md §2): what the driver programmed for the admin queues,
+//! The register page's state (erdma_rs_hw 2): what the driver programmed for the admin queues,
 //! DEV_STATUS, the admin queues latched by `DEV_CTRL.INIT` (or why it was refused), and the
 //! doorbells (staged 4-byte halves, last values, writes into the doorbell spaces).
 //!

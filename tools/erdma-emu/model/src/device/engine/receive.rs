@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Receive WQEs (erdma-hw.md §5.5) as the responder and UD use them: the RQE at a QP's
+//! Receive WQEs (erdma_rs_hw 5.5) as the responder and UD use them: the RQE at a QP's
 //! consumer index, checked, and the scatter of an incoming message into its buffer. Each gets
 //! only the QP, the key checks and guest memory.
 
