@@ -50,10 +50,12 @@
 //!   devices through a [`crate::fabric::Fabric`] ([`Device::attach_fabric`],
 //!   [`Device::run_fabric`]); on iWARP functions the same engine runs over TCP streams handed
 //!   over at MODIFY_QP(RTS) (`iwarp` submodule). What differs in moving RC messages is one
-//!   trait with an implementation per protocol (`transport` submodule).
+//!   trait with an implementation per protocol (`transport` submodule). The data-path engines
+//!   do not get the device: they work on a context that borrows only what they use (the
+//!   object tables, the fabric port and counters, event posting, ...; `engine::DataPath`).
 //! * Event queues ([`crate::eq`]): the CMDQ EQ, the AEQ and up to 31 CEQs created by CREATE_EQ.
-//!   [`Device::post_ceqe`] and [`Device::post_aeqe`] are the entry points for the engines that
-//!   produce events.
+//!   [`Device::post_ceqe`] and [`Device::post_aeqe`] are the entry points for the control
+//!   language and tests; the engines post through their context.
 //! * The control language ([`crate::control`]) and the opt-in test page: fault injection and
 //!   inspection. Their state (the "harness": fault rules, refuse-init, traffic counters,
 //!   command count, test-page buffers) is not device state: it survives `DEV_CTRL.RESET` and
@@ -416,9 +418,10 @@ impl Device {
             .values_mut()
             .flat_map(|q| std::mem::take(&mut q.held))
             .collect();
-        self.nak_held(held);
+        let mut dp = self.data_path();
+        dp.nak_held(held);
         // iWARP peers hear that their connections ended; the bindings go.
-        self.iw_close_all();
+        dp.iw_close_all();
         self.func = Function::power_on(&self.config);
         self.publish_gids();
     }

@@ -497,7 +497,7 @@ impl Device {
     /// timer), on [`Device::clock`].
     pub fn next_deadline(&self) -> Option<Duration> {
         let delayed = self.func.delayed.next_due();
-        match (delayed, self.next_retransmit()) {
+        match (delayed, self.func.rdma.next_retransmit()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -522,7 +522,7 @@ impl Device {
             self.write_cqe(cqe, io);
             n += 1;
         }
-        n + self.run_retransmits(now, io)
+        n + self.data_path().run_retransmits(now, io)
     }
 
     // --------------------------------------------------------------------------------------------

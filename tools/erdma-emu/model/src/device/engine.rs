@@ -93,8 +93,12 @@
 //! * `receive`: the RQE at a QP's consumer index, and scattering a message into its buffer.
 //! * `mr`: MR and key checks, fast-register and invalidate, data across guest-memory pieces.
 //! * `completions`: CQEs and CQ events, SQ-ordered completion, ERROR and flushing.
-//! * here: the fabric inbox ([`Device::run_fabric`]) that feeds the requester, the responder,
-//!   UD and the iWARP streams, and the limits the parts share.
+//! * here: the parts' context, [`DataPath`] (what of the device they may use, borrowed part by
+//!   part: the object tables, the wire, the keys' settings, event posting, UD addressing, the
+//!   clock), the fabric inbox ([`Device::run_fabric`]) that feeds the requester, the responder,
+//!   UD and the iWARP streams, and the limits the parts share. The parts are methods of the
+//!   context, not of the device; the device lends it ([`Device::data_path`]) at its entry
+//!   points (doorbells, the fabric, timers, commands).
 
 mod completions;
 mod doorbells;
@@ -104,12 +108,20 @@ mod requester;
 mod responder;
 mod ud;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::Device;
-use crate::fabric::Body;
+use super::objects::Rdma;
+use super::{Device, WarnOnce};
+use crate::caps::Caps;
+use crate::clock::Clock;
+use crate::eq::{EventQueues, PostError};
+use crate::fabric::{Body, Packet, Port};
 use crate::io::Io;
 use crate::mtt::Piece;
+use crate::roce::{AhTable, GidTable};
+use crate::stats::{TrafficCounters, UdDrops};
+use crate::wire::AeqEvent;
 
 /// Largest message the model moves (bytes): larger ones complete with status 1.
 pub const MAX_MESSAGE: u64 = 1 << 30;
@@ -148,7 +160,54 @@ fn trace_data(qpn: u32, what: &str, addr: u64, key: u32, pieces: &[Piece], data:
     }
 }
 
+/// What the data-path engines (requester, responder, UD, completions, the transports and the
+/// iWARP streams) work with, borrowed from the device part by part: the object tables, the
+/// wire (the fabric port and the traffic counters), the keys' settings, event posting, RoCEv2
+/// addressing for UD, the clock and the log's rate limits. Nothing else of the device (its
+/// registers, command queue, doorbell pages, PCI face or control state) is in reach.
+pub(in crate::device) struct DataPath<'a> {
+    /// QPs, CQs, MRs and the retransmission timers.
+    pub rdma: &'a mut Rdma,
+    /// The event queues (`None` before `DEV_CTRL.INIT`).
+    pub eqs: Option<&'a mut EventQueues>,
+    /// The fabric attachment (`None`: requests are lost).
+    pub port: Option<&'a Arc<Port>>,
+    /// Traffic counters (GET_STATS).
+    pub stats: &'a mut TrafficCounters,
+    /// UD datagrams dropped, by cause.
+    pub ud_drops: &'a mut UdDrops,
+    /// The function's capabilities (atomics, the local DMA lkey).
+    pub caps: &'a Caps,
+    /// The GID table (UD source GIDs).
+    pub gids: &'a GidTable,
+    /// Address handles (UD destinations).
+    pub ahs: &'a AhTable,
+    /// The last CONF_MTU (0: none yet).
+    pub mtu: u32,
+    /// The clock retransmission timers run on.
+    pub clock: &'a dyn Clock,
+    /// Rate limits of the data path's warnings.
+    pub warned: &'a mut WarnOnce,
+}
+
 impl Device {
+    /// The data path's view of the device.
+    pub(in crate::device) fn data_path(&mut self) -> DataPath<'_> {
+        DataPath {
+            rdma: &mut self.func.rdma,
+            eqs: self.func.queues.as_mut().map(|q| &mut q.eqs),
+            port: self.port.as_ref(),
+            stats: &mut self.harness.stats,
+            ud_drops: &mut self.harness.ud_drops,
+            caps: &self.config.caps,
+            gids: &self.func.gids,
+            ahs: &self.func.ahs,
+            mtu: self.func.mtu,
+            clock: &*self.clock,
+            warned: &mut self.warned,
+        }
+    }
+
     /// Handles every packet the fabric has queued for this device, in order. Returns how many.
     pub fn run_fabric(&mut self, io: &mut Io<'_>) -> usize {
         let Some(port) = self.port.clone() else {
@@ -156,30 +215,59 @@ impl Device {
         };
         let inbox = port.take_inbox();
         let n = inbox.len();
+        let mut dp = self.data_path();
         for pkt in inbox {
-            self.harness.stats.rx_packet(pkt.payload_len() as u64);
-            match pkt.body {
-                Body::Request { seq, .. } => self.incoming(pkt, seq, io),
-                Body::Response { .. } => self.response(pkt, io),
-                Body::Lost { seq, req } => self.lose(pkt.dst_qpn, seq, req),
-                Body::Datagram(d) => self.incoming_datagram(pkt.src_qpn, pkt.dst_qpn, d, io),
-                Body::Stream {
-                    conn,
-                    seq,
-                    cookie,
-                    msg,
-                } => self.iw_incoming(
-                    pkt.src_port,
-                    pkt.src_qpn,
-                    pkt.dst_qpn,
-                    conn,
-                    seq,
-                    cookie,
-                    msg,
-                    io,
-                ),
-            }
+            dp.receive(pkt, io);
         }
         n
+    }
+}
+
+impl DataPath<'_> {
+    /// One packet from the fabric, to the requester, the responder, UD or an iWARP stream.
+    fn receive(&mut self, pkt: Packet, io: &mut Io<'_>) {
+        self.stats.rx_packet(pkt.payload_len() as u64);
+        match pkt.body {
+            Body::Request { seq, .. } => self.incoming(pkt, seq, io),
+            Body::Response { .. } => self.response(pkt, io),
+            Body::Lost { seq, req } => self.lose(pkt.dst_qpn, seq, req),
+            Body::Datagram(d) => self.incoming_datagram(pkt.src_qpn, pkt.dst_qpn, d, io),
+            Body::Stream {
+                conn,
+                seq,
+                cookie,
+                msg,
+            } => self.iw_incoming(
+                pkt.src_port,
+                pkt.src_qpn,
+                pkt.dst_qpn,
+                conn,
+                seq,
+                cookie,
+                msg,
+                io,
+            ),
+        }
+    }
+
+    /// Posts a CEQE for `cqn` to CEQ `eqn`; raises the CEQ's vector if it is armed.
+    pub(in crate::device) fn post_ceqe(
+        &mut self,
+        eqn: u8,
+        cqn: u32,
+        io: &mut Io<'_>,
+    ) -> Result<(), PostError> {
+        let eqs = self.eqs.as_deref_mut().ok_or(PostError::NotInitialized)?;
+        eqs.post_ceqe(eqn, cqn, io).map(drop)
+    }
+
+    /// Posts an asynchronous event to the AEQ; raises vector 0 if the AEQ is armed.
+    pub(in crate::device) fn post_aeqe(
+        &mut self,
+        ev: AeqEvent,
+        io: &mut Io<'_>,
+    ) -> Result<(), PostError> {
+        let eqs = self.eqs.as_deref_mut().ok_or(PostError::NotInitialized)?;
+        eqs.post_aeqe(ev, io).map(drop)
     }
 }

@@ -26,14 +26,12 @@ impl Device {
 
     /// Posts a CEQE for `cqn` (20 bits) to CEQ `eqn`; raises the CEQ's vector if it is armed.
     pub fn post_ceqe(&mut self, eqn: u8, cqn: u32, io: &mut Io<'_>) -> Result<(), PostError> {
-        let q = self.func.queues.as_mut().ok_or(PostError::NotInitialized)?;
-        q.eqs.post_ceqe(eqn, cqn, io).map(drop)
+        self.data_path().post_ceqe(eqn, cqn, io)
     }
 
     /// Posts an asynchronous event to the AEQ; raises vector 0 if the AEQ is armed.
     pub fn post_aeqe(&mut self, ev: AeqEvent, io: &mut Io<'_>) -> Result<(), PostError> {
-        let q = self.func.queues.as_mut().ok_or(PostError::NotInitialized)?;
-        q.eqs.post_aeqe(ev, io).map(drop)
+        self.data_path().post_aeqe(ev, io)
     }
 
     /// EQNs of the live CEQs, in increasing order.

@@ -87,6 +87,7 @@ use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
+use super::engine::DataPath;
 use super::iwarp_qp::IwConn;
 use super::objects::Qp;
 use super::{Device, RETRY_COUNT, RETRY_TIMEOUT};
@@ -297,15 +298,14 @@ fn stream_resend(qp: &mut Qp, wire: &mut IwWire<'_>) -> Option<u32> {
     }
 }
 
-impl Device {
+impl DataPath<'_> {
     /// Whether QP `qpn` is an iWARP QP.
     pub(super) fn is_iwarp_qp(&self, qpn: u32) -> bool {
-        self.func.rdma.qps.get(&qpn).is_some_and(|q| q.iw.is_some())
+        self.rdma.qps.get(&qpn).is_some_and(|q| q.iw.is_some())
     }
 
     fn iw_conn_mut(&mut self, qpn: u32) -> Option<&mut IwConn> {
-        self.func
-            .rdma
+        self.rdma
             .qps
             .get_mut(&qpn)
             .and_then(|q| q.iw.as_mut())
@@ -324,7 +324,9 @@ impl Device {
             log::warn!("QP {qpn}: AEQE type {ty} dropped: {e}");
         }
     }
+}
 
+impl Device {
     // --------------------------------------------------------------------------------------------
     // MODIFY_QP
     // --------------------------------------------------------------------------------------------
@@ -441,7 +443,7 @@ impl Device {
             c.snd_nxt,
             c.rcv_nxt
         );
-        self.process_sq(qpn, io);
+        self.data_path().process_sq(qpn, io);
         Ok(())
     }
 
@@ -462,7 +464,7 @@ impl Device {
                 target.name()
             );
             // Terminates a live stream (the peer hears of it), flushes.
-            self.enter_error(qpn, io);
+            self.data_path().enter_error(qpn, io);
             if let Some(iw) = self.func.rdma.qps.get_mut(&qpn).and_then(|q| q.iw.as_mut()) {
                 iw.state = target;
             }
@@ -478,7 +480,9 @@ impl Device {
             );
         }
     }
+}
 
+impl DataPath<'_> {
     // --------------------------------------------------------------------------------------------
     // Ending a stream
     // --------------------------------------------------------------------------------------------
@@ -488,7 +492,7 @@ impl Device {
     /// messages are dropped. The adapter's state becomes ERROR unless the QP was stopped
     /// already. Called whenever an iWARP QP goes to ERROR.
     pub(super) fn iw_close(&mut self, qpn: u32, peer_status: Option<u8>) {
-        let Some(iw) = self.func.rdma.qps.get_mut(&qpn).and_then(|q| q.iw.as_mut()) else {
+        let Some(iw) = self.rdma.qps.get_mut(&qpn).and_then(|q| q.iw.as_mut()) else {
             return;
         };
         if matches!(
@@ -507,13 +511,13 @@ impl Device {
             status: peer_status,
         };
         c.snd_nxt = seq.wrapping_add(msg.stream_len());
-        self.func.rdma.retransmit.remove(&qpn);
-        let Some(port) = self.port.clone() else {
+        self.rdma.retransmit.remove(&qpn);
+        let Some(port) = self.port else {
             return;
         };
         match port.send_stream(tuple, stream_packet(qpn, tuple, cookie, seq, msg)) {
             Ok(()) => {
-                self.harness.stats.tx_packet(0);
+                self.stats.tx_packet(0);
                 log::info!("QP {qpn}: connection {tuple} terminated");
             }
             Err(_) => log::info!(
@@ -527,8 +531,8 @@ impl Device {
     /// The peer ended the stream (Terminate received): AEQE type 0, the oldest unanswered
     /// request completes with `status` (if any), the rest is flushed.
     fn iw_terminated(&mut self, qpn: u32, status: Option<u8>, io: &mut Io<'_>) {
-        let port = self.port.clone();
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let port = self.port;
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return;
         };
         let Some(iw) = qp.iw.as_mut() else {
@@ -552,7 +556,7 @@ impl Device {
                 p.status = Some(code);
             }
         }
-        self.func.rdma.retransmit.remove(&qpn);
+        self.rdma.retransmit.remove(&qpn);
         if self.warned.dp_error() {
             log::warn!(
                 "QP {qpn}: connection {tuple} terminated by the peer{}; QP to ERROR",
@@ -578,23 +582,23 @@ impl Device {
     /// QP's retransmission timer unless it runs already.
     pub(super) fn iw_send(&mut self, qpn: u32, msg: StreamMsg) {
         let mut wire = IwWire {
-            port: self.port.as_ref(),
-            stats: &mut self.harness.stats,
+            port: self.port,
+            stats: &mut *self.stats,
         };
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             log::debug!("QP {qpn}: iWARP message on a stream that ended, dropped");
             return;
         };
         if stream_send(qp, msg, &mut wire) {
             let due = self.clock.now() + RETRY_TIMEOUT;
-            self.func.rdma.retransmit.entry(qpn).or_insert(due);
+            self.rdma.retransmit.entry(qpn).or_insert(due);
         }
     }
 
     /// The retransmission timer of iWARP QP `qpn` fired: its undelivered messages go out
     /// again in order, or after [`RETRY_COUNT`] retransmissions the connection is given up.
     pub(super) fn iw_retransmit(&mut self, qpn: u32, io: &mut Io<'_>) {
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return;
         };
         match stream_timer(qp) {
@@ -621,15 +625,15 @@ impl Device {
             }
             StreamTimer::Resend => {
                 let mut wire = IwWire {
-                    port: self.port.as_ref(),
-                    stats: &mut self.harness.stats,
+                    port: self.port,
+                    stats: &mut *self.stats,
                 };
-                let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+                let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
                     return;
                 };
                 if let Some(seq) = stream_resend(qp, &mut wire) {
                     let due = self.clock.now() + RETRY_TIMEOUT;
-                    self.func.rdma.retransmit.insert(qpn, due);
+                    self.rdma.retransmit.insert(qpn, due);
                     log::info!("QP {qpn}: iWARP message at sequence {seq} lost again");
                 }
             }
@@ -765,21 +769,9 @@ impl Device {
         }
     }
 
-    // --------------------------------------------------------------------------------------------
-    // Commands and inspection
-    // --------------------------------------------------------------------------------------------
-
-    /// QUERY_QP of an iWARP QP: state (iWARP numbering), SND.NXT and RCV.NXT (low 24 bits).
-    pub(super) fn iw_query(&self, qpn: u32) -> Option<u64> {
-        let iw = self.func.rdma.qps.get(&qpn)?.iw.as_ref()?;
-        let (snd, rcv) = iw.conn.as_ref().map_or((0, 0), |c| (c.snd_nxt, c.rcv_nxt));
-        Some(wire::query_qp_resp0_iwarp(snd, rcv, iw.state))
-    }
-
     /// Ends the live streams of every iWARP QP (DESTROY_QP of all: a function reset).
     pub(super) fn iw_close_all(&mut self) {
         let qpns: Vec<u32> = self
-            .func
             .rdma
             .qps
             .values()
@@ -789,6 +781,19 @@ impl Device {
         for qpn in qpns {
             self.iw_close(qpn, None);
         }
+    }
+}
+
+impl Device {
+    // --------------------------------------------------------------------------------------------
+    // Commands and inspection
+    // --------------------------------------------------------------------------------------------
+
+    /// QUERY_QP of an iWARP QP: state (iWARP numbering), SND.NXT and RCV.NXT (low 24 bits).
+    pub(super) fn iw_query(&self, qpn: u32) -> Option<u64> {
+        let iw = self.func.rdma.qps.get(&qpn)?.iw.as_ref()?;
+        let (snd, rcv) = iw.conn.as_ref().map_or((0, 0), |c| (c.snd_nxt, c.rcv_nxt));
+        Some(wire::query_qp_resp0_iwarp(snd, rcv, iw.state))
     }
 
     /// The iWARP view of QP `qpn` (`None`: no such QP, or not iWARP).

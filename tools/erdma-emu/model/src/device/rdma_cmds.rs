@@ -44,9 +44,10 @@ impl Device {
 
     pub(super) fn cmd_destroy_qp(&mut self, r: U32Arg) -> Outcome {
         // A live iWARP stream ends (the peer hears of it) and its binding goes.
-        self.transport(r.0).close(self, r.0, None);
-        let qp = self.func.rdma.remove_qp(r.0).ok_or(Status::NotFound)?;
-        self.nak_held(qp.held);
+        let mut dp = self.data_path();
+        dp.transport(r.0).close(&mut dp, r.0, None);
+        let qp = dp.rdma.remove_qp(r.0).ok_or(Status::NotFound)?;
+        dp.nak_held(qp.held);
         log::debug!("QP {} destroyed", r.0);
         Ok((0, 0))
     }
@@ -113,12 +114,12 @@ impl Device {
                 qp.lost.clear();
                 qp.retries = 0;
                 let held = std::mem::take(&mut qp.held);
-                self.nak_held(held);
+                self.data_path().nak_held(held);
             }
-            QpState::Error if cur != QpState::Error => self.enter_error(r.qpn, io),
+            QpState::Error if cur != QpState::Error => self.data_path().enter_error(r.qpn, io),
             QpState::Rts => {
                 qp.state = t;
-                self.process_sq(r.qpn, io);
+                self.data_path().process_sq(r.qpn, io);
             }
             _ => qp.state = t,
         }
@@ -138,7 +139,7 @@ impl Device {
     /// CI are ignored (that queue keeps its PI).
     pub(super) fn cmd_reflush(&mut self, r: Reflush, io: &mut Io<'_>) -> Outcome {
         if self.func.rdma.reflush_pis(&r)? {
-            self.flush_queues(r.qpn, io);
+            self.data_path().flush_queues(r.qpn, io);
         }
         Ok((0, 0))
     }

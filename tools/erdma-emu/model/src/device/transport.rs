@@ -4,21 +4,23 @@
 //! executed one: the [`Transport`] trait, implemented once for RoCEv2 ([`RoceTransport`]:
 //! packets by GID and QPN, lost requests retransmitted by the QP's timer, RNR) and once for
 //! iWARP ([`IwarpTransport`]: the QP's byte stream, with the `iwarp` submodule's sequence
-//! numbers, backlog and Terminate). The engines ask [`Device::transport`] once per operation
+//! numbers, backlog and Terminate). The engines ask [`DataPath::transport`] once per operation
 //! instead of testing what kind of QP they have.
 //!
 //! Sending and retransmitting take only what they need on both protocols: the message goes
 //! through a wire (`RoceWire` here, `IwWire` in `iwarp`: the fabric port and the traffic
 //! counters) for one QP, and what a lost message and the retransmission timer do to the QP
-//! are functions of the QP alone. The trait's methods still get the whole [`Device`], for what
-//! they hand back to the engines (completions, the SQ, events) and for the rest of the iWARP
-//! stream (receiving, Terminate).
+//! are functions of the QP alone. The trait's methods get the data path ([`DataPath`]: the
+//! object tables, the wire, event posting), not the device, for what they hand back to the
+//! engines (completions, the SQ, events) and for the rest of the iWARP stream (receiving,
+//! Terminate).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::engine::DataPath;
 use super::objects::Qp;
-use super::{Device, RETRY_COUNT, RETRY_TIMEOUT};
+use super::{RETRY_COUNT, RETRY_TIMEOUT};
 use crate::fabric::{Body, Nak, Packet, Port, Refused, Reply, Request, StreamMsg};
 use crate::io::Io;
 use crate::stats::TrafficCounters;
@@ -27,24 +29,24 @@ use crate::wire::{access, wc, QpState};
 /// What differs between the protocols in moving RC messages.
 pub(super) trait Transport {
     /// Sends request `seq` of QP `qpn`, already pending in its SQ order.
-    fn send_request(&self, dev: &mut Device, qpn: u32, seq: u64, req: Request);
+    fn send_request(&self, dp: &mut DataPath<'_>, qpn: u32, seq: u64, req: Request);
 
     /// Answers request `seq` of the requester that sent `to`.
-    fn respond(&self, dev: &mut Device, to: &Packet, seq: u64, result: Result<Reply, Nak>);
+    fn respond(&self, dp: &mut DataPath<'_>, to: &Packet, seq: u64, result: Result<Reply, Nak>);
 
     /// The retransmission timer of QP `qpn` fired.
-    fn retransmit(&self, dev: &mut Device, qpn: u32, io: &mut Io<'_>);
+    fn retransmit(&self, dp: &mut DataPath<'_>, qpn: u32, io: &mut Io<'_>);
 
     /// The access a READ's local sink must grant for the response to land in it.
     fn read_sink_access(&self) -> u8;
 
     /// A receive WQE of QP `qpn` failed at the responder (the QP goes to ERROR after this).
-    fn receive_error(&self, dev: &mut Device, qpn: u32, io: &mut Io<'_>);
+    fn receive_error(&self, dp: &mut DataPath<'_>, qpn: u32, io: &mut Io<'_>);
 
     /// QP `qpn` goes to ERROR or away: its connection, if the protocol has one, ends
     /// (`peer_status`: what the peer's oldest unanswered request completes with; `None`:
     /// flushed).
-    fn close(&self, dev: &mut Device, qpn: u32, peer_status: Option<u8>);
+    fn close(&self, dp: &mut DataPath<'_>, qpn: u32, peer_status: Option<u8>);
 }
 
 /// RoCEv2: packets to the QP's destination GID and QPN through the fabric.
@@ -54,50 +56,50 @@ pub(super) struct RoceTransport;
 pub(super) struct IwarpTransport;
 
 impl Transport for RoceTransport {
-    fn send_request(&self, dev: &mut Device, qpn: u32, seq: u64, req: Request) {
-        let sent = match dev.func.rdma.qps.get(&qpn) {
+    fn send_request(&self, dp: &mut DataPath<'_>, qpn: u32, seq: u64, req: Request) {
+        let sent = match dp.rdma.qps.get(&qpn) {
             Some(qp) => RoceWire {
-                port: dev.port.as_ref(),
-                stats: &mut dev.harness.stats,
+                port: dp.port,
+                stats: &mut *dp.stats,
             }
             .transmit(qp, seq, req),
             None => Err(req),
         };
         if let Err(req) = sent {
-            dev.lose(qpn, seq, req);
+            dp.lose(qpn, seq, req);
         }
     }
 
-    fn respond(&self, dev: &mut Device, to: &Packet, seq: u64, result: Result<Reply, Nak>) {
+    fn respond(&self, dp: &mut DataPath<'_>, to: &Packet, seq: u64, result: Result<Reply, Nak>) {
         let body = Body::Response { seq, result };
-        dev.send_back(to.src_port, to.dst_qpn, to.src_qpn, body);
+        dp.send_back(to.src_port, to.dst_qpn, to.src_qpn, body);
     }
 
-    fn retransmit(&self, dev: &mut Device, qpn: u32, io: &mut Io<'_>) {
-        dev.roce_retransmit(qpn, io);
+    fn retransmit(&self, dp: &mut DataPath<'_>, qpn: u32, io: &mut Io<'_>) {
+        dp.roce_retransmit(qpn, io);
     }
 
     fn read_sink_access(&self) -> u8 {
         access::LOCAL_WRITE
     }
 
-    fn receive_error(&self, _dev: &mut Device, _qpn: u32, _io: &mut Io<'_>) {}
+    fn receive_error(&self, _dp: &mut DataPath<'_>, _qpn: u32, _io: &mut Io<'_>) {}
 
     /// RoCEv2 RC has no connection in the adapter (the peer's connection manager tells it).
-    fn close(&self, _dev: &mut Device, _qpn: u32, _peer_status: Option<u8>) {}
+    fn close(&self, _dp: &mut DataPath<'_>, _qpn: u32, _peer_status: Option<u8>) {}
 }
 
 impl Transport for IwarpTransport {
-    fn send_request(&self, dev: &mut Device, qpn: u32, seq: u64, req: Request) {
-        dev.iw_send(qpn, StreamMsg::Request { id: seq, req });
+    fn send_request(&self, dp: &mut DataPath<'_>, qpn: u32, seq: u64, req: Request) {
+        dp.iw_send(qpn, StreamMsg::Request { id: seq, req });
     }
 
-    fn respond(&self, dev: &mut Device, to: &Packet, seq: u64, result: Result<Reply, Nak>) {
-        dev.iw_respond(to, seq, result);
+    fn respond(&self, dp: &mut DataPath<'_>, to: &Packet, seq: u64, result: Result<Reply, Nak>) {
+        dp.iw_respond(to, seq, result);
     }
 
-    fn retransmit(&self, dev: &mut Device, qpn: u32, io: &mut Io<'_>) {
-        dev.iw_retransmit(qpn, io);
+    fn retransmit(&self, dp: &mut DataPath<'_>, qpn: u32, io: &mut Io<'_>) {
+        dp.iw_retransmit(qpn, io);
     }
 
     /// A Read Response is a tagged write into the sink, which must grant remote write.
@@ -106,17 +108,17 @@ impl Transport for IwarpTransport {
     }
 
     /// No RNR on iWARP: AEQE type 1 (RQ error).
-    fn receive_error(&self, dev: &mut Device, qpn: u32, io: &mut Io<'_>) {
-        dev.qp_event(qpn, super::AE_RQ_ERROR, io);
+    fn receive_error(&self, dp: &mut DataPath<'_>, qpn: u32, io: &mut Io<'_>) {
+        dp.qp_event(qpn, super::AE_RQ_ERROR, io);
     }
 
     /// The stream ends with a Terminate to the peer; the binding goes.
-    fn close(&self, dev: &mut Device, qpn: u32, peer_status: Option<u8>) {
-        dev.iw_close(qpn, peer_status);
+    fn close(&self, dp: &mut DataPath<'_>, qpn: u32, peer_status: Option<u8>) {
+        dp.iw_close(qpn, peer_status);
     }
 }
 
-impl Device {
+impl DataPath<'_> {
     /// The transport of QP `qpn` (RoCEv2 for a QP that does not exist).
     pub(super) fn transport(&self, qpn: u32) -> &'static dyn Transport {
         if self.is_iwarp_qp(qpn) {
@@ -125,25 +127,23 @@ impl Device {
             &RoceTransport
         }
     }
-}
 
-impl Device {
     /// Request `seq` of QP `qpn` was lost: if it still waits for its answer, it waits for the
     /// QP's retransmission timer, which starts now unless it runs already.
     pub(super) fn lose(&mut self, qpn: u32, seq: u64, req: Request) {
         let due = self.clock.now() + RETRY_TIMEOUT;
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return;
         };
         if record_lost(qp, seq, req) {
-            self.func.rdma.retransmit.entry(qpn).or_insert(due);
+            self.rdma.retransmit.entry(qpn).or_insert(due);
         }
     }
 
     /// The retransmission timer of RoCEv2 QP `qpn` fired: see [`on_timer`]; resent requests
     /// that are lost again wait for the next round, and the SQ goes on.
     fn roce_retransmit(&mut self, qpn: u32, io: &mut Io<'_>) {
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return;
         };
         match on_timer(qp) {

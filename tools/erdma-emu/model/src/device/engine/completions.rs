@@ -3,8 +3,9 @@
 //! Completion generation: data CQEs (with the owner bit of the lap, CQ events, CQ overflow),
 //! completing requests in SQ order, and moving a QP to ERROR with everything posted flushed.
 
+use super::DataPath;
 use crate::device::objects::{Cq, Pending};
-use crate::device::{Device, Oddity};
+use crate::device::Oddity;
 use crate::io::{GuestMemory, Io};
 use crate::mtt::Xlate;
 use crate::regs::CqDoorbell;
@@ -83,11 +84,11 @@ impl Cq {
     }
 }
 
-impl Device {
+impl DataPath<'_> {
     /// Writes a CQE into CQ `cqn` (see [`Cq::post`]) and posts what it asks for: the CEQE of
     /// an armed CQ, the AEQE of an overflow.
     fn post_cqe(&mut self, cqn: u32, cqe: DataCqe, solicited: bool, io: &mut Io<'_>) {
-        let Some(cq) = self.func.rdma.cqs.get_mut(&cqn) else {
+        let Some(cq) = self.rdma.cqs.get_mut(&cqn) else {
             if self.warned.first(Oddity::MissingCq, u64::from(cqn)) {
                 log::warn!(
                     "completion for QP {} dropped: CQ {cqn} does not exist",
@@ -131,7 +132,7 @@ impl Device {
     }
 
     fn sq_cqe(&mut self, qpn: u32, p: &Pending, status: u8, io: &mut Io<'_>) {
-        let Some(qp) = self.func.rdma.qps.get(&qpn) else {
+        let Some(qp) = self.rdma.qps.get(&qpn) else {
             return;
         };
         let cqn = qp.send_cqn;
@@ -162,7 +163,7 @@ impl Device {
         ud: UdInfo,
         io: &mut Io<'_>,
     ) {
-        let Some(qp) = self.func.rdma.qps.get(&qpn) else {
+        let Some(qp) = self.rdma.qps.get(&qpn) else {
             return;
         };
         let cqn = qp.recv_cqn;
@@ -184,7 +185,7 @@ impl Device {
     /// ERROR.
     pub(in crate::device) fn drain_completions(&mut self, qpn: u32, io: &mut Io<'_>) {
         loop {
-            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
                 return;
             };
             let Some(status) = qp.outstanding.front().and_then(|p| p.status) else {
@@ -213,7 +214,7 @@ impl Device {
         self.enter_error_with(qpn, None, io);
     }
 
-    /// [`Device::enter_error`]; an iWARP QP's live stream ends with a Terminate that gives the
+    /// [`DataPath::enter_error`]; an iWARP QP's live stream ends with a Terminate that gives the
     /// peer's oldest unanswered request `peer_status` (`None`: flushed).
     pub(in crate::device) fn enter_error_with(
         &mut self,
@@ -222,7 +223,7 @@ impl Device {
         io: &mut Io<'_>,
     ) {
         self.transport(qpn).close(self, qpn, peer_status);
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return;
         };
         qp.state = QpState::Error;
@@ -239,7 +240,6 @@ impl Device {
     pub(in crate::device) fn flush_queues(&mut self, qpn: u32, io: &mut Io<'_>) {
         // SQ: one CQE per WQE, in order, after any outstanding completions.
         for p in self
-            .func
             .rdma
             .qps
             .get_mut(&qpn)
@@ -252,7 +252,7 @@ impl Device {
             }
         }
         loop {
-            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
                 return;
             };
             let ci = qp.sq.ci;
@@ -283,7 +283,7 @@ impl Device {
             self.sq_cqe(qpn, &p, wc::FLUSHED, io);
         }
         loop {
-            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
                 return;
             };
             if qp.rq.pi == qp.rq.ci {

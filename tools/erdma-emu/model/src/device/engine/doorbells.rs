@@ -3,6 +3,7 @@
 //! Doorbells: the SQ, RQ and CQ doorbell values written into the doorbell spaces and the
 //! extended doorbell pages, and the CQ events an arm raises.
 
+use super::DataPath;
 use crate::device::{Device, Oddity};
 use crate::io::Io;
 use crate::regs::{self, Bar0Area, CqDoorbell};
@@ -19,17 +20,19 @@ impl Device {
     ) {
         let slot = offset & (regs::DB_PAGE_SIZE - 1);
         match area {
-            Bar0Area::SqDoorbells => self.sq_doorbell(value, io),
-            Bar0Area::RqDoorbells => self.rq_or_cq_doorbell(value, slot, true, io),
-            Bar0Area::CqDoorbells => self.rq_or_cq_doorbell(value, slot, false, io),
+            Bar0Area::SqDoorbells => self.data_path().sq_doorbell(value, io),
+            Bar0Area::RqDoorbells => self.data_path().rq_or_cq_doorbell(value, slot, true, io),
+            Bar0Area::CqDoorbells => self.data_path().rq_or_cq_doorbell(value, slot, false, io),
             Bar0Area::ExtDoorbells => {
                 let shift = self.func.dbs.page_shift();
                 let page = u16::try_from(offset >> shift).ok();
                 let slot = (offset & ((1u64 << shift) - 1)) & (regs::DB_PAGE_SIZE - 1);
                 match page.and_then(|p| self.func.dbs.role_of(p)) {
-                    Some(0) => self.sq_doorbell(value, io),
+                    Some(0) => self.data_path().sq_doorbell(value, io),
                     // The drivers swap CDB and RDB: no preference.
-                    Some(role) => self.rq_or_cq_doorbell(value, slot, role == 2, io),
+                    Some(role) => self
+                        .data_path()
+                        .rq_or_cq_doorbell(value, slot, role == 2, io),
                     None => {
                         if self.warned.first(Oddity::DataDoorbell, offset >> 12) {
                             log::warn!(
@@ -43,13 +46,15 @@ impl Device {
             Bar0Area::Registers | Bar0Area::TestPage => {}
         }
     }
+}
 
+impl DataPath<'_> {
     fn rq_or_cq_doorbell(&mut self, value: u64, slot: u64, prefer_rq: bool, io: &mut Io<'_>) {
         let rq_db = RqDoorbell::decode(value);
         let cq_db = CqDoorbell::decode(value);
         let (qpn, cqn) = (rq_db.qpn, cq_db.cqn);
-        let rq = self.func.rdma.qps.contains_key(&qpn);
-        let cq = self.func.rdma.cqs.contains_key(&cqn);
+        let rq = self.rdma.qps.contains_key(&qpn);
+        let cq = self.rdma.cqs.contains_key(&cqn);
         let is_rq = match (rq, cq) {
             (true, false) => true,
             (false, true) => false,
@@ -79,7 +84,7 @@ impl Device {
     /// SQ doorbell: a QPN and its new PI.
     fn sq_doorbell(&mut self, value: u64, io: &mut Io<'_>) {
         let SqDoorbell { qpn, pi } = SqDoorbell::decode(value);
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             if self.warned.first(Oddity::DataDoorbell, u64::from(qpn)) {
                 log::warn!("SQ doorbell {value:#x} for QP {qpn} that does not exist, ignored");
             }
@@ -109,7 +114,7 @@ impl Device {
     /// RQ doorbell: the RQE's first 8 bytes.
     fn rq_doorbell(&mut self, db: RqDoorbell, io: &mut Io<'_>) {
         let RqDoorbell { qpn, pi } = db;
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return;
         };
         let ahead = pi.wrapping_sub(qp.rq.ci);
@@ -134,7 +139,7 @@ impl Device {
 
     /// CQ doorbell (§4.4): record the CI; with ARM, arm for the next (solicited) completion.
     fn cq_doorbell(&mut self, db: CqDoorbell, io: &mut Io<'_>) {
-        let Some(cq) = self.func.rdma.cqs.get_mut(&db.cqn) else {
+        let Some(cq) = self.rdma.cqs.get_mut(&db.cqn) else {
             return;
         };
         if cq.doorbell(db) {

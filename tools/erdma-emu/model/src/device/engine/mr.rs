@@ -5,13 +5,12 @@
 //! translated guest-memory pieces.
 //!
 //! The checks get only the MR table and the function's local DMA lkey ([`Keys`], a view the
-//! device lends); fast-register and invalidate change the MR table ([`Rdma`]) and nothing else.
+//! data path lends); fast-register and invalidate change the MR table ([`Rdma`]) and nothing else.
 
 use std::collections::BTreeMap;
 
-use super::MAX_MESSAGE;
+use super::{DataPath, MAX_MESSAGE};
 use crate::device::objects::{Mr, Rdma};
-use crate::device::Device;
 use crate::io::GuestMemory;
 use crate::mtt::{self, Mtt, Piece, Xlate};
 use crate::wire::{
@@ -92,10 +91,10 @@ pub(super) struct Keys<'a> {
     local_dma_lkey: u32,
 }
 
-impl Device {
+impl DataPath<'_> {
     /// The view of the MR table that key checks use.
     pub(super) fn keys(&self) -> Keys<'_> {
-        Keys::new(&self.func.rdma, self.config.caps.local_dma_lkey)
+        Keys::new(self.rdma, self.caps.local_dma_lkey)
     }
 }
 

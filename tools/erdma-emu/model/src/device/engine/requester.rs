@@ -7,15 +7,22 @@
 use std::time::Duration;
 
 use super::mr::{write_pieces, AccessErr};
-use super::{trace_data, MAX_MESSAGE};
-use crate::device::objects::Pending;
-use crate::device::{Device, Oddity};
+use super::{trace_data, DataPath, MAX_MESSAGE};
+use crate::device::objects::{Pending, Rdma};
+use crate::device::Oddity;
 use crate::fabric::{AtomicOp, Body, Nak, Packet, Reply, Request};
 use crate::io::{GuestMemory, Io};
 use crate::wire::{
     access, op, wc, AtomicSqe, LocalInvSqe, QpState, ReadSqe, SendSqe, Sgl, SqeHeader, WriteSqe,
     MAX_WQE_SIZE, QP_TYPE_UD, SQ_WQEBB_SIZE,
 };
+
+impl Rdma {
+    /// When the earliest retransmission timer fires.
+    pub(in crate::device) fn next_retransmit(&self) -> Option<Duration> {
+        self.retransmit.values().min().copied()
+    }
+}
 
 /// What a WQE turned into.
 enum Action {
@@ -25,11 +32,11 @@ enum Action {
     Done(Pending),
 }
 
-impl Device {
+impl DataPath<'_> {
     /// Processes the SQ of an RTS QP up to its PI.
     pub(in crate::device) fn process_sq(&mut self, qpn: u32, io: &mut Io<'_>) {
         loop {
-            let Some(qp) = self.func.rdma.qps.get(&qpn) else {
+            let Some(qp) = self.rdma.qps.get(&qpn) else {
                 return;
             };
             // Nothing overtakes a lost request waiting to be retransmitted.
@@ -101,8 +108,8 @@ impl Device {
                     }
                 }
             };
-            self.harness.stats.tx_request();
-            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            self.stats.tx_request();
+            let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
                 return;
             };
             qp.sq.ci = ci.wrapping_add(extent);
@@ -121,15 +128,9 @@ impl Device {
         }
     }
 
-    /// When the earliest retransmission timer fires.
-    pub(in crate::device) fn next_retransmit(&self) -> Option<Duration> {
-        self.func.rdma.retransmit.values().min().copied()
-    }
-
     /// Fires every retransmission timer that is due; returns how many.
     pub(in crate::device) fn run_retransmits(&mut self, now: Duration, io: &mut Io<'_>) -> usize {
         let due: Vec<u32> = self
-            .func
             .rdma
             .retransmit
             .iter()
@@ -137,7 +138,7 @@ impl Device {
             .map(|(&qpn, _)| qpn)
             .collect();
         for &qpn in &due {
-            self.func.rdma.retransmit.remove(&qpn);
+            self.rdma.retransmit.remove(&qpn);
             self.transport(qpn).retransmit(self, qpn, io);
         }
         due.len()
@@ -167,7 +168,7 @@ impl Device {
         mut p: Pending,
         io: &mut Io<'_>,
     ) -> Action {
-        let Some(qp) = self.func.rdma.qps.get(&qpn) else {
+        let Some(qp) = self.rdma.qps.get(&qpn) else {
             p.status = Some(wc::GENERAL);
             return Action::Done(p);
         };
@@ -243,7 +244,7 @@ impl Device {
                     }),
             },
             op::ATOMIC_CAS | op::ATOMIC_FAA => match AtomicSqe::decode(wqe) {
-                Some(a) if self.config.caps.atomic => self
+                Some(a) if self.caps.atomic => self
                     .keys()
                     .access(
                         a.local.key,
@@ -273,10 +274,10 @@ impl Device {
                     }),
                 _ => Err(wc::SEND_FORMAT),
             },
-            op::REG_MR => self.func.rdma.fast_register(pdn, wqe).map(|()| None),
+            op::REG_MR => self.rdma.fast_register(pdn, wqe).map(|()| None),
             op::LOCAL_INV => LocalInvSqe::decode(wqe)
                 .ok_or(wc::SEND_FORMAT)
-                .and_then(|l| self.func.rdma.invalidate(l.stag, pdn, true))
+                .and_then(|l| self.rdma.invalidate(l.stag, pdn, true))
                 .map(|()| None),
             other => {
                 if self.warned.dp_error() {
@@ -304,7 +305,7 @@ impl Device {
             return;
         };
         let qpn = pkt.dst_qpn;
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return;
         };
         let backlog = qp
@@ -358,13 +359,13 @@ impl Device {
             Err(Nak::Remote(code)) => code,
         };
         let status = match (status, p.inv_after) {
-            (wc::SUCCESS, Some(stag)) => match self.func.rdma.invalidate(stag, pdn, false) {
+            (wc::SUCCESS, Some(stag)) => match self.rdma.invalidate(stag, pdn, false) {
                 Ok(()) => wc::SUCCESS,
                 Err(s) => s,
             },
             (s, _) => s,
         };
-        if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+        if let Some(qp) = self.rdma.qps.get_mut(&qpn) {
             if let Some(e) = qp.outstanding.get_mut(idx) {
                 e.status = Some(status);
             }

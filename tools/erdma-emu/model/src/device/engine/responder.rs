@@ -7,8 +7,7 @@ use std::collections::VecDeque;
 
 use super::mr::{read_pieces, write_pieces, AccessErr, Keys};
 use super::receive::scatter;
-use super::{trace_data, MAX_HELD};
-use crate::device::Device;
+use super::{trace_data, DataPath, MAX_HELD};
 use crate::fabric::{AtomicOp, Body, Nak, Packet, PortId, Reply, Request};
 use crate::io::{GuestMemory, Io};
 use crate::wire::{access, op, wc, AeqEvent, CqeExtra, QpState, Rqe, UdInfo, QP_TYPE_UD};
@@ -16,7 +15,7 @@ use crate::wire::{access, op, wc, AeqEvent, CqeExtra, QpState, Rqe, UdInfo, QP_T
 /// AE type: access error.
 const AE_ACCESS: u8 = 2;
 
-impl Device {
+impl DataPath<'_> {
     /// Drops held requests (their QP is going away or failed).
     pub(in crate::device) fn nak_held(&mut self, held: VecDeque<Packet>) {
         for pkt in held {
@@ -45,7 +44,7 @@ impl Device {
         requester: u32,
         body: Body,
     ) {
-        let Some(own) = self.port.clone() else {
+        let Some(own) = self.port else {
             return;
         };
         let pkt = Packet {
@@ -54,14 +53,14 @@ impl Device {
             dst_qpn: requester,
             body,
         };
-        self.harness.stats.tx_packet(pkt.payload_len() as u64);
+        self.stats.tx_packet(pkt.payload_len() as u64);
         own.send_response(port, pkt);
     }
 
     /// An incoming request.
     pub(super) fn incoming(&mut self, pkt: Packet, seq: u64, io: &mut Io<'_>) {
         let qpn = pkt.dst_qpn;
-        let ok = self.func.rdma.qps.get(&qpn).is_some_and(|q| {
+        let ok = self.rdma.qps.get(&qpn).is_some_and(|q| {
             q.qp_type != QP_TYPE_UD
                 && q.iw.is_none()
                 && matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
@@ -70,7 +69,7 @@ impl Device {
             self.drop_request(pkt);
             return;
         }
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return;
         };
         if !qp.held.is_empty() {
@@ -82,7 +81,7 @@ impl Device {
             return;
         }
         if let Some(pkt) = self.execute_request(pkt, io) {
-            if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+            if let Some(qp) = self.rdma.qps.get_mut(&qpn) {
                 qp.held.push_back(pkt);
             }
         }
@@ -91,7 +90,7 @@ impl Device {
     /// Retries held requests after receive WQEs were posted.
     pub(super) fn drain_held(&mut self, qpn: u32, io: &mut Io<'_>) {
         loop {
-            let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+            let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
                 return;
             };
             if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
@@ -101,7 +100,7 @@ impl Device {
                 return;
             };
             if let Some(pkt) = self.execute_request(pkt, io) {
-                if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+                if let Some(qp) = self.rdma.qps.get_mut(&qpn) {
                     qp.held.push_front(pkt);
                 }
                 return;
@@ -121,7 +120,7 @@ impl Device {
             return None;
         };
         let seq = *seq;
-        let qp = self.func.rdma.qps.get(&qpn)?;
+        let qp = self.rdma.qps.get(&qpn)?;
         let pdn = qp.pdn;
         let needs_rqe = matches!(
             req,
@@ -165,7 +164,6 @@ impl Device {
                 };
                 let inv_ok = match inv {
                     Some(k) => self
-                        .func
                         .rdma
                         .invalidate(*k, pdn, true)
                         .map_err(|_| wc::RECV_STAG),
@@ -193,7 +191,7 @@ impl Device {
                 self.remote_atomic(qpn, pdn, *addr, *rkey, *op, io)
             }
         };
-        if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+        if let Some(qp) = self.rdma.qps.get_mut(&qpn) {
             qp.rq_psn = (qp.rq_psn + 1) & 0xff_ffff;
         }
         self.respond(&pkt, seq, result);
@@ -260,7 +258,7 @@ impl Device {
     /// Reads and checks the RQE at the RQ's CI ([`Qp::rqe_at_ci`]); `None` if the QP does not
     /// exist.
     pub(super) fn fetch_rqe(&self, qpn: u32, io: &Io<'_>) -> Option<Result<Rqe, u8>> {
-        Some(self.func.rdma.qps.get(&qpn)?.rqe_at_ci(io.mem))
+        Some(self.rdma.qps.get(&qpn)?.rqe_at_ci(io.mem))
     }
 
     /// Consumes the RQE at the CI with error status `code`, in a CQE carrying `info`; returns
@@ -272,7 +270,7 @@ impl Device {
         info: UdInfo,
         io: &mut Io<'_>,
     ) -> Option<u16> {
-        let index = self.func.rdma.qps.get_mut(&qpn)?.rq.consume();
+        let index = self.rdma.qps.get_mut(&qpn)?.rq.consume();
         self.rq_cqe(
             qpn,
             index,
@@ -322,14 +320,14 @@ impl Device {
             }
             None => return Err(Nak::NoQp),
         };
-        let pdn = self.func.rdma.qps.get(&qpn).map_or(0, |q| q.pdn);
+        let pdn = self.rdma.qps.get(&qpn).map_or(0, |q| q.pdn);
         if !data.is_empty() {
             if let Err(code) = scatter(self.keys(), pdn, &rqe.sge, data, io.mem) {
                 self.consume_rqe_error(qpn, code, io);
                 return Err(Nak::Remote(code));
             }
         }
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return Err(Nak::NoQp);
         };
         let index = qp.rq.consume();

@@ -4,9 +4,9 @@
 //! each; drops counted by cause.
 
 use super::receive::scatter;
-use super::UD_DEFAULT_MTU;
+use super::{DataPath, UD_DEFAULT_MTU};
 use crate::cmdq::Gid;
-use crate::device::{Device, Oddity};
+use crate::device::Oddity;
 use crate::fabric::{Body, Datagram, Packet, Refused, SendError};
 use crate::io::{GuestMemory, Io};
 use crate::roce::{self, GRH_SIZE};
@@ -17,11 +17,11 @@ use crate::wire::{op, wc, CqeExtra, QpState, Sgl, SqeHeader, UdInfo, UdSendSqe, 
 /// function's MTU (as ib_core derives the port's MTU from the netdev's).
 const IB_MTUS: [u32; 5] = [4096, 2048, 1024, 512, 256];
 
-impl Device {
+impl DataPath<'_> {
     /// The largest UD payload: the largest IB MTU within the function's MTU (CONF_MTU, the
     /// netdev's MTU; 256 below 512), [`UD_DEFAULT_MTU`] before any CONF_MTU.
     pub(in crate::device) fn ud_mtu(&self) -> u32 {
-        match self.func.mtu {
+        match self.mtu {
             0 => UD_DEFAULT_MTU,
             m => IB_MTUS.into_iter().find(|&x| m >= x).unwrap_or(256),
         }
@@ -29,7 +29,7 @@ impl Device {
 
     /// Builds the datagram of a UD SEND / SEND_WITH_IMM WQE: `(destination QPN, datagram)`, or
     /// the requester's status: 8 for a short WQE, an AHN that is not live or a payload beyond
-    /// [`Device::ud_mtu`], 13 for an AH of another PD, the local SGE codes.
+    /// [`DataPath::ud_mtu`], 13 for an AH of another PD, the local SGE codes.
     pub(super) fn ud_datagram(
         &mut self,
         qpn: u32,
@@ -39,7 +39,7 @@ impl Device {
         mem: &dyn GuestMemory,
     ) -> Result<(u32, Datagram), u8> {
         let s = UdSendSqe::decode(wqe).ok_or(wc::SEND_FORMAT)?;
-        let Some(ah) = self.func.ahs.get(s.ahn).copied() else {
+        let Some(ah) = self.ahs.get(s.ahn).copied() else {
             if self.warned.dp_error() {
                 log::warn!("QP {qpn}: UD WQE names AH {} that does not exist", s.ahn);
             }
@@ -72,7 +72,7 @@ impl Device {
             Sgl::Sges(sges) => self.keys().gather(pdn, &sges, mem)?,
         };
         let av = ah.av;
-        let sgid: Gid = match self.func.gids.get(av.sgid_index) {
+        let sgid: Gid = match self.gids.get(av.sgid_index) {
             Some(e) => e.gid,
             None => {
                 // Like an RC send, the WQE is not refused; the adapter has no address for the
@@ -109,10 +109,10 @@ impl Device {
 
     /// Hands a datagram to the fabric; one that cannot go anywhere is dropped (counted).
     pub(super) fn send_datagram(&mut self, qpn: u32, dst_qpn: u32, d: Datagram) {
-        if let Some(qp) = self.func.rdma.qps.get_mut(&qpn) {
+        if let Some(qp) = self.rdma.qps.get_mut(&qpn) {
             qp.sq_psn = (qp.sq_psn + 1) & 0xff_ffff;
         }
-        let Some(port) = self.port.clone() else {
+        let Some(port) = self.port else {
             self.ud_drop(UdDrop::NoFabric, || {
                 format!("QP {qpn} -> QP {dst_qpn}: no fabric")
             });
@@ -137,7 +137,7 @@ impl Device {
             body: Body::Datagram(d),
         };
         match port.send_datagram(to, pkt) {
-            Ok(()) => self.harness.stats.tx_packet(bytes),
+            Ok(()) => self.stats.tx_packet(bytes),
             Err(Refused {
                 why: SendError::Unreachable,
                 ..
@@ -153,7 +153,7 @@ impl Device {
 
     /// Counts a dropped datagram; the first drop of each cause is logged as a warning.
     fn ud_drop(&mut self, cause: UdDrop, what: impl FnOnce() -> String) {
-        self.harness.ud_drops.count(cause);
+        self.ud_drops.count(cause);
         if self.warned.first(Oddity::UdDrop, cause.index() as u64) {
             log::warn!(
                 "UD datagram dropped ({}): {}; further drops for this cause are logged at debug \
@@ -174,7 +174,7 @@ impl Device {
         d: Datagram,
         io: &mut Io<'_>,
     ) {
-        let cause = match self.func.rdma.qps.get(&dst_qpn) {
+        let cause = match self.rdma.qps.get(&dst_qpn) {
             None => Some(UdDrop::NoQp),
             Some(q) if q.qp_type != QP_TYPE_UD => Some(UdDrop::NotUd),
             Some(q) if !matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd) => {
@@ -186,7 +186,6 @@ impl Device {
         };
         if let Some(cause) = cause {
             let (state, qkey) = self
-                .func
                 .rdma
                 .qps
                 .get(&dst_qpn)
@@ -212,7 +211,7 @@ impl Device {
             }
             None => return,
         };
-        let pdn = self.func.rdma.qps.get(&dst_qpn).map_or(0, |q| q.pdn);
+        let pdn = self.rdma.qps.get(&dst_qpn).map_or(0, |q| q.pdn);
         let total = GRH_SIZE + d.data.len();
         let mut bytes = Vec::with_capacity(total);
         bytes.extend_from_slice(&roce::grh_area(&d));
@@ -225,7 +224,7 @@ impl Device {
             Some(i) => (op::RSP_SEND_IMM, CqeExtra::Imm(i)),
             None => (op::RECEIVE, CqeExtra::None),
         };
-        let Some(qp) = self.func.rdma.qps.get_mut(&dst_qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&dst_qpn) else {
             return;
         };
         let index = qp.rq.consume();
