@@ -184,15 +184,20 @@ impl Device {
             Command::RegMr => self.cmd_reg_mr(wire::RegMr::decode(req)?, io),
             Command::DeregMr => self.cmd_dereg_mr(wire::DeregMr::decode(req)?),
             Command::CreateQp => self.cmd_create_qp(wire::CreateQp::decode(req)?, io),
-            Command::DestroyQp => self.cmd_destroy_qp(wire::U32Arg::decode(req)?),
+            Command::DestroyQp => self.data_path().cmd_destroy_qp(wire::U32Arg::decode(req)?),
             Command::ModifyQp => match self.config.protocol {
-                Protocol::RoceV2 => self.cmd_modify_qp(wire::ModifyQpRoce::decode(req)?, io),
+                Protocol::RoceV2 => self
+                    .data_path()
+                    .cmd_modify_qp(wire::ModifyQpRoce::decode(req)?, io),
                 Protocol::Iwarp => {
-                    self.cmd_modify_qp_iwarp(wire::ModifyQpIwarp::decode(req)?, req, io)
+                    self.data_path()
+                        .cmd_modify_qp_iwarp(wire::ModifyQpIwarp::decode(req)?, req, io)
                 }
             },
             Command::QueryQp => self.cmd_query_qp(wire::U32Arg::decode(req)?),
-            Command::Reflush => self.cmd_reflush(wire::Reflush::decode(req)?, io),
+            Command::Reflush => self
+                .data_path()
+                .cmd_reflush(wire::Reflush::decode(req)?, io),
             // Out-of-tree driver only.
             Command::QueryQpc
             | Command::QueryCqc

@@ -324,9 +324,7 @@ impl DataPath<'_> {
             log::warn!("QP {qpn}: AEQE type {ty} dropped: {e}");
         }
     }
-}
 
-impl Device {
     // --------------------------------------------------------------------------------------------
     // MODIFY_QP
     // --------------------------------------------------------------------------------------------
@@ -346,7 +344,7 @@ impl Device {
             );
             return Err(Status::InvalidParam);
         };
-        let qp = self.func.rdma.qps.get(&r.qpn).ok_or(Status::NotFound)?;
+        let qp = self.rdma.qps.get(&r.qpn).ok_or(Status::NotFound)?;
         let Some(iw) = qp.iw.as_ref() else {
             return Err(Status::InvalidParam);
         };
@@ -375,7 +373,7 @@ impl Device {
                 self.iw_bind(r.qpn, r.cc, c, io)?;
             }
             Rtr => {
-                if let Some(qp) = self.func.rdma.qps.get_mut(&r.qpn) {
+                if let Some(qp) = self.rdma.qps.get_mut(&r.qpn) {
                     qp.state = engine_state(Rtr);
                     if let Some(iw) = qp.iw.as_mut() {
                         iw.state = Rtr;
@@ -405,7 +403,7 @@ impl Device {
             dst_ip: Ipv4Addr::from(c.dst_ip),
             dst_port: c.dst_port,
         };
-        if let Some(port) = self.port.clone() {
+        if let Some(port) = self.port {
             if let Err((other_port, other_qpn)) = port.bind(tuple, qpn) {
                 log::warn!(
                     "QP {qpn}: RTS refused: connection {tuple} is bound already (QP \
@@ -416,7 +414,7 @@ impl Device {
         } else {
             log::warn!("QP {qpn}: RTS on {tuple} without a fabric: its messages will be lost");
         }
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return Err(Status::NotFound);
         };
         let Some(iw) = qp.iw.as_mut() else {
@@ -443,13 +441,13 @@ impl Device {
             c.snd_nxt,
             c.rcv_nxt
         );
-        self.data_path().process_sq(qpn, io);
+        self.process_sq(qpn, io);
         Ok(())
     }
 
     /// A stop (CLOSING, TERMINATE, ERROR) the driver asked for.
     fn iw_stop(&mut self, qpn: u32, target: IwarpState, io: &mut Io<'_>) {
-        let Some(qp) = self.func.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return;
         };
         let Some(iw) = qp.iw.as_mut() else {
@@ -464,8 +462,8 @@ impl Device {
                 target.name()
             );
             // Terminates a live stream (the peer hears of it), flushes.
-            self.data_path().enter_error(qpn, io);
-            if let Some(iw) = self.func.rdma.qps.get_mut(&qpn).and_then(|q| q.iw.as_mut()) {
+            self.enter_error(qpn, io);
+            if let Some(iw) = self.rdma.qps.get_mut(&qpn).and_then(|q| q.iw.as_mut()) {
                 iw.state = target;
             }
         } else {
@@ -480,9 +478,7 @@ impl Device {
             );
         }
     }
-}
 
-impl DataPath<'_> {
     // --------------------------------------------------------------------------------------------
     // Ending a stream
     // --------------------------------------------------------------------------------------------

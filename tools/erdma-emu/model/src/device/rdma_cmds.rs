@@ -4,8 +4,11 @@
 //! tables (`objects`) check and change themselves; what a command does beyond them is here:
 //! the CEQ that CREATE_CQ names, the held requests a destroyed or reset QP answers, the engines
 //! that a state change starts (RTS) or stops (ERROR), the flush after REFLUSH, and the iWARP
-//! streams (DESTROY_QP, QUERY_QP).
+//! streams (DESTROY_QP, QUERY_QP). DESTROY_QP, MODIFY_QP (both layouts; iWARP's in `iwarp`) and
+//! REFLUSH reach nothing of the device beyond the data path, so they are methods of its
+//! context (`engine::DataPath`).
 
+use super::engine::DataPath;
 use super::objects::Outcome;
 use super::Device;
 use crate::cmdq::Status;
@@ -42,12 +45,70 @@ impl Device {
             .create_qp(r, &self.config.caps, protocol, io.mem)
     }
 
+    pub(super) fn cmd_query_qp(&mut self, r: U32Arg) -> Outcome {
+        if let Some(resp0) = self.iw_query(r.0) {
+            return Ok((resp0, 0));
+        }
+        self.func.rdma.query_qp(r)
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // MRs
+    // --------------------------------------------------------------------------------------------
+
+    pub(super) fn cmd_reg_mr(&mut self, r: RegMr, io: &mut Io<'_>) -> Outcome {
+        self.func.rdma.reg_mr(r, &self.config.caps, io.mem)
+    }
+
+    pub(super) fn cmd_dereg_mr(&mut self, r: DeregMr) -> Outcome {
+        self.func.rdma.dereg_mr(r)
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Inspection
+    // --------------------------------------------------------------------------------------------
+
+    /// QPNs of the live QPs with their states, in QPN order.
+    pub fn qps(&self) -> Vec<(u32, QpState)> {
+        self.func.rdma.qp_states()
+    }
+
+    /// CQNs of the live CQs, in order.
+    pub fn cqs(&self) -> Vec<u32> {
+        self.func.rdma.cqns()
+    }
+
+    /// `(STag, MTT levels, MTT entries)` of every MR: level 0 for page lists held by the
+    /// device (inline, DMA MRs).
+    pub fn mr_layouts(&self) -> Vec<(u32, u8, u64)> {
+        self.func.rdma.mr_layouts()
+    }
+
+    /// STags of the registered MRs (valid or not), in MPT-index order.
+    pub fn mrs(&self) -> Vec<u32> {
+        self.func.rdma.stags()
+    }
+
+    /// `(SQ PSN, RQ PSN, state)` of QP `qpn`.
+    pub fn qp_info(&self, qpn: u32) -> Option<(u32, u32, QpState)> {
+        self.func.rdma.qp_info(qpn)
+    }
+
+    /// Whether MR `stag`'s MPT entry exists and is valid with that key.
+    pub fn mr_valid(&self, stag: u32) -> bool {
+        self.func.rdma.mr_valid(stag)
+    }
+}
+
+/// The QP commands that start or stop the engines work on the data path's context: it holds
+/// the QP table and everything a state change reaches (held requests, the SQ, flushing, the
+/// iWARP stream).
+impl DataPath<'_> {
     pub(super) fn cmd_destroy_qp(&mut self, r: U32Arg) -> Outcome {
         // A live iWARP stream ends (the peer hears of it) and its binding goes.
-        let mut dp = self.data_path();
-        dp.transport(r.0).close(&mut dp, r.0, None);
-        let qp = dp.rdma.remove_qp(r.0).ok_or(Status::NotFound)?;
-        dp.nak_held(qp.held);
+        self.transport(r.0).close(self, r.0, None);
+        let qp = self.rdma.remove_qp(r.0).ok_or(Status::NotFound)?;
+        self.nak_held(qp.held);
         log::debug!("QP {} destroyed", r.0);
         Ok((0, 0))
     }
@@ -58,10 +119,10 @@ impl Device {
         } else {
             None
         };
-        if r.mask & qp_mask::AV != 0 && !self.func.gids.in_range(r.av.sgid_index) {
+        if r.mask & qp_mask::AV != 0 && !self.gids.in_range(r.av.sgid_index) {
             return Err(Status::InvalidParam);
         }
-        let qp = self.func.rdma.qps.get_mut(&r.qpn).ok_or(Status::NotFound)?;
+        let qp = self.rdma.qps.get_mut(&r.qpn).ok_or(Status::NotFound)?;
         let cur = qp.state;
         if let Some(t) = target {
             use QpState::*;
@@ -114,23 +175,16 @@ impl Device {
                 qp.lost.clear();
                 qp.retries = 0;
                 let held = std::mem::take(&mut qp.held);
-                self.data_path().nak_held(held);
+                self.nak_held(held);
             }
-            QpState::Error if cur != QpState::Error => self.data_path().enter_error(r.qpn, io),
+            QpState::Error if cur != QpState::Error => self.enter_error(r.qpn, io),
             QpState::Rts => {
                 qp.state = t;
-                self.data_path().process_sq(r.qpn, io);
+                self.process_sq(r.qpn, io);
             }
             _ => qp.state = t,
         }
         Ok((0, 0))
-    }
-
-    pub(super) fn cmd_query_qp(&mut self, r: U32Arg) -> Outcome {
-        if let Some(resp0) = self.iw_query(r.0) {
-            return Ok((resp0, 0));
-        }
-        self.func.rdma.query_qp(r)
     }
 
     /// REFLUSH (§3.5, §10.13): on a QP in ERROR, flushes (15) every WQE and RQE up to the
@@ -138,56 +192,9 @@ impl Device {
     /// posted after the transition complete. PIs more than a queue depth ahead of the device's
     /// CI are ignored (that queue keeps its PI).
     pub(super) fn cmd_reflush(&mut self, r: Reflush, io: &mut Io<'_>) -> Outcome {
-        if self.func.rdma.reflush_pis(&r)? {
-            self.data_path().flush_queues(r.qpn, io);
+        if self.rdma.reflush_pis(&r)? {
+            self.flush_queues(r.qpn, io);
         }
         Ok((0, 0))
-    }
-
-    // --------------------------------------------------------------------------------------------
-    // MRs
-    // --------------------------------------------------------------------------------------------
-
-    pub(super) fn cmd_reg_mr(&mut self, r: RegMr, io: &mut Io<'_>) -> Outcome {
-        self.func.rdma.reg_mr(r, &self.config.caps, io.mem)
-    }
-
-    pub(super) fn cmd_dereg_mr(&mut self, r: DeregMr) -> Outcome {
-        self.func.rdma.dereg_mr(r)
-    }
-
-    // --------------------------------------------------------------------------------------------
-    // Inspection
-    // --------------------------------------------------------------------------------------------
-
-    /// QPNs of the live QPs with their states, in QPN order.
-    pub fn qps(&self) -> Vec<(u32, QpState)> {
-        self.func.rdma.qp_states()
-    }
-
-    /// CQNs of the live CQs, in order.
-    pub fn cqs(&self) -> Vec<u32> {
-        self.func.rdma.cqns()
-    }
-
-    /// `(STag, MTT levels, MTT entries)` of every MR: level 0 for page lists held by the
-    /// device (inline, DMA MRs).
-    pub fn mr_layouts(&self) -> Vec<(u32, u8, u64)> {
-        self.func.rdma.mr_layouts()
-    }
-
-    /// STags of the registered MRs (valid or not), in MPT-index order.
-    pub fn mrs(&self) -> Vec<u32> {
-        self.func.rdma.stags()
-    }
-
-    /// `(SQ PSN, RQ PSN, state)` of QP `qpn`.
-    pub fn qp_info(&self, qpn: u32) -> Option<(u32, u32, QpState)> {
-        self.func.rdma.qp_info(qpn)
-    }
-
-    /// Whether MR `stag`'s MPT entry exists and is valid with that key.
-    pub fn mr_valid(&self, stag: u32) -> bool {
-        self.func.rdma.mr_valid(stag)
     }
 }
