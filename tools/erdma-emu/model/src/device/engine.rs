@@ -162,7 +162,7 @@ fn trace_data(qpn: u32, what: &str, addr: u64, key: u32, pieces: &[Piece], data:
 
 /// What the data-path engines (requester, responder, UD, completions, the transports and the
 /// iWARP streams) work with, borrowed from the device part by part: the object tables, the
-/// wire (the fabric port and the traffic counters), the keys' settings, event posting, RoCEv2
+/// wire ([`Wire`]: the fabric port and the traffic counters), the keys' settings, event posting, RoCEv2
 /// addressing for UD, the clock and the log's rate limits. Nothing else of the device (its
 /// registers, command queue, doorbell pages, PCI face or control state) is in reach.
 pub(in crate::device) struct DataPath<'a> {
@@ -170,10 +170,8 @@ pub(in crate::device) struct DataPath<'a> {
     pub rdma: &'a mut Rdma,
     /// The event queues (`None` before `DEV_CTRL.INIT`).
     pub eqs: Option<&'a mut EventQueues>,
-    /// The fabric attachment (`None`: requests are lost).
-    pub port: Option<&'a Arc<Port>>,
-    /// Traffic counters (GET_STATS).
-    pub stats: &'a mut TrafficCounters,
+    /// The fabric port and the traffic counters.
+    pub wire: Wire<'a>,
     /// UD datagrams dropped, by cause.
     pub ud_drops: &'a mut UdDrops,
     /// The function's capabilities (atomics, the local DMA lkey).
@@ -190,14 +188,25 @@ pub(in crate::device) struct DataPath<'a> {
     pub warned: &'a mut WarnOnce,
 }
 
+/// What the data path's messages travel through: the fabric port and the traffic counters.
+/// Each transport sends its own kind of message through it (`transport`, `iwarp`).
+pub(in crate::device) struct Wire<'a> {
+    /// The fabric attachment (`None`: nothing is delivered; requests are lost).
+    pub port: Option<&'a Arc<Port>>,
+    /// Traffic counters (GET_STATS).
+    pub stats: &'a mut TrafficCounters,
+}
+
 impl Device {
     /// The data path's view of the device.
     pub(in crate::device) fn data_path(&mut self) -> DataPath<'_> {
         DataPath {
             rdma: &mut self.func.rdma,
             eqs: self.func.queues.as_mut().map(|q| &mut q.eqs),
-            port: self.port.as_ref(),
-            stats: &mut self.harness.stats,
+            wire: Wire {
+                port: self.port.as_ref(),
+                stats: &mut self.harness.stats,
+            },
             ud_drops: &mut self.harness.ud_drops,
             caps: &self.config.caps,
             gids: &self.func.gids,
@@ -226,7 +235,7 @@ impl Device {
 impl DataPath<'_> {
     /// One packet from the fabric, to the requester, the responder, UD or an iWARP stream.
     fn receive(&mut self, pkt: Packet, io: &mut Io<'_>) {
-        self.stats.rx_packet(pkt.payload_len() as u64);
+        self.wire.stats.rx_packet(pkt.payload_len() as u64);
         match pkt.body {
             Body::Request { seq, .. } => self.incoming(pkt, seq, io),
             Body::Response { .. } => self.response(pkt, io),

@@ -85,16 +85,14 @@
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
-use std::sync::Arc;
 
-use super::engine::DataPath;
+use super::engine::{DataPath, Wire};
 use super::iwarp_qp::IwConn;
 use super::objects::Qp;
 use super::{Device, RETRY_COUNT, RETRY_TIMEOUT};
 use crate::cmdq::{Request as CmdRequest, Status};
-use crate::fabric::{Body, Conn, Nak, Packet, Port, PortId, Refused, Reply, Request, StreamMsg};
+use crate::fabric::{Body, Conn, Nak, Packet, PortId, Refused, Reply, Request, StreamMsg};
 use crate::io::Io;
-use crate::stats::TrafficCounters;
 use crate::wire::{self, wc, AeqEvent, IwarpConnection, IwarpState, ModifyQpIwarp, QpState};
 
 /// AE type: QP fatal (what the requester of a terminated stream, and a broken stream, post).
@@ -150,16 +148,11 @@ fn stream_packet(qpn: u32, tuple: Conn, cookie: u32, seq: u32, msg: StreamMsg) -
     }
 }
 
-/// What iWARP stream messages travel through: the fabric port and the traffic counters.
-struct IwWire<'a> {
-    port: Option<&'a Arc<Port>>,
-    stats: &'a mut TrafficCounters,
-}
-
-impl IwWire<'_> {
+/// iWARP stream messages travel by 4-tuple.
+impl Wire<'_> {
     /// Hands one stream message of QP `qpn` on connection `c` to the fabric; gives it back if
     /// nobody takes it.
-    fn transmit(
+    fn transmit_stream(
         &mut self,
         qpn: u32,
         c: &IwConn,
@@ -195,7 +188,7 @@ fn live_conn(qp: &mut Qp) -> Option<&mut IwConn> {
 /// Puts `msg` on the stream of `qp`: it takes the next sequence numbers; it is sent now, or
 /// kept for retransmission behind earlier undelivered messages. Dropped if the stream is not
 /// live. Returns whether it was lost now (then the QP's retransmission timer must run).
-fn stream_send(qp: &mut Qp, msg: StreamMsg, wire: &mut IwWire<'_>) -> bool {
+fn stream_send(qp: &mut Qp, msg: StreamMsg, wire: &mut Wire<'_>) -> bool {
     let (qpn, retries) = (qp.qpn, qp.retries);
     let Some(c) = live_conn(qp) else {
         log::debug!("QP {qpn}: iWARP message on a stream that ended, dropped");
@@ -207,7 +200,7 @@ fn stream_send(qp: &mut Qp, msg: StreamMsg, wire: &mut IwWire<'_>) -> bool {
         c.backlog.push_back((seq, msg));
         return false;
     }
-    match wire.transmit(qpn, c, seq, msg) {
+    match wire.transmit_stream(qpn, c, seq, msg) {
         Ok(()) => false,
         Err(msg) => {
             log::info!(
@@ -279,7 +272,7 @@ fn stream_timer(qp: &mut Qp) -> StreamTimer {
 /// Sends the backlog of `qp` again, in order, until the fabric refuses a message: returns its
 /// sequence number (it stays first in the backlog), or `None` when everything was delivered
 /// (the retry count starts over).
-fn stream_resend(qp: &mut Qp, wire: &mut IwWire<'_>) -> Option<u32> {
+fn stream_resend(qp: &mut Qp, wire: &mut Wire<'_>) -> Option<u32> {
     let qpn = qp.qpn;
     loop {
         let Some(c) = qp.iw.as_mut().and_then(|i| i.conn.as_mut()) else {
@@ -291,7 +284,7 @@ fn stream_resend(qp: &mut Qp, wire: &mut IwWire<'_>) -> Option<u32> {
             qp.retries = 0;
             return None;
         };
-        if let Err(msg) = wire.transmit(qpn, c, seq, msg) {
+        if let Err(msg) = wire.transmit_stream(qpn, c, seq, msg) {
             c.backlog.push_front((seq, msg));
             return Some(seq);
         }
@@ -403,7 +396,7 @@ impl DataPath<'_> {
             dst_ip: Ipv4Addr::from(c.dst_ip),
             dst_port: c.dst_port,
         };
-        if let Some(port) = self.port {
+        if let Some(port) = self.wire.port {
             if let Err((other_port, other_qpn)) = port.bind(tuple, qpn) {
                 log::warn!(
                     "QP {qpn}: RTS refused: connection {tuple} is bound already (QP \
@@ -508,12 +501,12 @@ impl DataPath<'_> {
         };
         c.snd_nxt = seq.wrapping_add(msg.stream_len());
         self.rdma.retransmit.remove(&qpn);
-        let Some(port) = self.port else {
+        let Some(port) = self.wire.port else {
             return;
         };
         match port.send_stream(tuple, stream_packet(qpn, tuple, cookie, seq, msg)) {
             Ok(()) => {
-                self.stats.tx_packet(0);
+                self.wire.stats.tx_packet(0);
                 log::info!("QP {qpn}: connection {tuple} terminated");
             }
             Err(_) => log::info!(
@@ -527,7 +520,7 @@ impl DataPath<'_> {
     /// The peer ended the stream (Terminate received): AEQE type 0, the oldest unanswered
     /// request completes with `status` (if any), the rest is flushed.
     fn iw_terminated(&mut self, qpn: u32, status: Option<u8>, io: &mut Io<'_>) {
-        let port = self.port;
+        let port = self.wire.port;
         let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return;
         };
@@ -577,15 +570,11 @@ impl DataPath<'_> {
     /// Puts `msg` on QP `qpn`'s stream (see [`stream_send`]); a message lost now starts the
     /// QP's retransmission timer unless it runs already.
     pub(super) fn iw_send(&mut self, qpn: u32, msg: StreamMsg) {
-        let mut wire = IwWire {
-            port: self.port,
-            stats: &mut *self.stats,
-        };
         let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             log::debug!("QP {qpn}: iWARP message on a stream that ended, dropped");
             return;
         };
-        if stream_send(qp, msg, &mut wire) {
+        if stream_send(qp, msg, &mut self.wire) {
             let due = self.clock.now() + RETRY_TIMEOUT;
             self.rdma.retransmit.entry(qpn).or_insert(due);
         }
@@ -620,14 +609,10 @@ impl DataPath<'_> {
                 }
             }
             StreamTimer::Resend => {
-                let mut wire = IwWire {
-                    port: self.port,
-                    stats: &mut *self.stats,
-                };
                 let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
                     return;
                 };
-                if let Some(seq) = stream_resend(qp, &mut wire) {
+                if let Some(seq) = stream_resend(qp, &mut self.wire) {
                     let due = self.clock.now() + RETRY_TIMEOUT;
                     self.rdma.retransmit.insert(qpn, due);
                     log::info!("QP {qpn}: iWARP message at sequence {seq} lost again");
@@ -811,10 +796,13 @@ impl Device {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::device::iwarp_qp::Iwarp;
     use crate::device::objects::Pending;
     use crate::fabric::{Fabric, NoWaker};
+    use crate::stats::TrafficCounters;
 
     fn tuple() -> Conn {
         Conn {
@@ -863,7 +851,7 @@ mod tests {
             fabric.attach(Arc::new(NoWaker)),
         );
         let mut stats = TrafficCounters::default();
-        let mut wire = IwWire {
+        let mut wire = Wire {
             port: Some(&ours),
             stats: &mut stats,
         };
@@ -926,7 +914,7 @@ mod tests {
             "an ended stream's backlog goes"
         );
         let mut stats = TrafficCounters::default();
-        let mut wire = IwWire {
+        let mut wire = Wire {
             port: None,
             stats: &mut stats,
         };

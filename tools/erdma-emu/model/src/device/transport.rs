@@ -8,22 +8,20 @@
 //! instead of testing what kind of QP they have.
 //!
 //! Sending and retransmitting take only what they need on both protocols: the message goes
-//! through a wire (`RoceWire` here, `IwWire` in `iwarp`: the fabric port and the traffic
-//! counters) for one QP, and what a lost message and the retransmission timer do to the QP
-//! are functions of the QP alone. The trait's methods get the data path ([`DataPath`]: the
+//! through the data path's [`Wire`] (the fabric port and the traffic counters: requests by
+//! GID and QPN here, stream messages by 4-tuple in `iwarp`) for one QP, and what a lost
+//! message and the retransmission timer do to the QP are functions of the QP alone. The trait's methods get the data path ([`DataPath`]: the
 //! object tables, the wire, event posting), not the device, for what they hand back to the
 //! engines (completions, the SQ, events) and for the rest of the iWARP stream (receiving,
 //! Terminate).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use super::engine::DataPath;
+use super::engine::{DataPath, Wire};
 use super::objects::Qp;
 use super::{RETRY_COUNT, RETRY_TIMEOUT};
-use crate::fabric::{Body, Nak, Packet, Port, Refused, Reply, Request, StreamMsg};
+use crate::fabric::{Body, Nak, Packet, Refused, Reply, Request, StreamMsg};
 use crate::io::Io;
-use crate::stats::TrafficCounters;
 use crate::wire::{access, wc, QpState};
 
 /// What differs between the protocols in moving RC messages.
@@ -58,11 +56,7 @@ pub(super) struct IwarpTransport;
 impl Transport for RoceTransport {
     fn send_request(&self, dp: &mut DataPath<'_>, qpn: u32, seq: u64, req: Request) {
         let sent = match dp.rdma.qps.get(&qpn) {
-            Some(qp) => RoceWire {
-                port: dp.port,
-                stats: &mut *dp.stats,
-            }
-            .transmit(qp, seq, req),
+            Some(qp) => dp.wire.transmit_request(qp, seq, req),
             None => Err(req),
         };
         if let Err(req) = sent {
@@ -167,16 +161,11 @@ impl DataPath<'_> {
     }
 }
 
-/// What RoCEv2 requests travel through: the fabric port and the traffic counters.
-struct RoceWire<'a> {
-    port: Option<&'a Arc<Port>>,
-    stats: &'a mut TrafficCounters,
-}
-
-impl RoceWire<'_> {
+/// RoCEv2 requests travel by GID and QPN.
+impl Wire<'_> {
     /// Sends request `seq` of `qp` to the QP's destination; gives it back if it cannot be
     /// delivered (then it is lost).
-    fn transmit(&mut self, qp: &Qp, seq: u64, req: Request) -> Result<(), Request> {
+    fn transmit_request(&mut self, qp: &Qp, seq: u64, req: Request) -> Result<(), Request> {
         let qpn = qp.qpn;
         let (dst_qpn, dgid) = (qp.dst_qpn, qp.av.map(|a| a.dgid));
         let (Some(port), Some(dgid)) = (self.port, dgid) else {
@@ -267,8 +256,11 @@ fn on_timer(qp: &mut Qp) -> Retransmit {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::device::objects::Pending;
+    use crate::stats::TrafficCounters;
 
     fn send() -> Request {
         Request::Send {
@@ -318,19 +310,25 @@ mod tests {
     fn roce_wire_without_fabric_or_destination_gives_the_request_back() {
         let mut stats = TrafficCounters::default();
         let mut qp = Qp::for_test(7);
-        let mut wire = RoceWire {
+        let mut wire = Wire {
             port: None,
             stats: &mut stats,
         };
-        assert!(wire.transmit(&qp, 0, send()).is_err(), "no fabric");
+        assert!(wire.transmit_request(&qp, 0, send()).is_err(), "no fabric");
         let fabric = crate::fabric::Fabric::new();
         let port = fabric.attach(Arc::new(crate::fabric::NoWaker));
-        let mut wire = RoceWire {
+        let mut wire = Wire {
             port: Some(&port),
             stats: &mut stats,
         };
-        assert!(wire.transmit(&qp, 0, send()).is_err(), "no address vector");
+        assert!(
+            wire.transmit_request(&qp, 0, send()).is_err(),
+            "no address vector"
+        );
         qp.av = Some(crate::testing::ipv4_av(0, 9));
-        assert!(wire.transmit(&qp, 0, send()).is_err(), "GID unknown");
+        assert!(
+            wire.transmit_request(&qp, 0, send()).is_err(),
+            "GID unknown"
+        );
     }
 }

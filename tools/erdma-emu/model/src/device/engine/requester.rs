@@ -108,7 +108,7 @@ impl DataPath<'_> {
                     }
                 }
             };
-            self.stats.tx_request();
+            self.wire.stats.tx_request();
             let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
                 return;
             };

@@ -44,7 +44,7 @@ impl DataPath<'_> {
         requester: u32,
         body: Body,
     ) {
-        let Some(own) = self.port else {
+        let Some(own) = self.wire.port else {
             return;
         };
         let pkt = Packet {
@@ -53,7 +53,7 @@ impl DataPath<'_> {
             dst_qpn: requester,
             body,
         };
-        self.stats.tx_packet(pkt.payload_len() as u64);
+        self.wire.stats.tx_packet(pkt.payload_len() as u64);
         own.send_response(port, pkt);
     }
 

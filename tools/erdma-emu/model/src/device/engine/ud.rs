@@ -112,7 +112,7 @@ impl DataPath<'_> {
         if let Some(qp) = self.rdma.qps.get_mut(&qpn) {
             qp.sq_psn = (qp.sq_psn + 1) & 0xff_ffff;
         }
-        let Some(port) = self.port else {
+        let Some(port) = self.wire.port else {
             self.ud_drop(UdDrop::NoFabric, || {
                 format!("QP {qpn} -> QP {dst_qpn}: no fabric")
             });
@@ -137,7 +137,7 @@ impl DataPath<'_> {
             body: Body::Datagram(d),
         };
         match port.send_datagram(to, pkt) {
-            Ok(()) => self.stats.tx_packet(bytes),
+            Ok(()) => self.wire.stats.tx_packet(bytes),
             Err(Refused {
                 why: SendError::Unreachable,
                 ..
