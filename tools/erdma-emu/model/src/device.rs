@@ -35,8 +35,9 @@
 //! sets `DEV_STATUS.INIT_DONE`.
 //!
 //! The register page's state (what was programmed, DEV_STATUS, the latched admin queues, the
-//! doorbell staging and records) is its own part, the `registers` submodule: it stores values and
-//! says what a write asks of the device (DEV_CTRL bits, a complete doorbell), which dispatches.
+//! doorbell staging and records) is its own part, the `registers` submodule: it splits an access
+//! into the registers it covers, stores values and says what a write asks of the device
+//! (DEV_CTRL bits, a complete doorbell), which dispatches.
 //!
 //! # Engines
 //!
@@ -103,7 +104,7 @@ pub use engine::{MAX_HELD, MAX_MESSAGE, RETRY_COUNT, RETRY_TIMEOUT};
 pub use iwarp::{IwarpQpInfo, AE_QP_FATAL, AE_RQ_ERROR};
 use pci_function::PciFunction;
 pub use registers::{AdminQueues, DbSpaceWrite, InitProblem, RingConfig};
-use registers::{RegWrite, Registers};
+use registers::{RegWrite, Registers, Span};
 
 pub use cmdq_engine::{CEQ_DEPTH_LOG2_RANGE, CEQ_RANGE, MTU_RANGE};
 
@@ -566,27 +567,19 @@ impl Device {
 
     /// Reads from the register page; the range is inside it.
     fn reg_read(&mut self, offset: u64, data: &mut [u8]) {
-        let end = offset + data.len() as u64;
-        let mut a = offset;
-        while a < end {
-            match regs::decode(a) {
-                Some(slot) => {
+        for span in registers::spans(offset, data.len()) {
+            match span {
+                Span::Reg { slot, .. } => {
                     let value = self
                         .func
                         .regs
                         .read(slot.reg, &self.config, &self.harness.stats);
-                    let stop = end.min(slot.base + slot.width);
-                    for x in a..stop {
-                        data[(x - offset) as usize] = (value >> (8 * (x - slot.base))) as u8;
-                    }
-                    a = stop;
+                    span.read_into(value, data, offset);
                 }
-                None => {
-                    let dword = a & !3;
+                Span::Hole { dword } => {
                     if self.warned.first(Oddity::HoleRead, dword) {
                         log::warn!("read of unknown register {dword:#x} returns 0");
                     }
-                    a = end.min(dword + 4);
                 }
             }
         }
@@ -594,27 +587,16 @@ impl Device {
 
     /// Writes to the register page; the range is inside it.
     fn reg_write(&mut self, offset: u64, data: &[u8], io: &mut Io<'_>) {
-        let end = offset + data.len() as u64;
-        let mut a = offset;
-        while a < end {
-            match regs::decode(a) {
-                Some(slot) => {
-                    let stop = end.min(slot.base + slot.width);
-                    let (mut value, mut mask) = (0u64, 0u64);
-                    for x in a..stop {
-                        let shift = 8 * (x - slot.base);
-                        value |= u64::from(data[(x - offset) as usize]) << shift;
-                        mask |= 0xff << shift;
-                    }
+        for span in registers::spans(offset, data.len()) {
+            match span {
+                Span::Reg { slot, .. } => {
+                    let (value, mask) = span.written(data, offset);
                     self.write_reg(slot, value, mask, io);
-                    a = stop;
                 }
-                None => {
-                    let dword = a & !3;
+                Span::Hole { dword } => {
                     if self.warned.first(Oddity::HoleWrite, dword) {
                         log::warn!("write to unknown register {dword:#x} ignored");
                     }
-                    a = end.min(dword + 4);
                 }
             }
         }

@@ -6,12 +6,13 @@
 //!
 //! [`Registers`] stores and returns register values and says what a write asks of the rest of
 //! the device ([`RegWrite`]: DEV_CTRL bits, a complete doorbell); it does not reach into the
-//! device. `DEV_CTRL.RESET` returns it to power-on with the rest of the function.
+//! device. `DEV_CTRL.RESET` returns it to power-on with the rest of the function. [`spans`]
+//! splits an access into the registers and holes it covers, and each [`Span`] moves its bytes.
 
 use std::fmt;
 
 use super::DeviceConfig;
-use crate::regs::{self, AdminQueue, Bar0Area, Doorbell, Reg};
+use crate::regs::{self, AdminQueue, Bar0Area, Doorbell, Reg, RegSlot};
 use crate::stats::TrafficCounters;
 
 /// One admin ring as latched by `DEV_CTRL.INIT`.
@@ -377,9 +378,107 @@ impl Registers {
     }
 }
 
+/// One piece of an access to the register page, which is split at register boundaries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Span {
+    /// Bytes `start..stop` of BAR0, inside the register `slot`.
+    Reg {
+        slot: RegSlot,
+        start: u64,
+        stop: u64,
+    },
+    /// Bytes of the 4-byte hole at `dword`, which holds no register.
+    Hole { dword: u64 },
+}
+
+/// The pieces of the access of `len` bytes at `offset` (inside the register page), in order.
+pub(super) fn spans(offset: u64, len: usize) -> impl Iterator<Item = Span> {
+    let end = offset + len as u64;
+    let mut a = offset;
+    std::iter::from_fn(move || {
+        if a >= end {
+            return None;
+        }
+        Some(match regs::decode(a) {
+            Some(slot) => {
+                let (start, stop) = (a, end.min(slot.base + slot.width));
+                a = stop;
+                Span::Reg { slot, start, stop }
+            }
+            None => {
+                let dword = a & !3;
+                a = end.min(dword + 4);
+                Span::Hole { dword }
+            }
+        })
+    })
+}
+
+impl Span {
+    /// A read: copies the bytes of register value `value` this piece covers into `data`, the
+    /// buffer of the access at `offset`.
+    pub(super) fn read_into(&self, value: u64, data: &mut [u8], offset: u64) {
+        if let Span::Reg { slot, start, stop } = *self {
+            for x in start..stop {
+                data[(x - offset) as usize] = (value >> (8 * (x - slot.base))) as u8;
+            }
+        }
+    }
+
+    /// A write: the bytes of `data` (the access at `offset`) this piece covers, positioned
+    /// within its register, and the mask of the bytes written: `(value, mask)`.
+    pub(super) fn written(&self, data: &[u8], offset: u64) -> (u64, u64) {
+        let (mut value, mut mask) = (0u64, 0u64);
+        if let Span::Reg { slot, start, stop } = *self {
+            for x in start..stop {
+                let shift = 8 * (x - slot.base);
+                value |= u64::from(data[(x - offset) as usize]) << shift;
+                mask |= 0xff << shift;
+            }
+        }
+        (value, mask)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accesses_split_at_register_boundaries() {
+        let version = regs::decode(regs::VERSION).unwrap();
+        let got: Vec<Span> = spans(0x002, 8).collect();
+        assert_eq!(
+            got,
+            [
+                Span::Reg {
+                    slot: version,
+                    start: 0x002,
+                    stop: 0x004
+                },
+                Span::Hole { dword: 0x004 },
+                Span::Hole { dword: 0x008 },
+            ]
+        );
+        let data = [0x11, 0x22, 0, 0, 0, 0, 0, 0];
+        assert_eq!(got[0].written(&data, 0x002), (0x2211_0000, 0xffff_0000));
+        assert_eq!(got[1].written(&data, 0x002), (0, 0), "a hole takes nothing");
+        let mut out = [0u8; 8];
+        got[0].read_into(0xaabb_ccdd, &mut out, 0x002);
+        assert_eq!(out[..2], [0xbb, 0xaa], "bytes 3:2 of VERSION");
+        let doorbell = regs::decode(regs::AEQ_DB).unwrap();
+        let halves: Vec<Span> = spans(regs::AEQ_DB + 4, 4).collect();
+        assert_eq!(
+            halves,
+            [Span::Reg {
+                slot: doorbell,
+                start: regs::AEQ_DB + 4,
+                stop: regs::AEQ_DB + 8
+            }],
+            "the high half of a 64-bit register"
+        );
+        assert_eq!(spans(0x010, 0).count(), 0);
+    }
 
     #[test]
     fn writes_say_what_they_ask_for() {
