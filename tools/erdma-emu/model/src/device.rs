@@ -106,7 +106,8 @@ use pci_function::PciFunction;
 pub use registers::{AdminQueues, DbSpaceWrite, InitProblem, RingConfig};
 use registers::{RegWrite, Registers, Span};
 
-pub use cmdq_engine::{CEQ_DEPTH_LOG2_RANGE, CEQ_RANGE, MTU_RANGE};
+pub use crate::eq::{CEQ_DEPTH_LOG2_RANGE, CEQ_RANGE};
+pub use cmdq_engine::MTU_RANGE;
 
 /// Default VERSION register value. Any non-zero value marks a functional device and the drivers do
 /// not interpret it further; the model reports 1 ("model revision 1 of the register interface").

@@ -16,14 +16,21 @@
 //! * An entry that would overwrite one the driver has not consumed (by the last CI it reported) is
 //!   dropped and reported as [`EqError::Full`].
 //! * The body (bytes 4..16) is written before dword 0, so the owner bit becomes visible last.
-//! * [`EventQueues`] holds a function's EQs (CMDQ EQ, AEQ, CEQs) and is where events are posted
-//!   and EQ doorbells land; the entry layouts are [`crate::wire::Eqe`].
+//! * [`EventQueues`] holds a function's EQs (CMDQ EQ, AEQ, CEQs), creates and destroys CEQs
+//!   (CREATE_EQ, DESTROY_EQ) and is where events are posted and EQ doorbells land; the entry
+//!   layouts are [`crate::wire::Eqe`].
 
 use core::fmt;
 
-use crate::io::{Io, MemError};
-use crate::regs::EqDoorbell;
+use crate::cmdq::{CreateEq, DestroyEq, Status, EQ_TYPE_CEQ};
+use crate::io::{GuestMemory, Io, MemError};
+use crate::regs::{self, EqDoorbell};
 use crate::wire::{self, AeqEvent, Eqe, EQE_SIZE};
+
+/// log2 depths CREATE_EQ accepts (2..65536 entries; the driver's EQ counter is 16 bits).
+pub const CEQ_DEPTH_LOG2_RANGE: core::ops::RangeInclusive<u8> = 1..=16;
+/// EQNs and vectors CREATE_EQ accepts: CEQs only (EQN/vector 0 is the CMDQ EQ and the AEQ).
+pub const CEQ_RANGE: core::ops::RangeInclusive<u8> = 1..=(regs::EQ_DB_COUNT - 1);
 
 /// Why an entry could not be posted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,6 +244,71 @@ impl EventQueues {
             .filter(|(_, c)| c.is_some())
             .map(|(n, _)| n)
             .collect()
+    }
+
+    /// CREATE_EQ (erdma_rs_hw 3.5): a CEQ, every field in range and the ring and its doorbell
+    /// record aligned first ([`Status::InvalidParam`]), then the EQN must be free
+    /// ([`Status::Exists`]) and the ring and the record guest memory, probed with reads only
+    /// ([`Status::DmaError`]).
+    pub fn create_ceq(&mut self, r: &CreateEq, mem: &dyn GuestMemory) -> Result<(), Status> {
+        if r.ty != EQ_TYPE_CEQ
+            || !CEQ_RANGE.contains(&r.eqn)
+            || !CEQ_RANGE.contains(&r.vector)
+            || !CEQ_DEPTH_LOG2_RANGE.contains(&r.depth_log2)
+        {
+            return Err(Status::InvalidParam);
+        }
+        let depth = 1u32 << r.depth_log2;
+        let size = u64::from(depth) * EQE_SIZE as u64;
+        let ring_end = r.ring.checked_add(size);
+        if r.ring == 0
+            || r.ring % EQE_SIZE as u64 != 0
+            || ring_end.is_none()
+            || r.dbrec == 0
+            || r.dbrec % regs::DBREC_ALIGN != 0
+        {
+            return Err(Status::InvalidParam);
+        }
+        let slot = self.ceq_slot(r.eqn).ok_or(Status::InvalidParam)?;
+        if slot.is_some() {
+            return Err(Status::Exists);
+        }
+        let mut b = [0u8; 1];
+        mem.read(r.ring, &mut b)
+            .and_then(|()| mem.read(r.ring + size - 1, &mut b))
+            .and_then(|()| mem.read_u64_le(r.dbrec).map(drop))
+            .map_err(|_| Status::DmaError)?;
+        *slot = Some(Ceq {
+            eq: EventQueue::new(r.ring, depth, u16::from(r.vector)),
+            dbrec: r.dbrec,
+        });
+        log::info!(
+            "CEQ {} created: ring {:#x}, {depth} entries, vector {}",
+            r.eqn,
+            r.ring,
+            r.vector
+        );
+        Ok(())
+    }
+
+    /// DESTROY_EQ: CEQ `r.eqn` must exist ([`Status::NotFound`]); the vector named is not
+    /// checked.
+    pub fn destroy_ceq(&mut self, r: &DestroyEq) -> Result<(), Status> {
+        if r.ty != EQ_TYPE_CEQ || !CEQ_RANGE.contains(&r.eqn) {
+            return Err(Status::InvalidParam);
+        }
+        let slot = self.ceq_slot(r.eqn).ok_or(Status::InvalidParam)?;
+        let ceq = slot.take().ok_or(Status::NotFound)?;
+        if ceq.eq.vector() != u16::from(r.vector) {
+            log::debug!(
+                "DESTROY_EQ {}: vector {} given, the EQ uses {} (not checked)",
+                r.eqn,
+                r.vector,
+                ceq.eq.vector()
+            );
+        }
+        log::info!("CEQ {} destroyed", r.eqn);
+        Ok(())
     }
 
     /// Posts a CMDQ EQE; raises vector 0 if the CMDQ EQ is armed.

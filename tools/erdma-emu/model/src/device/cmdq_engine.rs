@@ -37,23 +37,19 @@ use super::cmdq_ring::BadCommand;
 use super::{Device, Oddity, Protocol};
 use crate::cmdq::{
     self, AllocDb, Command, ConfDevice, ConfMtu, Cqe, CreateAh, CreateEq, DestroyAh, DestroyEq,
-    FreeDb, GetStats, GidOp, OpCode, Request, SetGid, Status, CQE_QTYPE_CMDQ, EQ_TYPE_CEQ,
-    MAX_CMD_SIZE, WQEBB_SIZE,
+    FreeDb, GetStats, GidOp, OpCode, Request, SetGid, Status, CQE_QTYPE_CMDQ, MAX_CMD_SIZE,
+    WQEBB_SIZE,
 };
 use crate::control::FaultAction;
-use crate::eq::{Ceq, EventQueue};
+use crate::eq::EventQueues;
 use crate::extdb;
 use crate::io::Io;
-use crate::regs::{self, CqDoorbell};
+use crate::regs::CqDoorbell;
 use crate::roce::{self, AddressHandle, AhTable, GidEntry, GidTable};
 use crate::wire;
 
 /// MTUs CONF_MTU accepts (an Ethernet netdev's range).
 pub const MTU_RANGE: core::ops::RangeInclusive<u32> = 68..=65535;
-/// log2 depths CREATE_EQ accepts (2..65536 entries; the driver's EQ counter is 16 bits).
-pub const CEQ_DEPTH_LOG2_RANGE: core::ops::RangeInclusive<u8> = 1..=16;
-/// EQNs and vectors CREATE_EQ accepts: CEQs only (EQN/vector 0 is the CMDQ EQ and the AEQ).
-pub const CEQ_RANGE: core::ops::RangeInclusive<u8> = 1..=(regs::EQ_DB_COUNT - 1);
 
 /// A command's result: `(resp0, resp1)` or a failure status.
 type Outcome = Result<(u64, u64), Status>;
@@ -156,8 +152,14 @@ impl Device {
         };
         match cmd {
             Command::QueryDevice => Ok(self.config.caps.query_device()),
-            Command::CreateEq => self.cmd_create_eq(CreateEq::decode(req)?, io),
-            Command::DestroyEq => self.cmd_destroy_eq(DestroyEq::decode(req)?),
+            Command::CreateEq => {
+                let r = CreateEq::decode(req)?;
+                self.eqs()?.create_ceq(&r, io.mem).map(|()| (0, 0))
+            }
+            Command::DestroyEq => {
+                let r = DestroyEq::decode(req)?;
+                self.eqs()?.destroy_ceq(&r).map(|()| (0, 0))
+            }
             Command::QueryFwInfo => Ok((u64::from(self.config.caps.fw_version), 0)),
             Command::ConfMtu => self.cmd_conf_mtu(ConfMtu::decode(req)?),
             Command::GetStats => self.cmd_get_stats(GetStats::decode(req)?, io),
@@ -212,70 +214,9 @@ impl Device {
     // COMMON commands
     // --------------------------------------------------------------------------------------------
 
-    fn cmd_create_eq(&mut self, r: CreateEq, io: &mut Io<'_>) -> Outcome {
-        if r.ty != EQ_TYPE_CEQ
-            || !CEQ_RANGE.contains(&r.eqn)
-            || !CEQ_RANGE.contains(&r.vector)
-            || !CEQ_DEPTH_LOG2_RANGE.contains(&r.depth_log2)
-        {
-            return Err(Status::InvalidParam);
-        }
-        let depth = 1u32 << r.depth_log2;
-        let size = u64::from(depth) * wire::EQE_SIZE as u64;
-        let ring_end = r.ring.checked_add(size);
-        if r.ring == 0
-            || r.ring % wire::EQE_SIZE as u64 != 0
-            || ring_end.is_none()
-            || r.dbrec == 0
-            || r.dbrec % regs::DBREC_ALIGN != 0
-        {
-            return Err(Status::InvalidParam);
-        }
-        let slot = self.ceq_slot(r.eqn)?;
-        if slot.is_some() {
-            return Err(Status::Exists);
-        }
-        // The ring and the record must be guest memory (probed with reads only).
-        let mut b = [0u8; 1];
-        io.mem
-            .read(r.ring, &mut b)
-            .and_then(|()| io.mem.read(r.ring + size - 1, &mut b))
-            .and_then(|()| io.mem.read_u64_le(r.dbrec).map(drop))
-            .map_err(|_| Status::DmaError)?;
-        *slot = Some(Ceq {
-            eq: EventQueue::new(r.ring, depth, u16::from(r.vector)),
-            dbrec: r.dbrec,
-        });
-        log::info!(
-            "CEQ {} created: ring {:#x}, {depth} entries, vector {}",
-            r.eqn,
-            r.ring,
-            r.vector
-        );
-        Ok((0, 0))
-    }
-
-    /// The CEQ slot of EQN `eqn` (once INIT latched the queues).
-    fn ceq_slot(&mut self, eqn: u8) -> Result<&mut Option<Ceq>, Status> {
-        let q = self.func.queues.as_mut().ok_or(Status::InvalidParam)?;
-        q.eqs.ceq_slot(eqn).ok_or(Status::InvalidParam)
-    }
-
-    fn cmd_destroy_eq(&mut self, r: DestroyEq) -> Outcome {
-        if r.ty != EQ_TYPE_CEQ || !CEQ_RANGE.contains(&r.eqn) {
-            return Err(Status::InvalidParam);
-        }
-        let ceq = self.ceq_slot(r.eqn)?.take().ok_or(Status::NotFound)?;
-        if ceq.eq.vector() != u16::from(r.vector) {
-            log::debug!(
-                "DESTROY_EQ {}: vector {} given, the EQ uses {} (not checked)",
-                r.eqn,
-                r.vector,
-                ceq.eq.vector()
-            );
-        }
-        log::info!("CEQ {} destroyed", r.eqn);
-        Ok((0, 0))
+    /// The event queues CREATE_EQ and DESTROY_EQ change (once INIT latched the queues).
+    fn eqs(&mut self) -> Result<&mut EventQueues, Status> {
+        Ok(&mut self.func.queues.as_mut().ok_or(Status::InvalidParam)?.eqs)
     }
 
     fn cmd_conf_mtu(&mut self, r: ConfMtu) -> Outcome {
