@@ -24,7 +24,7 @@ use std::collections::btree_map::{BTreeMap, Entry};
 use std::fmt::Write as _;
 use std::net::Ipv6Addr;
 
-use crate::cmdq::{AddressVector, Gid, NetType, Status};
+use crate::cmdq::{AddressVector, CreateAh, DestroyAh, Gid, GidOp, NetType, SetGid, Status};
 use crate::fabric::Datagram;
 
 /// Size of the GRH area at the start of a UD receive buffer (an IPv6 header / a GRH).
@@ -181,6 +181,33 @@ impl GidTable {
         self.entries.remove(&index).ok_or(Status::NotFound)
     }
 
+    /// SET_GID: adds (or replaces) or deletes one entry ([`GidTable::add`],
+    /// [`GidTable::delete`]).
+    pub fn set_gid(&mut self, r: &SetGid) -> Result<(), Status> {
+        match r.op {
+            GidOp::Add { net_type, gid } => {
+                let entry = GidEntry { net_type, gid };
+                let old = self.add(r.index, entry)?;
+                match old {
+                    Some(old) if old != entry => log::info!(
+                        "GID {} = {} ({net_type}), replacing {} ({})",
+                        r.index,
+                        entry.addr(),
+                        old.addr(),
+                        old.net_type
+                    ),
+                    Some(_) => log::debug!("GID {} re-added unchanged", r.index),
+                    None => log::info!("GID {} = {} ({net_type})", r.index, entry.addr()),
+                }
+            }
+            GidOp::Delete => {
+                let old = self.delete(r.index)?;
+                log::info!("GID {} deleted (was {})", r.index, old.addr());
+            }
+        }
+        Ok(())
+    }
+
     /// The entry at `index`, if populated.
     pub fn get(&self, index: u16) -> Option<&GidEntry> {
         self.entries.get(&index)
@@ -258,6 +285,37 @@ impl AhTable {
             return Err(Status::InvalidParam);
         }
         self.entries.remove(&ahn).ok_or(Status::NotFound)
+    }
+
+    /// CREATE_AH: every field in range first (the AHN, the source GID index in `gids`), then
+    /// the AHN must be free.
+    pub fn create_ah(&mut self, r: &CreateAh, gids: &GidTable) -> Result<(), Status> {
+        if r.ahn >= self.size || !gids.in_range(r.av.sgid_index) {
+            return Err(Status::InvalidParam);
+        }
+        let ah = AddressHandle {
+            pdn: r.pdn,
+            av: r.av,
+        };
+        self.create(r.ahn, ah)?;
+        log::debug!(
+            "AH {} created: PD {}, {} ({}) via GID {}, MAC {}, UDP source port {:#x}",
+            r.ahn,
+            r.pdn,
+            Ipv6Addr::from(r.av.dgid),
+            r.av.net_type,
+            r.av.sgid_index,
+            mac_string(&r.av.dmac),
+            r.av.udp_sport
+        );
+        Ok(())
+    }
+
+    /// DESTROY_AH: the AH must exist and belong to the PD named ([`AhTable::destroy`]).
+    pub fn destroy_ah(&mut self, r: &DestroyAh) -> Result<(), Status> {
+        self.destroy(r.ahn, r.pdn)?;
+        log::debug!("AH {} destroyed", r.ahn);
+        Ok(())
     }
 
     /// AH `ahn`, if live.

@@ -37,15 +37,14 @@ use super::cmdq_ring::BadCommand;
 use super::{Device, Oddity, Protocol};
 use crate::cmdq::{
     self, AllocDb, Command, ConfDevice, ConfMtu, Cqe, CreateAh, CreateEq, DestroyAh, DestroyEq,
-    FreeDb, GetStats, GidOp, OpCode, Request, SetGid, Status, CQE_QTYPE_CMDQ, MAX_CMD_SIZE,
-    WQEBB_SIZE,
+    FreeDb, GetStats, OpCode, Request, SetGid, Status, CQE_QTYPE_CMDQ, MAX_CMD_SIZE, WQEBB_SIZE,
 };
 use crate::control::FaultAction;
 use crate::eq::EventQueues;
 use crate::extdb;
 use crate::io::Io;
 use crate::regs::CqDoorbell;
-use crate::roce::{self, AddressHandle, AhTable, GidEntry, GidTable};
+use crate::roce::{AhTable, GidTable};
 use crate::wire;
 
 /// MTUs CONF_MTU accepts (an Ethernet netdev's range).
@@ -169,15 +168,24 @@ impl Device {
             // RoCEv2 addressing; the protocol is checked before anything is decoded.
             Command::SetGid => {
                 self.require_roce()?;
-                self.cmd_set_gid(SetGid::decode(req)?)
+                self.func.gids.set_gid(&SetGid::decode(req)?)?;
+                self.publish_gids();
+                Ok((0, 0))
             }
             Command::CreateAh => {
                 self.require_roce()?;
-                self.cmd_create_ah(CreateAh::decode(req)?)
+                let r = CreateAh::decode(req)?;
+                self.func
+                    .ahs
+                    .create_ah(&r, &self.func.gids)
+                    .map(|()| (0, 0))
             }
             Command::DestroyAh => {
                 self.require_roce()?;
-                self.cmd_destroy_ah(DestroyAh::decode(req)?)
+                self.func
+                    .ahs
+                    .destroy_ah(&DestroyAh::decode(req)?)
+                    .map(|()| (0, 0))
             }
             // Data-path objects (device/objects.rs), on both protocols; MODIFY_QP has a layout
             // per protocol (device/iwarp.rs for iWARP).
@@ -278,64 +286,6 @@ impl Device {
             Protocol::RoceV2 => Ok(()),
             Protocol::Iwarp => Err(Status::Unsupported),
         }
-    }
-
-    /// SET_GID: add (or replace) or delete one GID table entry.
-    fn cmd_set_gid(&mut self, r: SetGid) -> Outcome {
-        let gids = &mut self.func.gids;
-        match r.op {
-            GidOp::Add { net_type, gid } => {
-                let entry = GidEntry { net_type, gid };
-                let old = gids.add(r.index, entry)?;
-                match old {
-                    Some(old) if old != entry => log::info!(
-                        "GID {} = {} ({net_type}), replacing {} ({})",
-                        r.index,
-                        entry.addr(),
-                        old.addr(),
-                        old.net_type
-                    ),
-                    Some(_) => log::debug!("GID {} re-added unchanged", r.index),
-                    None => log::info!("GID {} = {} ({net_type})", r.index, entry.addr()),
-                }
-            }
-            GidOp::Delete => {
-                let old = gids.delete(r.index)?;
-                log::info!("GID {} deleted (was {})", r.index, old.addr());
-            }
-        }
-        self.publish_gids();
-        Ok((0, 0))
-    }
-
-    /// CREATE_AH: every field in range first (AHN, source GID index), then the AHN must be free.
-    fn cmd_create_ah(&mut self, r: CreateAh) -> Outcome {
-        if r.ahn >= self.func.ahs.size() || !self.func.gids.in_range(r.av.sgid_index) {
-            return Err(Status::InvalidParam);
-        }
-        let ah = AddressHandle {
-            pdn: r.pdn,
-            av: r.av,
-        };
-        self.func.ahs.create(r.ahn, ah)?;
-        log::debug!(
-            "AH {} created: PD {}, {} ({}) via GID {}, MAC {}, UDP source port {:#x}",
-            r.ahn,
-            r.pdn,
-            std::net::Ipv6Addr::from(r.av.dgid),
-            r.av.net_type,
-            r.av.sgid_index,
-            roce::mac_string(&r.av.dmac),
-            r.av.udp_sport
-        );
-        Ok((0, 0))
-    }
-
-    /// DESTROY_AH: the AH must exist and belong to the PD named.
-    fn cmd_destroy_ah(&mut self, r: DestroyAh) -> Outcome {
-        self.func.ahs.destroy(r.ahn, r.pdn)?;
-        log::debug!("AH {} destroyed", r.ahn);
-        Ok((0, 0))
     }
 
     // --------------------------------------------------------------------------------------------
