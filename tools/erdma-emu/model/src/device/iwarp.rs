@@ -93,7 +93,7 @@ use super::{Device, RETRY_COUNT, RETRY_TIMEOUT};
 use crate::cmdq::{Request as CmdRequest, Status};
 use crate::fabric::{Body, Conn, Nak, Packet, PortId, Refused, Reply, Request, StreamMsg};
 use crate::io::Io;
-use crate::wire::{self, wc, AeqEvent, IwarpConnection, IwarpState, ModifyQpIwarp, QpState};
+use crate::wire::{wc, AeqEvent, IwarpConnection, IwarpState, ModifyQpIwarp, QpState};
 
 /// AE type: QP fatal (what the requester of a terminated stream, and a broken stream, post).
 pub const AE_QP_FATAL: u8 = 0;
@@ -767,15 +767,8 @@ impl DataPath<'_> {
 
 impl Device {
     // --------------------------------------------------------------------------------------------
-    // Commands and inspection
+    // Inspection
     // --------------------------------------------------------------------------------------------
-
-    /// QUERY_QP of an iWARP QP: state (iWARP numbering), SND.NXT and RCV.NXT (low 24 bits).
-    pub(super) fn iw_query(&self, qpn: u32) -> Option<u64> {
-        let iw = self.func.rdma.qps.get(&qpn)?.iw.as_ref()?;
-        let (snd, rcv) = iw.conn.as_ref().map_or((0, 0), |c| (c.snd_nxt, c.rcv_nxt));
-        Some(wire::query_qp_resp0_iwarp(snd, rcv, iw.state))
-    }
 
     /// The iWARP view of QP `qpn` (`None`: no such QP, or not iWARP).
     pub fn iwarp_qp(&self, qpn: u32) -> Option<IwarpQpInfo> {

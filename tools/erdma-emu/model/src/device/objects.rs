@@ -366,9 +366,14 @@ impl Rdma {
         Some(qp)
     }
 
-    /// QUERY_QP of a RoCEv2 QP.
+    /// QUERY_QP: a RoCEv2 QP's PSNs and state; an iWARP QP's state (iWARP numbering),
+    /// SND.NXT and RCV.NXT (low 24 bits).
     pub(super) fn query_qp(&self, r: U32Arg) -> Outcome {
         let qp = self.qps.get(&r.0).ok_or(Status::NotFound)?;
+        if let Some(iw) = qp.iw.as_ref() {
+            let (snd, rcv) = iw.conn.as_ref().map_or((0, 0), |c| (c.snd_nxt, c.rcv_nxt));
+            return Ok((wire::query_qp_resp0_iwarp(snd, rcv, iw.state), 0));
+        }
         let draining =
             qp.state == QpState::Sqd && qp.outstanding.iter().any(|p| p.status.is_none());
         Ok((

@@ -4,7 +4,7 @@
 //! tables (`objects`) check and change themselves; what a command does beyond them is here:
 //! the CEQ that CREATE_CQ names, the held requests a destroyed or reset QP answers, the engines
 //! that a state change starts (RTS) or stops (ERROR), the flush after REFLUSH, and the iWARP
-//! streams (DESTROY_QP, QUERY_QP). DESTROY_QP, MODIFY_QP (both layouts; iWARP's in `iwarp`) and
+//! stream a DESTROY_QP ends. DESTROY_QP, MODIFY_QP (both layouts; iWARP's in `iwarp`) and
 //! REFLUSH reach nothing of the device beyond the data path, so they are methods of its
 //! context (`engine::DataPath`).
 
@@ -46,9 +46,6 @@ impl Device {
     }
 
     pub(super) fn cmd_query_qp(&mut self, r: U32Arg) -> Outcome {
-        if let Some(resp0) = self.iw_query(r.0) {
-            return Ok((resp0, 0));
-        }
         self.func.rdma.query_qp(r)
     }
 
