@@ -99,6 +99,16 @@ impl DbPages {
             .find_map(|c| c.iter().position(|&p| p == Some(page)))
     }
 
+    /// Where a doorbell written at BAR0 `offset` (in the extended doorbell space) goes: the role
+    /// of the allocated page it lies in ([`DbPages::role_of`]) and the offset of its slot within
+    /// the 4 KiB doorbell page; `None` if that page is not allocated.
+    pub fn doorbell_at(&self, offset: u64) -> Option<(usize, u64)> {
+        let shift = self.page_shift;
+        let page = u16::try_from(offset >> shift).ok()?;
+        let slot = (offset & ((1u64 << shift) - 1)) & (regs::DB_PAGE_SIZE - 1);
+        Some((self.role_of(page)?, slot))
+    }
+
     /// Allocated pages, in increasing order.
     pub fn allocated(&self) -> impl Iterator<Item = u16> + '_ {
         self.used.iter().copied()
@@ -179,6 +189,24 @@ mod tests {
         assert_eq!(t.alloc(DB_SQ), Err(Status::NoResources));
         assert_eq!(t.set_page_shift(11), Err(Status::InvalidParam));
         assert_eq!(t.set_page_shift(22), Err(Status::InvalidParam));
+    }
+
+    #[test]
+    fn doorbells_land_in_allocated_pages_by_role() {
+        let mut d = DbPages::new(false);
+        assert_eq!(d.alloc(DB_SQ | DB_RQ), Ok([Some(256), None, Some(257)]));
+        assert_eq!(d.doorbell_at(0x10_0000 + 0x28), Some((0, 0x28)));
+        assert_eq!(d.doorbell_at(0x10_1000 + 0x80), Some((2, 0x80)));
+        assert_eq!(d.doorbell_at(0x10_2000), None, "not allocated");
+        assert_eq!(d.doorbell_at(u64::MAX), None, "beyond any page");
+        let mut big = DbPages::new(false);
+        big.set_page_shift(16).unwrap();
+        assert_eq!(big.alloc(DB_CQ), Ok([None, Some(16), None]));
+        assert_eq!(
+            big.doorbell_at(0x10_0000 + 0x2348),
+            Some((1, 0x348)),
+            "the slot within the 4 KiB doorbell page"
+        );
     }
 
     #[test]

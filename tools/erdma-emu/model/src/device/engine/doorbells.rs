@@ -23,26 +23,22 @@ impl Device {
             Bar0Area::SqDoorbells => self.data_path().sq_doorbell(value, io),
             Bar0Area::RqDoorbells => self.data_path().rq_or_cq_doorbell(value, slot, true, io),
             Bar0Area::CqDoorbells => self.data_path().rq_or_cq_doorbell(value, slot, false, io),
-            Bar0Area::ExtDoorbells => {
-                let shift = self.func.dbs.page_shift();
-                let page = u16::try_from(offset >> shift).ok();
-                let slot = (offset & ((1u64 << shift) - 1)) & (regs::DB_PAGE_SIZE - 1);
-                match page.and_then(|p| self.func.dbs.role_of(p)) {
-                    Some(0) => self.data_path().sq_doorbell(value, io),
-                    // The drivers swap CDB and RDB: no preference.
-                    Some(role) => self
-                        .data_path()
-                        .rq_or_cq_doorbell(value, slot, role == 2, io),
-                    None => {
-                        if self.warned.first(Oddity::DataDoorbell, offset >> 12) {
-                            log::warn!(
-                                "doorbell {value:#x} on extended page at {offset:#x} that is not \
-                                 allocated, ignored"
-                            );
-                        }
+            Bar0Area::ExtDoorbells => match self.func.dbs.doorbell_at(offset) {
+                Some((0, _)) => self.data_path().sq_doorbell(value, io),
+                // The drivers swap CDB and RDB: no preference.
+                Some((role, slot)) => {
+                    self.data_path()
+                        .rq_or_cq_doorbell(value, slot, role == 2, io)
+                }
+                None => {
+                    if self.warned.first(Oddity::DataDoorbell, offset >> 12) {
+                        log::warn!(
+                            "doorbell {value:#x} on extended page at {offset:#x} that is not \
+                             allocated, ignored"
+                        );
                     }
                 }
-            }
+            },
             Bar0Area::Registers | Bar0Area::TestPage => {}
         }
     }
