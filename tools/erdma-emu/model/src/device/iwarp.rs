@@ -291,18 +291,97 @@ fn stream_resend(qp: &mut Qp, wire: &mut Wire<'_>) -> Option<u32> {
     }
 }
 
+/// Ends the live stream of `qp` from this end: the adapter's state becomes ERROR unless the
+/// QP was stopped already, undelivered messages are dropped, and a Terminate carrying
+/// `peer_status` takes the next sequence numbers. Returns the Terminate and its sequence
+/// number (for the connection, which stays for inspection), or `None` if there was no live
+/// stream.
+fn stream_close(qp: &mut Qp, peer_status: Option<u8>) -> Option<(u32, StreamMsg)> {
+    let iw = qp.iw.as_mut()?;
+    if matches!(
+        iw.state,
+        IwarpState::Idle | IwarpState::Rtr | IwarpState::Rts
+    ) {
+        iw.state = IwarpState::Error;
+    }
+    let c = iw.conn.as_mut().filter(|c| c.live)?;
+    c.live = false;
+    c.backlog.clear();
+    let seq = c.snd_nxt;
+    let msg = StreamMsg::Terminate {
+        status: peer_status,
+    };
+    c.snd_nxt = seq.wrapping_add(msg.stream_len());
+    Some((seq, msg))
+}
+
+/// The peer's Terminate ends the live stream of `qp`: undelivered messages are dropped and
+/// the oldest unanswered request completes with `status` (if any). Returns the connection
+/// (to unbind), or `None` if there was no live stream.
+fn stream_terminated(qp: &mut Qp, status: Option<u8>) -> Option<Conn> {
+    let c = qp.iw.as_mut()?.conn.as_mut().filter(|c| c.live)?;
+    c.live = false;
+    c.backlog.clear();
+    let tuple = c.tuple;
+    if let Some(code) = status {
+        if let Some(p) = qp
+            .outstanding
+            .iter_mut()
+            .find(|p| p.seq.is_some() && p.status.is_none())
+        {
+            p.status = Some(code);
+        }
+    }
+    Some(tuple)
+}
+
+/// What a stream message that arrived for `qp` comes to.
+#[derive(Debug, PartialEq, Eq)]
+enum Arrival {
+    /// The QP's stream is not the message's (it ended after the fabric routed the message;
+    /// its Terminate is on the way to the sender): dropped.
+    Stale,
+    /// The peer ended the stream, whatever the sequence number.
+    Terminate(Option<u8>),
+    /// The sender's peer cookie is not this QP's number: the stream is broken.
+    WrongCookie,
+    /// Not at RCV.NXT (`expected`): the stream is broken.
+    OutOfSequence { expected: u32 },
+    /// In sequence: RCV.NXT moved past it, and it goes to the engines.
+    Deliver(StreamMsg),
+}
+
+/// Takes message `msg` at `seq` of the stream of connection `conn` (the sender's view), sent
+/// for the peer cookie `cookie`, on `qp`.
+fn stream_receive(qp: &mut Qp, conn: Conn, seq: u32, cookie: u32, msg: StreamMsg) -> Arrival {
+    let qpn = qp.qpn;
+    let Some(c) = qp
+        .iw
+        .as_mut()
+        .and_then(|i| i.conn.as_mut())
+        .filter(|c| c.live && c.tuple == conn.mirror())
+    else {
+        return Arrival::Stale;
+    };
+    if let StreamMsg::Terminate { status } = msg {
+        return Arrival::Terminate(status);
+    }
+    if cookie != qpn {
+        return Arrival::WrongCookie;
+    }
+    if seq != c.rcv_nxt {
+        return Arrival::OutOfSequence {
+            expected: c.rcv_nxt,
+        };
+    }
+    c.rcv_nxt = seq.wrapping_add(msg.stream_len());
+    Arrival::Deliver(msg)
+}
+
 impl DataPath<'_> {
     /// Whether QP `qpn` is an iWARP QP.
     pub(super) fn is_iwarp_qp(&self, qpn: u32) -> bool {
         self.rdma.qps.get(&qpn).is_some_and(|q| q.iw.is_some())
-    }
-
-    fn iw_conn_mut(&mut self, qpn: u32) -> Option<&mut IwConn> {
-        self.rdma
-            .qps
-            .get_mut(&qpn)
-            .and_then(|q| q.iw.as_mut())
-            .and_then(|i| i.conn.as_mut())
     }
 
     /// Posts an AEQE about QP `qpn`.
@@ -481,34 +560,29 @@ impl DataPath<'_> {
     /// messages are dropped. The adapter's state becomes ERROR unless the QP was stopped
     /// already. Called whenever an iWARP QP goes to ERROR.
     pub(super) fn iw_close(&mut self, qpn: u32, peer_status: Option<u8>) {
-        let Some(iw) = self.rdma.qps.get_mut(&qpn).and_then(|q| q.iw.as_mut()) else {
+        let Some((seq, msg)) = self
+            .rdma
+            .qps
+            .get_mut(&qpn)
+            .and_then(|qp| stream_close(qp, peer_status))
+        else {
             return;
         };
-        if matches!(
-            iw.state,
-            IwarpState::Idle | IwarpState::Rtr | IwarpState::Rts
-        ) {
-            iw.state = IwarpState::Error;
-        }
-        let Some(c) = iw.conn.as_mut().filter(|c| c.live) else {
-            return;
-        };
-        c.live = false;
-        c.backlog.clear();
-        let (tuple, seq, cookie) = (c.tuple, c.snd_nxt, c.cookie);
-        let msg = StreamMsg::Terminate {
-            status: peer_status,
-        };
-        c.snd_nxt = seq.wrapping_add(msg.stream_len());
         self.rdma.retransmit.remove(&qpn);
         let Some(port) = self.wire.port else {
             return;
         };
-        match port.send_stream(tuple, stream_packet(qpn, tuple, cookie, seq, msg)) {
-            Ok(()) => {
-                self.wire.stats.tx_packet(0);
-                log::info!("QP {qpn}: connection {tuple} terminated");
-            }
+        let Some(c) = self
+            .rdma
+            .qps
+            .get(&qpn)
+            .and_then(|q| q.iw.as_ref()?.conn.as_ref())
+        else {
+            return;
+        };
+        let tuple = c.tuple;
+        match self.wire.transmit_stream(qpn, c, seq, msg) {
+            Ok(()) => log::info!("QP {qpn}: connection {tuple} terminated"),
             Err(_) => log::info!(
                 "QP {qpn}: connection {tuple} terminated; the peer is not bound, it does not \
                  hear of it"
@@ -520,30 +594,16 @@ impl DataPath<'_> {
     /// The peer ended the stream (Terminate received): AEQE type 0, the oldest unanswered
     /// request completes with `status` (if any), the rest is flushed.
     fn iw_terminated(&mut self, qpn: u32, status: Option<u8>, io: &mut Io<'_>) {
-        let port = self.wire.port;
-        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
+        let Some(tuple) = self
+            .rdma
+            .qps
+            .get_mut(&qpn)
+            .and_then(|qp| stream_terminated(qp, status))
+        else {
             return;
         };
-        let Some(iw) = qp.iw.as_mut() else {
-            return;
-        };
-        let Some(c) = iw.conn.as_mut().filter(|c| c.live) else {
-            return;
-        };
-        c.live = false;
-        c.backlog.clear();
-        let tuple = c.tuple;
-        if let Some(port) = port {
+        if let Some(port) = self.wire.port {
             port.unbind(tuple, qpn);
-        }
-        if let Some(code) = status {
-            if let Some(p) = qp
-                .outstanding
-                .iter_mut()
-                .find(|p| p.seq.is_some() && p.status.is_none())
-            {
-                p.status = Some(code);
-            }
         }
         self.rdma.retransmit.remove(&qpn);
         if self.warned.dp_error() {
@@ -638,41 +698,41 @@ impl DataPath<'_> {
         msg: StreamMsg,
         io: &mut Io<'_>,
     ) {
-        let Some(c) = self
-            .iw_conn_mut(qpn)
-            .filter(|c| c.live && c.tuple == conn.mirror())
-        else {
-            // The QP ended its stream after the fabric routed the message (its Terminate is on
-            // the way to the sender).
-            log::debug!(
-                "iWARP message from {conn} for QP {qpn}, not bound to it any more: dropped"
-            );
-            return;
+        let arrival = match self.rdma.qps.get_mut(&qpn) {
+            Some(qp) => stream_receive(qp, conn, seq, cookie, msg),
+            None => Arrival::Stale,
         };
-        let expected = c.rcv_nxt;
-        if let StreamMsg::Terminate { status } = msg {
-            self.iw_terminated(qpn, status, io);
-            return;
-        }
-        if cookie != qpn {
-            log::warn!(
-                "QP {qpn}: iWARP message on {} for peer cookie {cookie} refused: the sender's \
-                 peer cookie must be this QP's number; connection terminated",
-                conn.mirror()
-            );
-            self.iw_stream_error(qpn, io);
-            return;
-        }
-        if seq != expected {
-            log::warn!(
-                "iWARP stream out of sequence on QP {qpn}: expected {expected}, got {seq} \
-                 (connection {}); connection terminated",
-                conn.mirror()
-            );
-            self.iw_stream_error(qpn, io);
-            return;
-        }
-        c.rcv_nxt = expected.wrapping_add(msg.stream_len());
+        let msg = match arrival {
+            Arrival::Deliver(msg) => msg,
+            Arrival::Stale => {
+                log::debug!(
+                    "iWARP message from {conn} for QP {qpn}, not bound to it any more: dropped"
+                );
+                return;
+            }
+            Arrival::Terminate(status) => {
+                self.iw_terminated(qpn, status, io);
+                return;
+            }
+            Arrival::WrongCookie => {
+                log::warn!(
+                    "QP {qpn}: iWARP message on {} for peer cookie {cookie} refused: the \
+                     sender's peer cookie must be this QP's number; connection terminated",
+                    conn.mirror()
+                );
+                self.iw_stream_error(qpn, io);
+                return;
+            }
+            Arrival::OutOfSequence { expected } => {
+                log::warn!(
+                    "iWARP stream out of sequence on QP {qpn}: expected {expected}, got {seq} \
+                     (connection {}); connection terminated",
+                    conn.mirror()
+                );
+                self.iw_stream_error(qpn, io);
+                return;
+            }
+        };
         let reply = |seq, result| Packet {
             src_port,
             src_qpn,
@@ -878,6 +938,77 @@ mod tests {
             "sent at once"
         );
         assert_eq!(peer.take_inbox().len(), 1);
+    }
+
+    #[test]
+    fn stream_receive_takes_messages_in_sequence_only() {
+        let mut qp = iwarp_qp();
+        let from = tuple().mirror();
+        let len = read_response(1).stream_len();
+        assert_eq!(
+            stream_receive(&mut qp, from, 0, 5, read_response(1)),
+            Arrival::Deliver(read_response(1))
+        );
+        assert_eq!(conn(&mut qp).rcv_nxt, len);
+        assert_eq!(
+            stream_receive(&mut qp, from, 0, 5, read_response(2)),
+            Arrival::OutOfSequence { expected: len }
+        );
+        assert_eq!(
+            stream_receive(&mut qp, from, len, 6, read_response(2)),
+            Arrival::WrongCookie
+        );
+        assert_eq!(conn(&mut qp).rcv_nxt, len, "nothing taken");
+        assert_eq!(
+            stream_receive(&mut qp, tuple(), len, 5, read_response(2)),
+            Arrival::Stale,
+            "another connection's"
+        );
+        let term = StreamMsg::Terminate { status: Some(3) };
+        assert_eq!(
+            stream_receive(&mut qp, from, 999, 6, term),
+            Arrival::Terminate(Some(3)),
+            "whatever its sequence number and cookie"
+        );
+        conn(&mut qp).live = false;
+        assert_eq!(
+            stream_receive(&mut qp, from, len, 5, read_response(2)),
+            Arrival::Stale,
+            "ended"
+        );
+    }
+
+    #[test]
+    fn streams_end_once_from_either_side() {
+        let mut qp = iwarp_qp();
+        qp.outstanding.push_back(Pending::for_test(1));
+        conn(&mut qp).backlog.push_back((100, read_response(1)));
+        let (seq, msg) = stream_close(&mut qp, Some(4)).unwrap();
+        assert_eq!(seq, 100);
+        assert_eq!(msg, StreamMsg::Terminate { status: Some(4) });
+        assert_eq!(conn(&mut qp).snd_nxt, 100 + msg.stream_len());
+        assert!(!conn(&mut qp).live);
+        assert!(conn(&mut qp).backlog.is_empty(), "undelivered messages go");
+        assert_eq!(qp.iw.as_ref().unwrap().state, IwarpState::Error);
+        assert_eq!(stream_close(&mut qp, None), None, "ended already");
+        assert_eq!(stream_terminated(&mut qp, Some(3)), None);
+        assert_eq!(
+            qp.outstanding[0].status, None,
+            "not by a Terminate after the end"
+        );
+        let mut qp = iwarp_qp();
+        qp.outstanding.push_back(Pending::for_test(1));
+        assert_eq!(stream_terminated(&mut qp, Some(3)), Some(tuple()));
+        assert_eq!(qp.outstanding[0].status, Some(3));
+        assert!(!conn(&mut qp).live);
+        let mut qp = iwarp_qp();
+        qp.iw.as_mut().unwrap().state = IwarpState::Closing;
+        assert!(stream_close(&mut qp, None).is_some());
+        assert_eq!(
+            qp.iw.as_ref().unwrap().state,
+            IwarpState::Closing,
+            "a stopped QP keeps its state"
+        );
     }
 
     #[test]
