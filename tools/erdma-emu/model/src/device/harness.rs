@@ -123,68 +123,12 @@ impl Device {
             }
             Query::UdDrops => self.harness.ud_drops.report(),
             Query::Rules => format!("rules={}", self.harness.rules.len()),
-            Query::Qps => {
-                // iWARP QPs: the iWARP state, then the connection handed over at RTS.
-                let qps: Vec<String> = self
-                    .func
-                    .rdma
-                    .qps
-                    .values()
-                    .map(|q| match &q.iw {
-                        Some(iw) => format!("{}:{}", q.qpn, iw.describe()),
-                        None => format!("{}:{}", q.qpn, q.state.name()),
-                    })
-                    .collect();
-                format!("qps={}", qps.join(","))
-            }
+            Query::Qps => format!("qps={}", self.func.rdma.qps_view().join(",")),
             Query::Cqs => {
                 let cqs: Vec<String> = self.cqs().iter().map(ToString::to_string).collect();
                 format!("cqs={}", cqs.join(","))
             }
-            Query::Queues => {
-                let rdma = &self.func.rdma;
-                let qps = rdma.qps.values().map(|q| {
-                    let unanswered = q.outstanding.iter().filter(|p| p.status.is_none()).count();
-                    match &q.iw {
-                        // iWARP: lost = messages waiting for retransmission; the state and the
-                        // connection last.
-                        Some(iw) => {
-                            let backlog = iw.conn.as_ref().map_or(0, |c| c.backlog.len());
-                            let (state, conn) = iw.describe().split_once(':').map_or_else(
-                                || (iw.describe(), String::new()),
-                                |(s, c)| (s.to_string(), format!(":{c}")),
-                            );
-                            format!(
-                                "q{}:{state}:{}/{}:{unanswered}:{backlog}:{}{conn}",
-                                q.qpn,
-                                q.sq.pi,
-                                q.sq.ci,
-                                q.held.len()
-                            )
-                        }
-                        None => format!(
-                            "q{}:{}:{}/{}:{unanswered}:{}:{}",
-                            q.qpn,
-                            q.state.name(),
-                            q.sq.pi,
-                            q.sq.ci,
-                            q.lost.len(),
-                            q.held.len()
-                        ),
-                    }
-                });
-                let cqs = rdma.cqs.values().map(|c| {
-                    format!(
-                        "c{}:{}/{}:{}:{}",
-                        c.cqn,
-                        c.pi,
-                        c.ci,
-                        if c.armed.is_some() { "a" } else { "-" },
-                        if c.error { "E" } else { "-" }
-                    )
-                });
-                format!("queues={}", qps.chain(cqs).collect::<Vec<_>>().join(","))
-            }
+            Query::Queues => format!("queues={}", self.func.rdma.queues_view().join(",")),
             Query::Mrs => {
                 let mrs: Vec<String> = self
                     .mr_layouts()

@@ -543,6 +543,61 @@ impl Rdma {
             .get(&wire::stag_index(stag))
             .is_some_and(|m| m.valid && m.key == wire::stag_key(stag))
     }
+
+    /// Each QP as the control language's `query qps` shows it ([`crate::control::Query::Qps`]).
+    pub(super) fn qps_view(&self) -> Vec<String> {
+        self.qps
+            .values()
+            .map(|q| match &q.iw {
+                Some(iw) => format!("{}:{}", q.qpn, iw.describe()),
+                None => format!("{}:{}", q.qpn, q.state.name()),
+            })
+            .collect()
+    }
+
+    /// Each QP, then each CQ, as the control language's `query queues` shows them
+    /// ([`crate::control::Query::Queues`]).
+    pub(super) fn queues_view(&self) -> Vec<String> {
+        let qps = self.qps.values().map(|q| {
+            let unanswered = q.outstanding.iter().filter(|p| p.status.is_none()).count();
+            match &q.iw {
+                Some(iw) => {
+                    let backlog = iw.conn.as_ref().map_or(0, |c| c.backlog.len());
+                    let (state, conn) = iw.describe().split_once(':').map_or_else(
+                        || (iw.describe(), String::new()),
+                        |(s, c)| (s.to_string(), format!(":{c}")),
+                    );
+                    format!(
+                        "q{}:{state}:{}/{}:{unanswered}:{backlog}:{}{conn}",
+                        q.qpn,
+                        q.sq.pi,
+                        q.sq.ci,
+                        q.held.len()
+                    )
+                }
+                None => format!(
+                    "q{}:{}:{}/{}:{unanswered}:{}:{}",
+                    q.qpn,
+                    q.state.name(),
+                    q.sq.pi,
+                    q.sq.ci,
+                    q.lost.len(),
+                    q.held.len()
+                ),
+            }
+        });
+        let cqs = self.cqs.values().map(|c| {
+            format!(
+                "c{}:{}/{}:{}:{}",
+                c.cqn,
+                c.pi,
+                c.ci,
+                if c.armed.is_some() { "a" } else { "-" },
+                if c.error { "E" } else { "-" }
+            )
+        });
+        qps.chain(cqs).collect()
+    }
 }
 
 /// A normal MR from REG_MR: its length within the capabilities, its page size, and its MTT
