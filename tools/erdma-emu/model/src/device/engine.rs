@@ -111,17 +111,16 @@ mod ud;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::events::Events;
 use super::objects::Rdma;
 use super::{Device, WarnOnce};
 use crate::caps::Caps;
 use crate::clock::Clock;
-use crate::eq::{EventQueues, PostError};
 use crate::fabric::{Body, Packet, Port};
 use crate::io::Io;
 use crate::mtt::Piece;
 use crate::roce::{AhTable, GidTable};
 use crate::stats::{TrafficCounters, UdDrops};
-use crate::wire::AeqEvent;
 
 /// Largest message the model moves (bytes): larger ones complete with status 1.
 pub const MAX_MESSAGE: u64 = 1 << 30;
@@ -162,14 +161,15 @@ fn trace_data(qpn: u32, what: &str, addr: u64, key: u32, pieces: &[Piece], data:
 
 /// What the data-path engines (requester, responder, UD, completions, the transports and the
 /// iWARP streams) work with, borrowed from the device part by part: the object tables, the
-/// wire ([`Wire`]: the fabric port and the traffic counters), the keys' settings, event posting, RoCEv2
-/// addressing for UD, the clock and the log's rate limits. Nothing else of the device (its
-/// registers, command queue, doorbell pages, PCI face or control state) is in reach.
+/// wire ([`Wire`]: the fabric port and the traffic counters), event posting ([`Events`]), the
+/// keys' settings, RoCEv2 addressing for UD, the clock and the log's rate limits. Nothing else
+/// of the device (its registers, command queue, doorbell pages, PCI face or control state) is
+/// in reach.
 pub(in crate::device) struct DataPath<'a> {
     /// QPs, CQs, MRs and the retransmission timers.
     pub rdma: &'a mut Rdma,
-    /// The event queues (`None` before `DEV_CTRL.INIT`).
-    pub eqs: Option<&'a mut EventQueues>,
+    /// Event posting (CEQEs, AEQEs).
+    pub events: Events<'a>,
     /// The fabric port and the traffic counters.
     pub wire: Wire<'a>,
     /// UD datagrams dropped, by cause.
@@ -202,7 +202,7 @@ impl Device {
     pub(in crate::device) fn data_path(&mut self) -> DataPath<'_> {
         DataPath {
             rdma: &mut self.func.rdma,
-            eqs: self.func.queues.as_mut().map(|q| &mut q.eqs),
+            events: Events::of(&mut self.func.queues),
             wire: Wire {
                 port: self.port.as_ref(),
                 stats: &mut self.harness.stats,
@@ -257,26 +257,5 @@ impl DataPath<'_> {
                 io,
             ),
         }
-    }
-
-    /// Posts a CEQE for `cqn` to CEQ `eqn`; raises the CEQ's vector if it is armed.
-    pub(in crate::device) fn post_ceqe(
-        &mut self,
-        eqn: u8,
-        cqn: u32,
-        io: &mut Io<'_>,
-    ) -> Result<(), PostError> {
-        let eqs = self.eqs.as_deref_mut().ok_or(PostError::NotInitialized)?;
-        eqs.post_ceqe(eqn, cqn, io).map(drop)
-    }
-
-    /// Posts an asynchronous event to the AEQ; raises vector 0 if the AEQ is armed.
-    pub(in crate::device) fn post_aeqe(
-        &mut self,
-        ev: AeqEvent,
-        io: &mut Io<'_>,
-    ) -> Result<(), PostError> {
-        let eqs = self.eqs.as_deref_mut().ok_or(PostError::NotInitialized)?;
-        eqs.post_aeqe(ev, io).map(drop)
     }
 }

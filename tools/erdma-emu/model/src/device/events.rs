@@ -4,11 +4,43 @@
 //! for the engines and the control language. The rings, the posting and the arming are
 //! [`crate::eq::EventQueues`]; this is the device's face of them.
 
-use super::{Device, Oddity};
-use crate::eq::{EventQueue, PostError};
+use super::{Device, Oddity, Queues};
+use crate::eq::{EventQueue, EventQueues, PostError};
 use crate::io::Io;
 use crate::regs::EqDoorbell;
 use crate::wire::AeqEvent;
+
+/// Posting events, all the engines may do with the EQs: CEQEs and AEQEs, into the queues
+/// `DEV_CTRL.INIT` created ([`PostError::NotInitialized`] before).
+pub(super) struct Events<'a> {
+    eqs: Option<&'a mut EventQueues>,
+}
+
+impl<'a> Events<'a> {
+    /// The events of a function whose queues are `queues`.
+    pub(super) fn of(queues: &'a mut Option<Queues>) -> Self {
+        Events {
+            eqs: queues.as_mut().map(|q| &mut q.eqs),
+        }
+    }
+
+    /// Posts a CEQE for `cqn` (20 bits) to CEQ `eqn`; raises the CEQ's vector if it is armed.
+    pub(super) fn post_ceqe(
+        &mut self,
+        eqn: u8,
+        cqn: u32,
+        io: &mut Io<'_>,
+    ) -> Result<(), PostError> {
+        let eqs = self.eqs.as_deref_mut().ok_or(PostError::NotInitialized)?;
+        eqs.post_ceqe(eqn, cqn, io).map(drop)
+    }
+
+    /// Posts an asynchronous event to the AEQ; raises vector 0 if the AEQ is armed.
+    pub(super) fn post_aeqe(&mut self, ev: AeqEvent, io: &mut Io<'_>) -> Result<(), PostError> {
+        let eqs = self.eqs.as_deref_mut().ok_or(PostError::NotInitialized)?;
+        eqs.post_aeqe(ev, io).map(drop)
+    }
+}
 
 impl Device {
     /// An EQ doorbell: AEQ_DB (`None`) or EQ_DB\[n\] (0 = CMDQ EQ, n = CEQ n).
@@ -26,12 +58,12 @@ impl Device {
 
     /// Posts a CEQE for `cqn` (20 bits) to CEQ `eqn`; raises the CEQ's vector if it is armed.
     pub fn post_ceqe(&mut self, eqn: u8, cqn: u32, io: &mut Io<'_>) -> Result<(), PostError> {
-        self.data_path().post_ceqe(eqn, cqn, io)
+        Events::of(&mut self.func.queues).post_ceqe(eqn, cqn, io)
     }
 
     /// Posts an asynchronous event to the AEQ; raises vector 0 if the AEQ is armed.
     pub fn post_aeqe(&mut self, ev: AeqEvent, io: &mut Io<'_>) -> Result<(), PostError> {
-        self.data_path().post_aeqe(ev, io)
+        Events::of(&mut self.func.queues).post_aeqe(ev, io)
     }
 
     /// EQNs of the live CEQs, in increasing order.

@@ -392,7 +392,7 @@ impl DataPath<'_> {
             data0: qpn,
             data1: 0,
         };
-        if let Err(e) = self.post_aeqe(ev, io) {
+        if let Err(e) = self.events.post_aeqe(ev, io) {
             log::warn!("QP {qpn}: AEQE type {ty} dropped: {e}");
         }
     }

@@ -10,10 +10,10 @@
 //! Sending and retransmitting take only what they need on both protocols: the message goes
 //! through the data path's [`Wire`] (the fabric port and the traffic counters: requests by
 //! GID and QPN here, stream messages by 4-tuple in `iwarp`) for one QP, and what a lost
-//! message and the retransmission timer do to the QP are functions of the QP alone. The trait's methods get the data path ([`DataPath`]: the
-//! object tables, the wire, event posting), not the device, for what they hand back to the
-//! engines (completions, the SQ, events) and for the rest of the iWARP stream (receiving,
-//! Terminate).
+//! message and the retransmission timer do to the QP are functions of the QP alone. The
+//! trait's methods get the data path ([`DataPath`]: the object tables, the wire, event
+//! posting), not the device, for what they hand back to the engines (completions, the SQ,
+//! events) and for the rest of the iWARP stream (receiving, Terminate).
 
 use std::collections::BTreeMap;
 

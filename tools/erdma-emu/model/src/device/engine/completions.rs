@@ -111,7 +111,7 @@ impl DataPath<'_> {
                     data0: cqn,
                     data1: 0,
                 };
-                if let Err(e) = self.post_aeqe(ev, io) {
+                if let Err(e) = self.events.post_aeqe(ev, io) {
                     log::warn!("CQ {cqn}: AEQE dropped: {e}");
                 }
             }

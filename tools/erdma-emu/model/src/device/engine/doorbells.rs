@@ -145,7 +145,7 @@ impl DataPath<'_> {
     }
 
     pub(super) fn cq_event(&mut self, eqn: u8, cqn: u32, io: &mut Io<'_>) {
-        if let Err(e) = self.post_ceqe(eqn, cqn, io) {
+        if let Err(e) = self.events.post_ceqe(eqn, cqn, io) {
             if self.warned.dp_error() {
                 log::warn!("CQ {cqn}: CEQE to CEQ {eqn} dropped: {e}");
             }

@@ -209,7 +209,7 @@ impl DataPath<'_> {
             data0: qpn,
             data1: 0,
         };
-        if let Err(err) = self.post_aeqe(ev, io) {
+        if let Err(err) = self.events.post_aeqe(ev, io) {
             log::warn!("QP {qpn}: AEQE dropped: {err}");
         }
         self.enter_error_with(qpn, Some(e.remote()), io);
