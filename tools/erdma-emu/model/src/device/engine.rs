@@ -119,8 +119,8 @@ use crate::clock::Clock;
 use crate::fabric::{Body, Packet, Port};
 use crate::io::Io;
 use crate::mtt::Piece;
-use crate::roce::{AhTable, GidTable};
 use crate::stats::{TrafficCounters, UdDrops};
+use ud::RoceAddressing;
 
 /// Largest message the model moves (bytes): larger ones complete with status 1.
 pub const MAX_MESSAGE: u64 = 1 << 30;
@@ -162,9 +162,9 @@ fn trace_data(qpn: u32, what: &str, addr: u64, key: u32, pieces: &[Piece], data:
 /// What the data-path engines (requester, responder, UD, completions, the transports and the
 /// iWARP streams) work with, borrowed from the device part by part: the object tables, the
 /// wire ([`Wire`]: the fabric port and the traffic counters), event posting ([`Events`]), the
-/// keys' settings, RoCEv2 addressing for UD, the clock and the log's rate limits. Nothing else
-/// of the device (its registers, command queue, doorbell pages, PCI face or control state) is
-/// in reach.
+/// keys' settings, RoCEv2 addressing ([`RoceAddressing`]), the clock and the log's rate
+/// limits. Nothing else of the device (its registers, command queue, doorbell pages, PCI face
+/// or control state) is in reach.
 pub(in crate::device) struct DataPath<'a> {
     /// QPs, CQs, MRs and the retransmission timers.
     pub rdma: &'a mut Rdma,
@@ -176,12 +176,8 @@ pub(in crate::device) struct DataPath<'a> {
     pub ud_drops: &'a mut UdDrops,
     /// The function's capabilities (atomics, the local DMA lkey).
     pub caps: &'a Caps,
-    /// The GID table (UD source GIDs).
-    pub gids: &'a GidTable,
-    /// Address handles (UD destinations).
-    pub ahs: &'a AhTable,
-    /// The last CONF_MTU (0: none yet).
-    pub mtu: u32,
+    /// The GID table, the address handles and the MTU.
+    pub roce: RoceAddressing<'a>,
     /// The clock retransmission timers run on.
     pub clock: &'a dyn Clock,
     /// Rate limits of the data path's warnings.
@@ -209,9 +205,11 @@ impl Device {
             },
             ud_drops: &mut self.harness.ud_drops,
             caps: &self.config.caps,
-            gids: &self.func.gids,
-            ahs: &self.func.ahs,
-            mtu: self.func.mtu,
+            roce: RoceAddressing {
+                gids: &self.func.gids,
+                ahs: &self.func.ahs,
+                mtu: self.func.mtu,
+            },
             clock: &*self.clock,
             warned: &mut self.warned,
         }

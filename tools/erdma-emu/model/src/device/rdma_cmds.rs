@@ -116,7 +116,7 @@ impl DataPath<'_> {
         } else {
             None
         };
-        if r.mask & qp_mask::AV != 0 && !self.gids.in_range(r.av.sgid_index) {
+        if r.mask & qp_mask::AV != 0 && !self.roce.gids.in_range(r.av.sgid_index) {
             return Err(Status::InvalidParam);
         }
         let qp = self.rdma.qps.get_mut(&r.qpn).ok_or(Status::NotFound)?;

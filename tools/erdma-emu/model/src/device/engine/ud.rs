@@ -9,7 +9,7 @@ use crate::cmdq::Gid;
 use crate::device::Oddity;
 use crate::fabric::{Body, Datagram, Packet, Refused, SendError};
 use crate::io::{GuestMemory, Io};
-use crate::roce::{self, GRH_SIZE};
+use crate::roce::{self, AhTable, GidTable, GRH_SIZE};
 use crate::stats::UdDrop;
 use crate::wire::{op, wc, CqeExtra, QpState, Sgl, SqeHeader, UdInfo, UdSendSqe, QP_TYPE_UD};
 
@@ -17,7 +17,20 @@ use crate::wire::{op, wc, CqeExtra, QpState, Sgl, SqeHeader, UdInfo, UdSendSqe, 
 /// function's MTU (as ib_core derives the port's MTU from the netdev's).
 const IB_MTUS: [u32; 5] = [4096, 2048, 1024, 512, 256];
 
-impl DataPath<'_> {
+/// RoCEv2 addressing as the data path uses it: the GID table (UD source GIDs; the source GID
+/// index of a QP's address vector), the address handles (UD destinations) and the function's
+/// MTU (the largest UD payload).
+#[derive(Clone, Copy)]
+pub(in crate::device) struct RoceAddressing<'a> {
+    /// The GID table.
+    pub gids: &'a GidTable,
+    /// The address handles.
+    pub ahs: &'a AhTable,
+    /// The last CONF_MTU (0: none yet).
+    pub mtu: u32,
+}
+
+impl RoceAddressing<'_> {
     /// The largest UD payload: the largest IB MTU within the function's MTU (CONF_MTU, the
     /// netdev's MTU; 256 below 512), [`UD_DEFAULT_MTU`] before any CONF_MTU.
     pub(in crate::device) fn ud_mtu(&self) -> u32 {
@@ -26,10 +39,12 @@ impl DataPath<'_> {
             m => IB_MTUS.into_iter().find(|&x| m >= x).unwrap_or(256),
         }
     }
+}
 
+impl DataPath<'_> {
     /// Builds the datagram of a UD SEND / SEND_WITH_IMM WQE: `(destination QPN, datagram)`, or
     /// the requester's status: 8 for a short WQE, an AHN that is not live or a payload beyond
-    /// [`DataPath::ud_mtu`], 13 for an AH of another PD, the local SGE codes.
+    /// [`RoceAddressing::ud_mtu`], 13 for an AH of another PD, the local SGE codes.
     pub(super) fn ud_datagram(
         &mut self,
         qpn: u32,
@@ -39,7 +54,7 @@ impl DataPath<'_> {
         mem: &dyn GuestMemory,
     ) -> Result<(u32, Datagram), u8> {
         let s = UdSendSqe::decode(wqe).ok_or(wc::SEND_FORMAT)?;
-        let Some(ah) = self.ahs.get(s.ahn).copied() else {
+        let Some(ah) = self.roce.ahs.get(s.ahn).copied() else {
             if self.warned.dp_error() {
                 log::warn!("QP {qpn}: UD WQE names AH {} that does not exist", s.ahn);
             }
@@ -60,7 +75,7 @@ impl DataPath<'_> {
             Sgl::Inline(d) => d.len() as u64,
             Sgl::Sges(sges) => sges.iter().map(|g| u64::from(g.len)).sum(),
         };
-        let mtu = self.ud_mtu();
+        let mtu = self.roce.ud_mtu();
         if len > u64::from(mtu) {
             if self.warned.dp_error() {
                 log::warn!("QP {qpn}: UD payload of {len} bytes beyond the MTU ({mtu})");
@@ -72,7 +87,7 @@ impl DataPath<'_> {
             Sgl::Sges(sges) => self.keys().gather(pdn, &sges, mem)?,
         };
         let av = ah.av;
-        let sgid: Gid = match self.gids.get(av.sgid_index) {
+        let sgid: Gid = match self.roce.gids.get(av.sgid_index) {
             Some(e) => e.gid,
             None => {
                 // Like an RC send, the WQE is not refused; the adapter has no address for the
@@ -256,5 +271,29 @@ impl DataPath<'_> {
                 info.src_qpn
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ud_payloads_stop_at_the_largest_ib_mtu_within_the_function_mtu() {
+        let (gids, ahs) = (GidTable::new(4), AhTable::new(4));
+        let limit = |mtu| {
+            RoceAddressing {
+                gids: &gids,
+                ahs: &ahs,
+                mtu,
+            }
+            .ud_mtu()
+        };
+        assert_eq!(limit(0), UD_DEFAULT_MTU, "before any CONF_MTU");
+        assert_eq!(limit(9000), 4096);
+        assert_eq!(limit(1500), 1024);
+        assert_eq!(limit(512), 512);
+        assert_eq!(limit(300), 256);
+        assert_eq!(limit(68), 256, "256 below 512");
     }
 }
