@@ -3,6 +3,9 @@
 //! The command queue engine (erdma_rs_hw 3) and the COMMON commands it executes; the CMDQ EQE
 //! it posts on an armed CMDQ CQ goes through [`crate::eq::EventQueues`]. The rings (fetching,
 //! CQEs, the CQ arm) and the delayed completions are the `cmdq_ring` part; this drives them.
+//! Fetching and completing commands (with the fault rules and delayed completions) is
+//! `CmdEngine`, which borrows only those parts of the device; the device executes each command
+//! it fetched (the handler table, [`Device::execute`]).
 //!
 //! # Fetching
 //!
@@ -33,13 +36,14 @@
 
 use std::time::Duration;
 
-use super::cmdq_ring::BadCommand;
-use super::{Device, Oddity, Protocol};
+use super::cmdq_ring::{BadCommand, DelayedCqes};
+use super::{Device, Oddity, Protocol, Queues, WarnOnce};
+use crate::clock::Clock;
 use crate::cmdq::{
     self, AllocDb, Command, ConfDevice, ConfMtu, Cqe, CreateAh, CreateEq, DestroyAh, DestroyEq,
     FreeDb, GetStats, OpCode, Request, SetGid, Status, CQE_QTYPE_CMDQ, MAX_CMD_SIZE, WQEBB_SIZE,
 };
-use crate::control::FaultAction;
+use crate::control::{FaultAction, FaultRules};
 use crate::eq::EventQueues;
 use crate::extdb;
 use crate::io::Io;
@@ -86,61 +90,35 @@ impl Device {
     /// Fetches, executes and completes the command at WQEBB index `start`; `remaining` (> 0)
     /// WQEBBs are left before the doorbell's PI. Returns the WQEBBs consumed (1..=remaining).
     fn process_command(&mut self, start: u16, remaining: u16, io: &mut Io<'_>) -> u16 {
-        self.harness.cmds = self.harness.cmds.wrapping_add(1);
-        let (code, count, buf) = match self.fetch(start, remaining, io) {
-            Ok(fetched) => fetched,
-            Err(bad) => {
-                self.log_cmd_error(start, bad.code, bad.status.code(), &bad.why);
-                self.complete(start, bad.code, Err(bad.status), None, io);
-                return bad.extent;
-            }
-        };
-        let delay = match self.harness.rules.check(code) {
-            Some(FaultAction::Fail(status)) => {
-                log::debug!("CMDQ {code} at {start:#x}: failed with status {status} (fault rule)");
-                self.complete_status(start, code, status, (0, 0), None, io);
-                return count;
-            }
-            Some(FaultAction::Delay(d)) => Some(d),
-            None => None,
+        let (code, count, buf, delay) = match self.cmd_engine().fetch(start, remaining, io) {
+            Fetched::Done(extent) => return extent,
+            Fetched::Execute {
+                code,
+                count,
+                buf,
+                delay,
+            } => (code, count, buf, delay),
         };
         let len = usize::from(count) * WQEBB_SIZE;
         let outcome = self.execute(code, &Request::new(&buf[..len]), io);
+        let mut engine = self.cmd_engine();
         match outcome {
             Ok(_) => log::debug!("CMDQ {code} at {start:#x}: ok"),
-            Err(status) => self.log_cmd_error(start, code, status.code(), status.name()),
+            Err(status) => engine.log_cmd_error(start, code, status.code(), status.name()),
         }
-        self.complete(start, code, outcome, delay, io);
+        engine.complete(start, code, outcome, delay, io);
         count
     }
 
-    /// Reads and checks the command at `start`: its code, WQEBB count and bytes.
-    fn fetch(
-        &mut self,
-        start: u16,
-        remaining: u16,
-        io: &mut Io<'_>,
-    ) -> Result<(OpCode, u16, [u8; MAX_CMD_SIZE]), BadCommand> {
-        match self.func.queues.as_ref() {
-            Some(q) => q.cmdq.fetch(start, remaining, io.mem, &mut self.warned),
-            None => Err(BadCommand::new(
-                OpCode { sub: 0, op: 0 },
-                Status::DmaError,
-                "",
-                remaining,
-            )),
-        }
-    }
-
-    fn log_cmd_error(&mut self, start: u16, code: OpCode, status: u8, why: &str) {
-        let msg = format!(
-            "CMDQ {code} at {start:#x} failed with status {}: {why}",
-            cmdq::Status::describe(status)
-        );
-        if self.warned.cmd_error() {
-            log::warn!("{msg}");
-        } else {
-            log::debug!("{msg}");
+    /// The command engine's part of the device.
+    fn cmd_engine(&mut self) -> CmdEngine<'_> {
+        CmdEngine {
+            queues: self.func.queues.as_mut(),
+            delayed: &mut self.func.delayed,
+            rules: &mut self.harness.rules,
+            cmds: &mut self.harness.cmds,
+            clock: &*self.clock,
+            warned: &mut self.warned,
         }
     }
 
@@ -292,97 +270,10 @@ impl Device {
     // Completions
     // --------------------------------------------------------------------------------------------
 
-    /// Completes the command at `start` now, or after `delay`.
-    fn complete(
-        &mut self,
-        start: u16,
-        code: OpCode,
-        outcome: Outcome,
-        delay: Option<Duration>,
-        io: &mut Io<'_>,
-    ) {
-        let (status, resp) = match outcome {
-            Ok(resp) => (Status::Success.code(), resp),
-            Err(s) => (s.code(), (0, 0)),
-        };
-        self.complete_status(start, code, status, resp, delay, io);
-    }
-
-    fn complete_status(
-        &mut self,
-        start: u16,
-        code: OpCode,
-        status: u8,
-        (resp0, resp1): (u64, u64),
-        delay: Option<Duration>,
-        io: &mut Io<'_>,
-    ) {
-        let cqe = Cqe {
-            owner: false,
-            opcode: code.op,
-            qtype: CQE_QTYPE_CMDQ,
-            status,
-            start: start.into(),
-            resp0,
-            resp1,
-        };
-        match delay {
-            Some(d) => {
-                let due = self.clock.now().saturating_add(d);
-                if self.func.delayed.hold(due, cqe) {
-                    log::debug!("CMDQ {code} at {start:#x}: completion delayed by {d:?}");
-                } else {
-                    log::warn!("too many delayed completions; completing {code} at once");
-                    self.write_cqe(cqe, io);
-                }
-            }
-            None => self.write_cqe(cqe, io),
-        }
-    }
-
-    /// Writes a CQE (owner bit from the producer index) into the CMDQ CQ and, if the CQ is
-    /// armed, an EQE into the CMDQ EQ.
-    fn write_cqe(&mut self, cqe: Cqe, io: &mut Io<'_>) {
-        let Some(q) = self.func.queues.as_mut() else {
-            return;
-        };
-        match q.cmdq.write_cqe(cqe, io.mem) {
-            Ok(true) => self.post_cmdq_eqe(io),
-            Ok(false) => {}
-            Err(e) => {
-                if self.warned.first(Oddity::CqeWrite, 0) {
-                    log::warn!("CMDQ CQE for the command at {:#x} dropped: {e}", cqe.start);
-                }
-            }
-        }
-    }
-
-    fn post_cmdq_eqe(&mut self, io: &mut Io<'_>) {
-        let Some(q) = self.func.queues.as_mut() else {
-            return;
-        };
-        if let Err(e) = q.eqs.post_cmdq_eqe(io) {
-            if self.warned.first(Oddity::EqPost, 0) {
-                log::warn!("CMDQ EQE dropped: {e}");
-            }
-        }
-    }
-
     /// CMDQ_CQ_DB: record the CI; with ARM, the next CQE (or one already beyond the CI) produces
     /// an EQE.
     pub(super) fn cmdq_cq_doorbell(&mut self, db: CqDoorbell, io: &mut Io<'_>) {
-        if db.cqn != 0 && self.warned.first(Oddity::CqDoorbellCqn, 0) {
-            log::warn!(
-                "CMDQ_CQ_DB with CQN {} (expected 0), taken as the CMDQ CQ",
-                db.cqn
-            );
-        }
-        let Some(q) = self.func.queues.as_mut() else {
-            return;
-        };
-        if q.cmdq.cq_doorbell(db) {
-            self.post_cmdq_eqe(io);
-        }
+        self.cmd_engine().cq_doorbell(db, io);
     }
 
     // --------------------------------------------------------------------------------------------
@@ -410,12 +301,13 @@ impl Device {
     pub fn run_due(&mut self, io: &mut Io<'_>) -> usize {
         let now = self.clock.now();
         let mut n = 0;
-        while let Some(cqe) = self.func.delayed.take_due(now) {
+        let mut engine = self.cmd_engine();
+        while let Some(cqe) = engine.delayed.take_due(now) {
             log::debug!(
                 "CMDQ: delayed completion of the command at {:#x}",
                 cqe.start
             );
-            self.write_cqe(cqe, io);
+            engine.write_cqe(cqe, io);
             n += 1;
         }
         n + self.data_path().run_retransmits(now, io)
@@ -453,5 +345,186 @@ impl Device {
     /// Delayed completions not yet written.
     pub fn delayed_completions(&self) -> usize {
         self.func.delayed.len()
+    }
+}
+
+/// The command engine's part of the device: the CMDQ rings (and the EQs a completion posts
+/// to), the completions held back by `delay` rules, the fault rules and the command count. It
+/// fetches a command and completes it; the device executes it (`Device::execute`).
+struct CmdEngine<'a> {
+    queues: Option<&'a mut Queues>,
+    delayed: &'a mut DelayedCqes,
+    rules: &'a mut FaultRules,
+    /// Commands fetched from the CMDQ.
+    cmds: &'a mut u64,
+    clock: &'a dyn Clock,
+    warned: &'a mut WarnOnce,
+}
+
+/// What fetching a command came to.
+enum Fetched {
+    /// Completed already (malformed, or failed by a fault rule): the WQEBBs it took.
+    Done(u16),
+    /// To be executed: its code, WQEBBs and bytes, and the delay of its completion (a fault
+    /// rule).
+    Execute {
+        code: OpCode,
+        count: u16,
+        buf: [u8; MAX_CMD_SIZE],
+        delay: Option<Duration>,
+    },
+}
+
+impl CmdEngine<'_> {
+    /// Fetches the command at WQEBB index `start` (`remaining` WQEBBs before the doorbell's
+    /// PI) and applies the fault rules; completes it if it goes no further.
+    fn fetch(&mut self, start: u16, remaining: u16, io: &mut Io<'_>) -> Fetched {
+        *self.cmds = self.cmds.wrapping_add(1);
+        let (code, count, buf) = match self.read(start, remaining, io) {
+            Ok(fetched) => fetched,
+            Err(bad) => {
+                self.log_cmd_error(start, bad.code, bad.status.code(), &bad.why);
+                self.complete(start, bad.code, Err(bad.status), None, io);
+                return Fetched::Done(bad.extent);
+            }
+        };
+        let delay = match self.rules.check(code) {
+            Some(FaultAction::Fail(status)) => {
+                log::debug!("CMDQ {code} at {start:#x}: failed with status {status} (fault rule)");
+                self.complete_status(start, code, status, (0, 0), None, io);
+                return Fetched::Done(count);
+            }
+            Some(FaultAction::Delay(d)) => Some(d),
+            None => None,
+        };
+        Fetched::Execute {
+            code,
+            count,
+            buf,
+            delay,
+        }
+    }
+
+    /// Reads and checks the command at `start`: its code, WQEBB count and bytes.
+    fn read(
+        &mut self,
+        start: u16,
+        remaining: u16,
+        io: &mut Io<'_>,
+    ) -> Result<(OpCode, u16, [u8; MAX_CMD_SIZE]), BadCommand> {
+        match self.queues.as_deref() {
+            Some(q) => q.cmdq.fetch(start, remaining, io.mem, self.warned),
+            None => Err(BadCommand::new(
+                OpCode { sub: 0, op: 0 },
+                Status::DmaError,
+                "",
+                remaining,
+            )),
+        }
+    }
+
+    fn log_cmd_error(&mut self, start: u16, code: OpCode, status: u8, why: &str) {
+        let msg = format!(
+            "CMDQ {code} at {start:#x} failed with status {}: {why}",
+            cmdq::Status::describe(status)
+        );
+        if self.warned.cmd_error() {
+            log::warn!("{msg}");
+        } else {
+            log::debug!("{msg}");
+        }
+    }
+
+    /// Completes the command at `start` now, or after `delay`.
+    fn complete(
+        &mut self,
+        start: u16,
+        code: OpCode,
+        outcome: Outcome,
+        delay: Option<Duration>,
+        io: &mut Io<'_>,
+    ) {
+        let (status, resp) = match outcome {
+            Ok(resp) => (Status::Success.code(), resp),
+            Err(s) => (s.code(), (0, 0)),
+        };
+        self.complete_status(start, code, status, resp, delay, io);
+    }
+
+    fn complete_status(
+        &mut self,
+        start: u16,
+        code: OpCode,
+        status: u8,
+        (resp0, resp1): (u64, u64),
+        delay: Option<Duration>,
+        io: &mut Io<'_>,
+    ) {
+        let cqe = Cqe {
+            owner: false,
+            opcode: code.op,
+            qtype: CQE_QTYPE_CMDQ,
+            status,
+            start: start.into(),
+            resp0,
+            resp1,
+        };
+        match delay {
+            Some(d) => {
+                let due = self.clock.now().saturating_add(d);
+                if self.delayed.hold(due, cqe) {
+                    log::debug!("CMDQ {code} at {start:#x}: completion delayed by {d:?}");
+                } else {
+                    log::warn!("too many delayed completions; completing {code} at once");
+                    self.write_cqe(cqe, io);
+                }
+            }
+            None => self.write_cqe(cqe, io),
+        }
+    }
+
+    /// Writes a CQE (owner bit from the producer index) into the CMDQ CQ and, if the CQ is
+    /// armed, an EQE into the CMDQ EQ.
+    fn write_cqe(&mut self, cqe: Cqe, io: &mut Io<'_>) {
+        let Some(q) = self.queues.as_deref_mut() else {
+            return;
+        };
+        match q.cmdq.write_cqe(cqe, io.mem) {
+            Ok(true) => self.post_cmdq_eqe(io),
+            Ok(false) => {}
+            Err(e) => {
+                if self.warned.first(Oddity::CqeWrite, 0) {
+                    log::warn!("CMDQ CQE for the command at {:#x} dropped: {e}", cqe.start);
+                }
+            }
+        }
+    }
+
+    fn post_cmdq_eqe(&mut self, io: &mut Io<'_>) {
+        let Some(q) = self.queues.as_deref_mut() else {
+            return;
+        };
+        if let Err(e) = q.eqs.post_cmdq_eqe(io) {
+            if self.warned.first(Oddity::EqPost, 0) {
+                log::warn!("CMDQ EQE dropped: {e}");
+            }
+        }
+    }
+
+    /// CMDQ_CQ_DB: record the CI; with ARM, the next CQE (or one already beyond the CI) produces
+    /// an EQE.
+    fn cq_doorbell(&mut self, db: CqDoorbell, io: &mut Io<'_>) {
+        if db.cqn != 0 && self.warned.first(Oddity::CqDoorbellCqn, 0) {
+            log::warn!(
+                "CMDQ_CQ_DB with CQN {} (expected 0), taken as the CMDQ CQ",
+                db.cqn
+            );
+        }
+        let Some(q) = self.queues.as_deref_mut() else {
+            return;
+        };
+        if q.cmdq.cq_doorbell(db) {
+            self.post_cmdq_eqe(io);
+        }
     }
 }
