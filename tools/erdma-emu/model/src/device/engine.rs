@@ -120,6 +120,7 @@ use crate::fabric::{Body, Packet, Port};
 use crate::io::Io;
 use crate::mtt::Piece;
 use crate::stats::{TrafficCounters, UdDrops};
+use crate::wire::AeqEvent;
 use ud::RoceAddressing;
 
 /// Largest message the model moves (bytes): larger ones complete with status 1.
@@ -231,6 +232,19 @@ impl Device {
 }
 
 impl DataPath<'_> {
+    /// Posts an AEQE about QP `qpn`.
+    pub(in crate::device) fn qp_event(&mut self, qpn: u32, ty: u8, io: &mut Io<'_>) {
+        let ev = AeqEvent {
+            ty,
+            subtype: 0,
+            data0: qpn,
+            data1: 0,
+        };
+        if let Err(e) = self.events.post_aeqe(ev, io) {
+            log::warn!("QP {qpn}: AEQE type {ty} dropped: {e}");
+        }
+    }
+
     /// One packet from the fabric, to the requester, the responder, UD or an iWARP stream.
     fn receive(&mut self, pkt: Packet, io: &mut Io<'_>) {
         self.wire.stats.rx_packet(pkt.payload_len() as u64);

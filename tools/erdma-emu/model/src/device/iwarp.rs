@@ -93,7 +93,7 @@ use super::{Device, RETRY_COUNT, RETRY_TIMEOUT};
 use crate::cmdq::{Request as CmdRequest, Status};
 use crate::fabric::{Body, Conn, Nak, Packet, PortId, Refused, Reply, Request, StreamMsg};
 use crate::io::Io;
-use crate::wire::{wc, AeqEvent, IwarpConnection, IwarpState, ModifyQpIwarp, QpState};
+use crate::wire::{wc, IwarpConnection, IwarpState, ModifyQpIwarp, QpState};
 
 /// AE type: QP fatal (what the requester of a terminated stream, and a broken stream, post).
 pub const AE_QP_FATAL: u8 = 0;
@@ -382,19 +382,6 @@ impl DataPath<'_> {
     /// Whether QP `qpn` is an iWARP QP.
     pub(super) fn is_iwarp_qp(&self, qpn: u32) -> bool {
         self.rdma.qps.get(&qpn).is_some_and(|q| q.iw.is_some())
-    }
-
-    /// Posts an AEQE about QP `qpn`.
-    pub(super) fn qp_event(&mut self, qpn: u32, ty: u8, io: &mut Io<'_>) {
-        let ev = AeqEvent {
-            ty,
-            subtype: 0,
-            data0: qpn,
-            data1: 0,
-        };
-        if let Err(e) = self.events.post_aeqe(ev, io) {
-            log::warn!("QP {qpn}: AEQE type {ty} dropped: {e}");
-        }
     }
 
     // --------------------------------------------------------------------------------------------

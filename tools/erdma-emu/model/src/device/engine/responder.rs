@@ -10,7 +10,7 @@ use super::receive::scatter;
 use super::{trace_data, DataPath, MAX_HELD};
 use crate::fabric::{AtomicOp, Body, Nak, Packet, PortId, Reply, Request};
 use crate::io::{GuestMemory, Io};
-use crate::wire::{access, op, wc, AeqEvent, CqeExtra, QpState, Rqe, UdInfo, QP_TYPE_UD};
+use crate::wire::{access, op, wc, CqeExtra, QpState, Rqe, UdInfo, QP_TYPE_UD};
 
 /// AE type: access error.
 const AE_ACCESS: u8 = 2;
@@ -203,15 +203,7 @@ impl DataPath<'_> {
         if self.warned.dp_error() {
             log::warn!("QP {qpn}: remote access refused ({e:?}); QP to ERROR");
         }
-        let ev = AeqEvent {
-            ty: AE_ACCESS,
-            subtype: 0,
-            data0: qpn,
-            data1: 0,
-        };
-        if let Err(err) = self.events.post_aeqe(ev, io) {
-            log::warn!("QP {qpn}: AEQE dropped: {err}");
-        }
+        self.qp_event(qpn, AE_ACCESS, io);
         self.enter_error_with(qpn, Some(e.remote()), io);
         Nak::Remote(e.remote())
     }
