@@ -413,17 +413,7 @@ impl Device {
     /// Returns the function to power-on: requests held for receive WQEs are answered with
     /// failure first (their requesters must not wait forever), and the GIDs leave the fabric.
     fn power_on_function(&mut self) {
-        let held: std::collections::VecDeque<_> = self
-            .func
-            .rdma
-            .qps
-            .values_mut()
-            .flat_map(|q| std::mem::take(&mut q.held))
-            .collect();
-        let mut dp = self.data_path();
-        dp.nak_held(held);
-        // iWARP peers hear that their connections ended; the bindings go.
-        dp.iw_close_all();
+        self.data_path().stop_all();
         self.func = Function::power_on(&self.config);
         self.publish_gids();
     }

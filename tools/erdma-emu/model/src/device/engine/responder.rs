@@ -16,6 +16,20 @@ use crate::wire::{access, op, wc, CqeExtra, QpState, Rqe, UdInfo, QP_TYPE_UD};
 const AE_ACCESS: u8 = 2;
 
 impl DataPath<'_> {
+    /// Before the function returns to power-on: requests held for receive WQEs are answered
+    /// with failure (their requesters must not wait forever), and iWARP peers hear that their
+    /// connections ended (the bindings go).
+    pub(in crate::device) fn stop_all(&mut self) {
+        let held: VecDeque<_> = self
+            .rdma
+            .qps
+            .values_mut()
+            .flat_map(|q| std::mem::take(&mut q.held))
+            .collect();
+        self.nak_held(held);
+        self.iw_close_all();
+    }
+
     /// Drops held requests (their QP is going away or failed).
     pub(in crate::device) fn nak_held(&mut self, held: VecDeque<Packet>) {
         for pkt in held {
