@@ -271,3 +271,66 @@ impl DataPath<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::device::objects::fixtures::{cq_request, memory, qp_request};
+    use crate::device::Protocol;
+    use crate::roce::{AhTable, GidTable};
+    use crate::testing::RecordingIrqs;
+    use crate::wire::{self, wc, DataCqe, QpState};
+
+    /// The engines need nothing of a device but what the context lends them: here, a QP's
+    /// move to ERROR flushes its posted receive WQEs into its CQ with no device at all.
+    #[test]
+    fn the_engines_run_on_the_parts_they_borrow() {
+        let (caps, mut mem) = (Caps::default(), memory());
+        let mut rdma = Rdma::default();
+        assert!(rdma.create_cq(cq_request(1), &caps, |_| true, &mem).is_ok());
+        let qp = rdma.create_qp(qp_request(5, 1), &caps, Protocol::RoceV2, &mem);
+        assert!(qp.is_ok());
+        if let Some(qp) = rdma.qps.get_mut(&5) {
+            qp.state = QpState::Rts;
+            qp.rq.pi = 2;
+        }
+        let (mut stats, mut drops, mut warned) = (
+            TrafficCounters::default(),
+            UdDrops::default(),
+            WarnOnce::default(),
+        );
+        let (gids, ahs, clock) = (GidTable::new(4), AhTable::new(4), ManualClock::new());
+        let mut no_queues = None;
+        let mut dp = DataPath {
+            rdma: &mut rdma,
+            events: Events::of(&mut no_queues),
+            wire: Wire {
+                port: None,
+                stats: &mut stats,
+            },
+            ud_drops: &mut drops,
+            caps: &caps,
+            roce: RoceAddressing {
+                gids: &gids,
+                ahs: &ahs,
+                mtu: 0,
+            },
+            clock: &clock,
+            warned: &mut warned,
+        };
+        let mut irqs = RecordingIrqs::default();
+        let mut io = Io::new(&mut mem, &mut irqs);
+        dp.enter_error(5, &mut io);
+        assert_eq!(rdma.qps[&5].state, QpState::Error);
+        assert_eq!(rdma.qps[&5].rq.ci, 2, "both receive WQEs flushed");
+        assert_eq!(rdma.cqs[&1].pi, 2);
+        for (i, cqe) in mem.bytes().chunks_exact(wire::CQE_SIZE).take(2).enumerate() {
+            let cqe = DataCqe::decode(cqe.try_into().expect("one CQE"));
+            assert_eq!(
+                (cqe.qpn, cqe.wqe_index, cqe.status),
+                (5, i as u32, wc::FLUSHED)
+            );
+        }
+    }
+}
