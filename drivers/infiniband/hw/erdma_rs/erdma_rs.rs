@@ -218,7 +218,8 @@ impl Drop for Running<'_> {
                 qtype: EQ_TYPE_CEQ,
                 reserved2: 0,
             };
-            match self.hw.exec_polled(&cmd) {
+            // Vector 0 is still there: the command sleeps until its completion interrupt.
+            match self.hw.exec(&cmd) {
                 Ok(()) => drop(ring),
                 Err(e) => self.hw.strand(
                     fmt!(
@@ -383,7 +384,8 @@ impl ErdmaDriver {
                 dbrec_hi: upper(dbrec),
                 reserved: 0,
             };
-            hw.exec_polled(&cmd)?;
+            // The command queue polls until its interrupt is on (below), sleeping between looks.
+            hw.exec(&cmd)?;
             running.ceqs.push(
                 Ceq {
                     irq: None,

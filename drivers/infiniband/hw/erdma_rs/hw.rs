@@ -171,14 +171,9 @@ impl<'bound> Hw<'bound> {
         self.exec_with(cmd, Wait::Sleep)
     }
 
-    /// Runs `cmd` busy-polling for its completion, in any context. Only where the RDMA core
-    /// gives no choice (address handles created or destroyed where sleeping is not allowed),
-    /// and while the command queue has no interrupt (probe before, teardown after).
-    pub(crate) fn exec_polled<C: Command>(&self, cmd: &C) -> Result<C::Reply> {
-        self.exec_with(cmd, Wait::Poll)
-    }
-
-    /// [`Hw::exec`] or [`Hw::exec_polled`], as `wait` says.
+    /// [`Hw::exec`], or with [`Wait::Poll`] busy-polling for the completion in any context:
+    /// only where the RDMA core gives no choice (address handles created or destroyed where
+    /// sleeping is not allowed).
     pub(crate) fn exec_with<C: Command>(&self, cmd: &C, wait: Wait) -> Result<C::Reply> {
         self.cmdq.submit(self.cmd_ctx(), cmd, wait)?.wait(wait)
     }

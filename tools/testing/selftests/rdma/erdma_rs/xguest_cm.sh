@@ -80,8 +80,13 @@ if [ "$PROTO" = iwarp ] && [ "$cli_drv" = erdma ]; then
 		[ -d $T/instances ] || mount_once tracefs $T
 		race_trace=$T/instances/xguest_cm
 		[ -d $race_trace ] || undo_push "[ ! -d $race_trace ] || rmdir $race_trace"
-		{ mkdir -p $race_trace && echo 1 >$race_trace/events/tcp/tcp_send_reset/enable; } ||
-			tap_diag "the tcp_send_reset tracepoint is not available: the C driver's MPA reply race will fail its run"
+		if ! { mkdir -p $race_trace && echo 1 >$race_trace/events/tcp/tcp_send_reset/enable; } 2>/dev/null; then
+			# A kernel without tracing (the release kernel): the race is
+			# then recognised only by its server ending with the failed
+			# try (the alive beacon, below).
+			tap_diag "the tcp_send_reset tracepoint is not available ($(uname -r)): the C driver's MPA reply race is recognised only by its server exiting"
+			race_trace=""
+		fi
 	fi
 else
 	verdicts=""
