@@ -43,7 +43,27 @@ perf() {
 # Their output is line-buffered, so that a run that hangs shows how far it
 # got; a run still going after 90 s (they take seconds) has the QPs, as the
 # RDMA core and the model see them, shown with its failure.
+#
+# With the upstream C driver (the reference), a run whose client was rejected
+# with reason 8 (invalid service ID) although its server listened and had
+# accepted (its QP in RTS) runs once more on a fresh port, as its diagnostics
+# say: seen once in five runs of this test on the release kernel
+# (ib_send_lat -R, 2026-11-27), cause not found yet (erdma_rs_selftests.rst).
+# erdma_rs gets no second run.
 perf_cm() {
+	tool=$1
+	shift
+	_again=""
+	[ "$DRV" = erdma ] && _again=1
+	while :; do
+		perf_cm_once "$tool" "$@" && return 0
+		[ -n "$_again" ] && grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$tmp/$tool-R.cli" || return 1
+		tap_diag "$tool -R: the client was rejected (reason 8, invalid service ID) by a listening server; one more run on a fresh port"
+		_again=""
+	done
+}
+
+perf_cm_once() {
 	tool=$1
 	shift
 	next_port
