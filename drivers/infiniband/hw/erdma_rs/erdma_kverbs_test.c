@@ -24,7 +24,10 @@
  * that, which a post path must not wait for. The debug kernel's atomic-sleep
  * checks and lockdep watch; the longest post is printed. With
  * atomic_post_only=1 only this test runs, on the first eRDMA device of
- * either protocol (iWARP adapters have no connection-less RC set-up).
+ * either protocol (iWARP adapters have no connection-less RC set-up). With
+ * max_post_us=N a post that takes longer fails the test: the selftest sets it
+ * while the model holds REFLUSH completions back, so that a driver that waits
+ * for the command in its post path cannot pass.
  *
  * With bench_seconds=N it measures instead (make bench): bench_qps RC QP
  * pairs between the first two RoCEv2 devices of any driver, each requester
@@ -56,6 +59,9 @@ static unsigned int bench_qps = 4;
 module_param(bench_qps, uint, 0444);
 MODULE_PARM_DESC(bench_qps, "QP pairs of the measurement, each with its own CQ and vector");
 
+static unsigned int max_post_us;
+module_param(max_post_us, uint, 0444);
+MODULE_PARM_DESC(max_post_us, "fail if a post to a QP in ERROR takes longer (0: no bound)");
 static bool atomic_post_only;
 module_param(atomic_post_only, bool, 0444);
 MODULE_PARM_DESC(atomic_post_only, "only post to a QP in ERROR from atomic context, on one device of either protocol");
@@ -925,11 +931,12 @@ static void test_post_atomic(struct ib_device *dev, struct ib_pd *pd, u64 dma)
 	spin_unlock_irqrestore(&atomic_post_lock, flags);
 	done = wait_for_completion_timeout(&ap.done, msecs_to_jiffies(POLL_MS));
 	check(done && atomic_read(&ap.flushed) == ATOMIC_LOCKED + ATOMIC_CHAINED &&
-	      !atomic_read(&ap.other) && !atomic_read(&ap.post_errors),
-	      "post in ERROR from atomic context (%s, QP %u): %d posted under a spinlock and %d from the CQ's completion handler (softirq) complete flushed (flushed %d, other %d, failed posts %d, within %d ms); longest post %llu ns",
+	      !atomic_read(&ap.other) && !atomic_read(&ap.post_errors) &&
+	      (!max_post_us || atomic64_read(&ap.max_ns) <= max_post_us * 1000ULL),
+	      "post in ERROR from atomic context (%s, QP %u): %d posted under a spinlock and %d from the CQ's completion handler (softirq) complete flushed (flushed %d, other %d, failed posts %d, within %d ms); longest post %llu ns (bound %u us, 0: none)",
 	      rdma_protocol_iwarp(dev, 1) ? "iWARP" : "RoCEv2", ap.qp->qp_num, ATOMIC_LOCKED,
 	      ATOMIC_CHAINED, atomic_read(&ap.flushed), atomic_read(&ap.other),
-	      atomic_read(&ap.post_errors), POLL_MS, atomic64_read(&ap.max_ns));
+	      atomic_read(&ap.post_errors), POLL_MS, atomic64_read(&ap.max_ns), max_post_us);
 out:
 	ib_destroy_qp(ap.qp);
 	ib_free_cq(cq);
