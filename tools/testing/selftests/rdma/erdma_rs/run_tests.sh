@@ -15,9 +15,18 @@ for t in "$@"; do
 	name=${ERDMA_TAP_PREFIX:-}$(basename "$t" .sh)
 	echo "# selftests: erdma_rs: $name"
 	start=$(uptime)
-	{ sh "./$t"; echo $? >"$results/$name.rc"; } | tee "$results/$name.tap"
+	{ sh "./$t"; echo $? >"$results/$name.rc"; uptime >"$results/$name.end"; } | tee "$results/$name.tap"
 	r=$(cat "$results/$name.rc")
 	took="$(($(uptime) - start))s"
+	# A process the test left behind with its output open keeps tee (and
+	# the scenario) waiting: more than 30 s of that fails the test (a
+	# backgrounded shell function killed by its subshell's PID left its
+	# child so for 150 s).
+	held=$(($(uptime) - $(cat "$results/$name.end")))
+	if [ "$held" -gt 30 ] && [ "$r" = 0 ]; then
+		echo "# $name: processes it started kept its output open $held s after it ended"
+		r=1
+	fi
 	case "$r" in
 	0) echo "# $name: pass ($took)" ;;
 	4) echo "# $name: skip ($took)" ;;

@@ -103,13 +103,15 @@ reply_lost() {
 # beacon): a client whose try failed asks it before trying again, so that no
 # retry loop outlives its server (most servers serve one connection).
 alive_beacon() {
-	timeout "$2" python3 -c 'import socket, sys
+	# exec: the caller's kill reaches timeout (and through it python), not
+	# a subshell whose child would outlive it with the test's output open.
+	exec timeout "$2" python3 -c 'import socket, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2])))
 s.listen(8)
 while True:
-    s.accept()[0].close()' "$server_ip" "$1" 2>/dev/null
+    s.accept()[0].close()' "$server_ip" "$1" >/dev/null 2>&1
 }
 
 # server_alive: the server's tool still runs (its alive beacon accepts).
