@@ -105,17 +105,6 @@ if ! step kernel-build "$TOP/scripts/build-kernel.sh"; then
 fi
 step kernel-rustfmtcheck "$TOP/scripts/build-kernel.sh" --rustfmtcheck || true
 step kernel-clippy "$TOP/scripts/build-kernel.sh" --clippy || true
-# The Debian packages of the release kernel and the driver choice (make
-# package), for the rehearsal of an ECS instance at the end.
-step package "$TOP/scripts/package.sh" || true
-# Reproducible: built again from the same tree, the packages are the same bytes.
-package_again() {
-	PACKAGE_OUT=$TOP/out/package-again "$TOP/scripts/package.sh" &&
-		(cd "$TOP/out/package" && sha256sum -c "$TOP/out/package-again/SHA256SUMS") &&
-		cmp "$TOP/out/package/SHA256SUMS" "$TOP/out/package-again/SHA256SUMS"
-}
-[ ! -f "$TOP/out/package/SHA256SUMS" ] || step package-reproducible package_again || true
-
 # ---- 4. guest tests ---------------------------------------------------------------
 SELFTESTS=$TOP/tools/testing/selftests/rdma/erdma_rs
 
@@ -184,7 +173,12 @@ count() {
 # Most guests have one vCPU: two guests of two vCPUs each on two host cores ran
 # the same tests 1.7 times slower than two of one (vCPUs wait for lock holders
 # the host descheduled). Each lane is a sequence; the counts are taken
-# afterwards, in a fixed order.
+# afterwards, in a fixed order. lane_ours (in the background) has most of our
+# driver's scenarios; lane_rest (in this shell, so its steps count) makes the
+# packages first, then runs the C driver's reference runs on their release
+# kernel, the control plane, the two-guest iWARP scenario and the rehearsal;
+# the two are balanced by their measured times (the per-scenario table in
+# Documentation/infiniband/erdma_rs_performance.rst).
 #
 # Every test of our driver runs on the debug kernel. The upstream C driver's
 # reference runs (A/B), which prove the model's fidelity, boot the release
@@ -236,11 +230,25 @@ release_kernel() {
 	ls "$RELEASE"/boot/vmlinuz-* && ls -d "$RELEASE"/lib/modules/*/kernel
 }
 C_KERNEL=()
-if [ -f "$TOP/out/package/SHA256SUMS" ] && step release-kernel release_kernel; then
-	C_KERNEL=(--kernel "$(ls "$RELEASE"/boot/vmlinuz-* | head -n 1)" --modules "$RELEASE/lib/modules")
-else
-	say "the C driver's reference runs boot the debug kernel (no release kernel: see $LOGS/package.log)"
-fi
+# packages: make package, its reproducibility, and the release kernel
+# unpacked for the C driver's runs (in lane_rest, before those).
+packages() {
+	# The Debian packages of the release kernel and the driver choice (make
+	# package), for the rehearsal of an ECS instance at the end.
+	step package "$TOP/scripts/package.sh" || true
+	# Reproducible: built again from the same tree, the packages are the same bytes.
+	package_again() {
+		PACKAGE_OUT=$TOP/out/package-again "$TOP/scripts/package.sh" &&
+			(cd "$TOP/out/package" && sha256sum -c "$TOP/out/package-again/SHA256SUMS") &&
+			cmp "$TOP/out/package/SHA256SUMS" "$TOP/out/package-again/SHA256SUMS"
+	}
+	[ ! -f "$TOP/out/package/SHA256SUMS" ] || step package-reproducible package_again || true
+	if [ -f "$TOP/out/package/SHA256SUMS" ] && step release-kernel release_kernel; then
+		C_KERNEL=(--kernel "$(ls "$RELEASE"/boot/vmlinuz-* | head -n 1)" --modules "$RELEASE/lib/modules")
+	else
+		say "the C driver's reference runs boot the debug kernel (no release kernel: see $LOGS/package.log)"
+	fi
+}
 # c_guest NAME VMRUN-ARGS...: a scenario of the C driver's reference on the
 # release kernel (the debug kernel without it).
 c_guest() {
@@ -250,9 +258,16 @@ c_guest() {
 }
 # The mixed pair on iWARP: each guest runs its own driver (XGUEST_DRIVERS, see
 # xguest_driver in lib.sh).
-MIXED="; XGUEST_DRIVERS='erdma_rs erdma' ERDMA_TAP_PREFIX=mix1- erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1"
-MIXED="$MIXED; XGUEST_DRIVERS='erdma erdma_rs' ERDMA_TAP_PREFIX=mix2- erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1"
+# The pair's interoperation is the connection manager's (MPA, its frames
+# compared byte for byte) and every rdma_cm tool's traffic: xguest_cm.sh. NVMe
+# over RDMA takes the same connection path, proven with each driver on both
+# ends in its own pair, so it does not run again in the mixed pairs.
+MIXED="; XGUEST_DRIVERS='erdma_rs erdma' ERDMA_TAP_PREFIX=mix1- erdma_rs/run_tests.sh xguest_cm.sh || r=1"
+MIXED="$MIXED; XGUEST_DRIVERS='erdma erdma_rs' ERDMA_TAP_PREFIX=mix2- erdma_rs/run_tests.sh xguest_cm.sh || r=1"
 lane_ours() {
+	# Every guest boots the debug kernel (KASAN, lockdep, kmemleak, ...): a kernel
+	# report ends the guest and fails the test that was running; time limits are
+	# set for that kernel under TCG.
 	# The RC data path (RoCEv2) between two adapters of one guest, through the
 	# stock provider: ibv_rc_pingpong (rc.sh), perftest with and without
 	# rdma_cm (perftest.sh), bad requests through raw uverbs (badinput.sh) and
@@ -263,11 +278,6 @@ lane_ours() {
 	guest data-path --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
 		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
 		--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh handover.sh'
-	# RC traffic, rdma_cm and NVMe over RDMA between two guests through one
-	# model process.
-	guest two-guests-data-path --smp 1 --timeout 2400 --memory 2G \
-		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
-		--run "NVMEOF_MODE=xguest; export NVMEOF_MODE; erdma_rs/run_tests.sh $XGUEST_TESTS"
 	# rdma_cm on iWARP (issue 11): librdmacm's tools, perftest -R and NVMe over
 	# RDMA between two iWARP adapters of one guest, connected by the driver's
 	# own connection manager (MPA over the guest's TCP), a hostile MPA peer on
@@ -277,51 +287,14 @@ lane_ours() {
 	guest iwarp-cm --smp 1 --timeout 1800 --memory 2G \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on \
 		--run "export CM_PROTO=iwarp; erdma_rs/run_tests.sh $IWARP_TESTS kverbs.sh"
-	# The C driver's reference, on the release kernel: the RC data path and
-	# rdma_cm between two adapters of one guest (RoCEv2).
-	c_guest data-path-c-driver --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
-		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-		--run "ERDMA_DRIVER=erdma PYVERBS_MODULES='test_device test_pd test_cq test_mr test_qp test_cq_events test_atomic test_fork test_relaxed_ordering test_rdmacm' erdma_rs/run_tests.sh $C_DP_TESTS"
-	[ -z "$C_IWARP" ] || c_guest iwarp-cm-c-driver --smp 1 --timeout 1800 --memory 2G \
-		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on \
-		--run "export CM_PROTO=iwarp ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c-; erdma_rs/run_tests.sh $C_IWARP"
-}
-lane_rest() {
-	# Every guest boots the debug kernel (KASAN, lockdep, kmemleak, ...): a kernel
-	# report ends the guest and fails the test that was running; time limits are
-	# set for that kernel under TCG.
+	# RC traffic, rdma_cm and NVMe over RDMA between two guests through one
+	# model process.
+	guest two-guests-data-path --smp 1 --timeout 2400 --memory 2G \
+		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
+		--run "NVMEOF_MODE=xguest; export NVMEOF_MODE; erdma_rs/run_tests.sh $XGUEST_TESTS"
 	guest three-adapters --smp 1 --timeout 1200 \
 		--dev proto=roce --dev proto=iwarp --dev proto=roce,version=0 \
 		--run 'erdma_rs/run_tests.sh probe.sh'
-	# The control plane, both protocols, 2 vCPUs (so 2 CEQs per adapter); faults are
-	# injected through the model's test page.
-	# The RDMA device on top: attributes (ibdev.sh), contexts, MTU, GIDs, counters,
-	# port events, revocation, netdev loss and deferred probe (verbs.sh). And
-	# rmmod while ib_mad polls its CQ, on two CPUs (rmmod_race.sh).
-	guest control-plane --smp 2 --timeout 1800 \
-		--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
-		--run 'RACE_CYCLES=4 erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh rmmod_race.sh'
-	# A/B: the upstream C erdma driver on the same model. Its RDMA devices must show
-	# exactly the attributes the model was told to report (ibdev.sh), the portable
-	# checks of ctrlq.sh and verbs.sh apply to it too, and abdiff.sh loads both
-	# drivers in turn and compares ibv_devinfo -v and rdma dev/link field for field.
-	c_guest upstream-c-driver --smp 2 --timeout 2400 \
-		--dev proto=roce,test_page=on \
-		--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,test_page=on \
-		--run "ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh $C_CTL_TESTS"
-	# rdma_cm on iWARP between two guests (issue 11): the connection manager's
-	# MPA over the guests' TCP, then the adapters' streams through one model
-	# process: rdma_cm's tools, every perftest tool with -R and NVMe over RDMA,
-	# ours, then the mixed pair both ways (ours serving and the C driver
-	# connecting, then the other way round), whose MPA frames are compared
-	# byte for byte on the wire (with the C pair's, when it ran before in this
-	# run's guests: not any more, so the comparison is between the two mixed
-	# pairs); last, the serving guest stops in the middle of a connection
-	# (xguest_stop.sh: vmrun kills it) and ours, in the other, must see the
-	# connection end and clean up.
-	guest two-guests-iwarp --smp 1 --timeout 2400 --memory 2G \
-		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on --guest 0 --guest 1 \
-		--run "r=0; export CM_PROTO=iwarp NVMEOF_MODE=xguest; erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1 $MIXED; ERDMA_STATUS_SO_FAR=\$r erdma_rs/run_tests.sh xguest_stop.sh || r=1; exit \$r"
 	# Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
 	# of the issue run in three-adapters. (Repetition counts here and in
 	# rmmod_race.sh are cut for the debug kernel's time: 3 and 4 cycles.)
@@ -333,6 +306,26 @@ lane_rest() {
 	# selftests tree, run by its run_kselftest.sh in one guest: as the harness
 	# has the adapters, as on a real instance (nothing may change), and opted in.
 	scenario kselftest-standard "$TOP/tests/kselftest-standard.sh"
+}
+lane_rest() {
+	# The packages first: the C driver's runs boot their release kernel.
+	packages
+	# A/B: the upstream C erdma driver on the same model. Its RDMA devices must show
+	# exactly the attributes the model was told to report (ibdev.sh), the portable
+	# checks of ctrlq.sh and verbs.sh apply to it too, and abdiff.sh loads both
+	# drivers in turn and compares ibv_devinfo -v and rdma dev/link field for field.
+	c_guest upstream-c-driver --smp 2 --timeout 2400 \
+		--dev proto=roce,test_page=on \
+		--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,test_page=on \
+		--run "ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh $C_CTL_TESTS"
+	# The C driver's reference, on the release kernel: the RC data path and
+	# rdma_cm between two adapters of one guest (RoCEv2).
+	c_guest data-path-c-driver --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
+		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
+		--run "ERDMA_DRIVER=erdma PYVERBS_MODULES='test_device test_pd test_cq test_mr test_qp test_cq_events test_atomic test_fork test_relaxed_ordering test_rdmacm' erdma_rs/run_tests.sh $C_DP_TESTS"
+	[ -z "$C_IWARP" ] || c_guest iwarp-cm-c-driver --smp 1 --timeout 1800 --memory 2G \
+		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on \
+		--run "export CM_PROTO=iwarp ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c-; erdma_rs/run_tests.sh $C_IWARP"
 	# The C driver between two guests, on the release kernel: RoCEv2, then
 	# iWARP.
 	[ -z "$C_XGUEST" ] || c_guest two-guests-data-path-c-driver --smp 1 --timeout 2400 --memory 2G \
@@ -341,7 +334,47 @@ lane_rest() {
 	[ -z "$C_IWARP_XGUEST" ] || c_guest two-guests-iwarp-c-driver --smp 1 --timeout 2400 --memory 2G \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on --guest 0 --guest 1 \
 		--run "export CM_PROTO=iwarp NVMEOF_MODE=xguest ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c-; erdma_rs/run_tests.sh $C_IWARP_XGUEST"
+	# The control plane, both protocols, 2 vCPUs (so 2 CEQs per adapter); faults are
+	# injected through the model's test page.
+	# The RDMA device on top: attributes (ibdev.sh), contexts, MTU, GIDs, counters,
+	# port events, revocation, netdev loss and deferred probe (verbs.sh). And
+	# rmmod while ib_mad polls its CQ, on two CPUs (rmmod_race.sh).
+	guest control-plane --smp 2 --timeout 1800 \
+		--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
+		--run 'RACE_CYCLES=4 erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh rmmod_race.sh'
+	# rdma_cm on iWARP between two guests (issue 11): the connection manager's
+	# MPA over the guests' TCP, then the adapters' streams through one model
+	# process: rdma_cm's tools, every perftest tool with -R and NVMe over RDMA,
+	# ours, then the mixed pair both ways (ours serving and the C driver
+	# connecting, then the other way round: rdma_cm's tools), whose MPA
+	# frames are compared byte for byte on the wire (with the C pair's, when it ran before in this
+	# run's guests: not any more, so the comparison is between the two mixed
+	# pairs); last, the serving guest stops in the middle of a connection
+	# (xguest_stop.sh: vmrun kills it) and ours, in the other, must see the
+	# connection end and clean up.
+	guest two-guests-iwarp --smp 1 --timeout 2400 --memory 2G \
+		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on --guest 0 --guest 1 \
+		--run "r=0; export CM_PROTO=iwarp NVMEOF_MODE=xguest; erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1 $MIXED; ERDMA_STATUS_SO_FAR=\$r erdma_rs/run_tests.sh xguest_stop.sh || r=1; exit \$r"
+	# The rehearsal of an ECS instance (issue 12, tests/rehearsal.sh): the
+	# packages installed with apt on a Debian trixie instance booted from its disk
+	# (systemd, udev, an initramfs, Debian's kernel), the reboot into the installed
+	# kernel, then two such instances with a RoCEv2 and an iWARP adapter each:
+	# the driver loading by itself, rdma link, ibv_devinfo, ibv_rc_pingpong and
+	# rping between them, the out-of-tree module build, the driver choice undone
+	# and redone. Last in its lane (its second boot runs two guests).
+	if [ -f "$LOGS/package.log" ] && ls "$TOP"/out/package/erdma-rs_*.deb >/dev/null 2>&1; then
+		step rehearsal "$TOP/tests/rehearsal.sh" || true
+		for phase in install check; do
+			[ -f "$TOP/out/vm/rehearsal-$phase.rc" ] || continue
+			cp "$TOP/out/vm/rehearsal-$phase.rc" "$LOGS/guest-rehearsal-$phase.rc"
+			ln -sf rehearsal.log "$LOGS/guest-rehearsal-$phase.log"
+			rehearsed+=("rehearsal-$phase")
+		done
+	else
+		fail "rehearsal: no packages (the package step failed; see $LOGS/package.log)"
+	fi
 }
+rehearsed=()
 lane_ours &
 ours_pid=$!
 lane_rest
@@ -369,25 +402,6 @@ guest smp32 --smp 32 --memory 2G --timeout 900 \
 	--append "watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=120" \
 	--dev proto=roce,test_page=on \
 	--run 'CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh'
-# The rehearsal of an ECS instance (issue 12, tests/rehearsal.sh): the
-# packages installed with apt on a Debian trixie instance booted from its disk
-# (systemd, udev, an initramfs, Debian's kernel), the reboot into the installed
-# kernel, then two such instances with a RoCEv2 and an iWARP adapter each:
-# the driver loading by itself, rdma link, ibv_devinfo, ibv_rc_pingpong and
-# rping between them, the out-of-tree module build, the driver choice undone
-# and redone. Alone, after the rest (its second boot runs two guests).
-rehearsed=()
-if [ -f "$LOGS/package.log" ] && ls "$TOP"/out/package/erdma-rs_*.deb >/dev/null 2>&1; then
-	step rehearsal "$TOP/tests/rehearsal.sh" || true
-	for phase in install check; do
-		[ -f "$TOP/out/vm/rehearsal-$phase.rc" ] || continue
-		cp "$TOP/out/vm/rehearsal-$phase.rc" "$LOGS/guest-rehearsal-$phase.rc"
-		ln -sf rehearsal.log "$LOGS/guest-rehearsal-$phase.log"
-		rehearsed+=("rehearsal-$phase")
-	done
-else
-	fail "rehearsal: no packages (the package step failed; see $LOGS/package.log)"
-fi
 c_scenarios=(upstream-c-driver data-path-c-driver)
 [ -z "$C_IWARP" ] || c_scenarios+=(iwarp-cm-c-driver)
 [ -z "$C_XGUEST" ] || c_scenarios+=(two-guests-data-path-c-driver)

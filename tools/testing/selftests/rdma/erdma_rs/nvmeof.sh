@@ -205,7 +205,7 @@ disrupted() {
 	_name=$1 _action=$2
 	_start=$(writes "$NS_RAM")
 	timeout "$(ksft_within 600)" fio --thread --name="$_name" --filename="/dev/$NS_RAM" --direct=1 --rw=randwrite \
-		--ioengine=libaio --iodepth=8 --bs=4k --size=8M --offset=32M \
+		--ioengine=libaio --iodepth=8 --bs=4k --size=4M --offset=32M \
 		--verify=crc32c --verify_fatal=1 --do_verify=1 >"$tmp/$_name" 2>&1 &
 	_fio=$!
 	wait_for 60 written_or_gone $((_start + 200)) $_fio || tap_diag "$_name: fio has not written 200 blocks in 60 s"
@@ -261,7 +261,7 @@ disconnect() {
 # null_reads: random reads of the null_blk namespace complete without error.
 null_reads() {
 	timeout "$(ksft_within 120)" fio --thread --name=null --filename="/dev/$NS_NULL" --direct=1 --rw=randread \
-		--ioengine=libaio --iodepth=8 --bs=4k --size=8M >"$tmp/null" 2>&1 && grep -q 'err= 0' "$tmp/null" ||
+		--ioengine=libaio --iodepth=8 --bs=4k --size=4M >"$tmp/null" 2>&1 && grep -q 'err= 0' "$tmp/null" ||
 		{ tap_diag "fio null: $(tail -n 20 "$tmp/null" | tr '\n' ';')"; return 1; }
 }
 
@@ -270,14 +270,14 @@ host_tests() {
 	tap_check "nvme discover lists $NQN at $1 (from $2)" discover "$1" "$2"
 	tap_check "nvme connect $NQN: two namespaces" connect "$1" "$2" || return 1
 	tap_check "$CTRL: RDMA transport, admin and 3 I/O queues, from $2" queues "$2"
-	tap_check "fio 4 KiB random writes, 2 jobs x 4 MiB, iodepth 8, verified" \
-		fio_verify rand4k --ioengine=libaio --bs=4k --size=4M --offset_increment=4M --numjobs=2 --iodepth=8
+	tap_check "fio 4 KiB random writes, 2 jobs x 2 MiB, iodepth 8, verified" \
+		fio_verify rand4k --ioengine=libaio --bs=4k --size=2M --offset_increment=4M --numjobs=2 --iodepth=8
 	tap_check "fio 128 KiB random writes, 2 jobs x 8 MiB, iodepth 4, verified" \
 		fio_verify rand128k --ioengine=libaio --bs=128k --size=8M --offset=8M --offset_increment=8M \
 		--numjobs=2 --iodepth=4
 	tap_check "fio 4 KiB random writes, polled (poll queue, pvsync2 --hipri), verified" \
 		fio_verify poll4k --ioengine=pvsync2 --hipri --bs=4k --size=2M --offset=24M
-	tap_check "fio 4 KiB random reads of the null_blk namespace, 8 MiB" null_reads
+	tap_check "fio 4 KiB random reads of the null_blk namespace, 4 MiB" null_reads
 }
 
 
