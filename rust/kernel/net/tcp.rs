@@ -47,6 +47,21 @@ pub struct SocketAddrV4 {
 }
 
 impl SocketAddrV4 {
+    /// The address `ip`:`port` (`[192, 168, 0, 1]` for 192.168.0.1).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::net::tcp::SocketAddrV4;
+    ///
+    /// let a = SocketAddrV4::new([192, 168, 0, 1], 4420);
+    /// assert_eq!((a.ip_u32(), a.port()), (0xc0a8_0001, 4420));
+    /// assert!(!a.is_unspecified());
+    /// ```
+    pub const fn new(ip: [u8; 4], port: u16) -> Self {
+        Self { ip, port }
+    }
+
     /// The port.
     pub const fn port(&self) -> u16 {
         self.port

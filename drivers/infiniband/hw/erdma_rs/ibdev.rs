@@ -61,7 +61,9 @@ use kernel::{
 use crate::{
     cm::{
         Cm,
-        CmHw, //
+        CmHw,
+        CmOps,
+        Registry, //
     },
     commands::{
         AllocDb,
@@ -564,8 +566,14 @@ impl<'bound> IbData<'bound> {
     }
 }
 
+impl CmOps for IwDev<'_, '_> {
+    fn tables(&self) -> &Cm {
+        self.cm
+    }
+}
+
 impl CmHw for IwDev<'_, '_> {
-    fn cm(&self) -> &Cm {
+    fn cm(&self) -> &dyn Registry {
         self.cm
     }
 

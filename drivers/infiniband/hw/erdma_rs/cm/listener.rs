@@ -25,17 +25,14 @@ use kernel::{
     },
 };
 
-use super::{
-    endpoint::{
-        Endpoint,
-        EpState, //
-        EV_SOCKET,
-    },
+use super::device::{
     CmDevice,
-    CmHw, //
-    MIN_BACKLOG,
-    REQUEST_TIMEOUT,
+    CmHw,
+    Requests, //
 };
+
+/// Connections a listener's peers may have open before sending their requests, at least.
+pub(super) const MIN_BACKLOG: i32 = 16;
 
 /// A listening socket of an iw_cm identifier.
 #[pin_data]
@@ -67,17 +64,18 @@ impl SocketEvents for Listener {
     fn event(this: ArcBorrow<'_, Self>, _event: SocketEvent) {
         let l: Arc<Listener> = this.into();
         this.dev.with(&mut |hw| {
-            let _ = hw.cm().queue.enqueue(l.clone());
+            let _ = hw.cm().queue().enqueue(l.clone());
         });
     }
 }
 
-impl Listener {
-    /// Reports a connection request to the listener's identifier.
-    pub(super) fn report(&self, ev: &CmEvent<'_>) -> Result {
+impl Requests for Listener {
+    fn report(&self, ev: &CmEvent<'_>) -> Result {
         self.id.report(ev)
     }
+}
 
+impl Listener {
     /// Accepts the TCP connections waiting; each becomes an endpoint awaiting its request.
     pub(super) fn accept_all(self: &Arc<Self>, hw: &dyn CmHw) {
         let sock = self.sock.lock();
@@ -100,7 +98,8 @@ impl Listener {
                 );
                 continue;
             }
-            if let Err(e) = self.adopt(hw, child) {
+            let requests: Arc<dyn Requests> = self.clone();
+            if let Err(e) = hw.cm().adopt(self.dev.clone(), self.token, requests, child) {
                 dev_info!(
                     hw.dev(),
                     "iWARP CM: no endpoint for a new connection ({})\n",
@@ -108,27 +107,6 @@ impl Listener {
                 );
             }
         }
-    }
-
-    pub(super) fn adopt(self: &Arc<Self>, hw: &dyn CmHw, mut child: TcpSocket) -> Result {
-        let ep = Endpoint::new(self.dev.clone(), EpState::AwaitRequest)?;
-        let token = hw.cm().insert(&ep, Some(self.token))?;
-        let mut inner = ep.inner.lock();
-        inner.token = token;
-        inner.listener = Some(self.clone());
-        inner.local = child.local_addr().unwrap_or_default();
-        inner.remote = child.peer_addr().unwrap_or_default();
-        if let Err(e) = child.watch(ep.clone()) {
-            drop(child);
-            ep.close(hw, &mut inner);
-            return Err(e);
-        }
-        inner.sock = Some(child);
-        ep.arm(&mut inner, REQUEST_TIMEOUT);
-        drop(inner);
-        // The request may have arrived with the connection.
-        ep.kick(EV_SOCKET);
-        Ok(())
     }
 
     /// Stops listening.

@@ -2,10 +2,7 @@
 
 //! MPA frames (erdma_rs_hw 7.1): parsing and building them, as pure functions.
 
-use kernel::{
-    net::tcp::TcpSocket,
-    prelude::*, //
-};
+use kernel::prelude::*;
 use zerocopy::{
     FromBytes,
     IntoBytes, //
@@ -31,8 +28,10 @@ use crate::{
 };
 
 /// A checked MPA frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Mpa {
-    pub(super) flags: MpaFlags,
+    /// The reply rejects the connection.
+    pub(super) reject: bool,
     pub(super) cookie: u32,
     pub(super) cc: u8,
     pub(super) pd_len: usize,
@@ -80,7 +79,7 @@ pub(super) fn parse_header(buf: &[u8], key: &[u8; 16]) -> Result<Mpa, Bad> {
         return Err(Bad::TooLong(pd_len));
     }
     Ok(Mpa {
-        flags: hdr.flags,
+        reject: hdr.flags.reject(),
         cookie: hdr.cookie.get(),
         // CAST: a 4-bit field.
         cc: MpaExt::from(hdr.ext.get()).cc().get() as u8,
@@ -109,15 +108,6 @@ pub(super) fn build_frame(
     frame.extend_from_slice(hdr.as_bytes(), GFP_KERNEL)?;
     frame.extend_from_slice(pd, GFP_KERNEL)?;
     Ok(frame)
-}
-
-/// Sends all of `frame`: a fresh connection's send buffer takes a frame of at most 284 bytes
-/// at once, so anything less is an error.
-pub(super) fn send_all(sock: &TcpSocket, frame: &[u8]) -> Result {
-    match sock.send(frame)? {
-        n if n == frame.len() => Ok(()),
-        _ => Err(ENOBUFS),
-    }
 }
 
 #[kunit_tests(erdma_rs_cm)]
@@ -165,7 +155,7 @@ mod tests {
             0xffff_fff2,
         );
         let m = parse_header(&f, &MPA_KEY_REP).unwrap();
-        assert!(m.flags.reject());
+        assert!(m.reject);
         assert_eq!((m.cookie, m.cc, m.pd_len), (0xdead_beef, 2, 256));
     }
 

@@ -9,10 +9,6 @@ use core::sync::atomic::{
     Ordering, //
 };
 use kernel::{
-    net::tcp::{
-        SocketAddrV4,
-        TcpSeq, //
-    },
     new_condvar,
     new_mutex,
     new_spinlock_irq,
@@ -35,19 +31,18 @@ use crate::{
         ModifyQpIwarpCfg,
         Reflush, //
     },
-    consts::{
-        IwState,
-        CC_COMPROMISE, //
-    },
+    consts::IwState,
     formats::low32, //
 };
 
 use super::{
+    device::CmHw,
     endpoint::{
-        Endpoint, //
+        Endpoint,
+        QpSide, //
         EV_LOCAL_CLOSE,
     },
-    CmHw, //
+    machine::Link,
 };
 
 /// The connection state of an iWARP queue pair.
@@ -117,10 +112,6 @@ impl IwQp {
     /// Notes the cookie the adapter gave the queue pair.
     pub(crate) fn set_cookie(&self, cookie: u32) {
         self.cookie.store(cookie, Ordering::Relaxed);
-    }
-
-    pub(super) fn cookie(&self) -> u32 {
-        self.cookie.load(Ordering::Relaxed)
     }
 
     /// The verbs state the queue pair is in (IDLE reads as INIT, erdma_rs_hw 7.1).
@@ -308,9 +299,14 @@ impl IwQp {
             }
         }
     }
+}
 
+impl QpSide for IwQp {
+    fn cookie(&self) -> u32 {
+        self.cookie.load(Ordering::Relaxed)
+    }
     /// Attaches `ep` as the queue pair's connection; `EBUSY` if it has one or is not IDLE.
-    pub(super) fn attach(&self, ep: &Arc<Endpoint>) -> Result {
+    fn attach(&self, ep: &Arc<Endpoint>) -> Result {
         let mut conn = self.conn.lock();
         if !conn.alive || conn.ep.is_some() || conn.state != IwState::Idle {
             return Err(EBUSY);
@@ -319,17 +315,15 @@ impl IwQp {
         *self.irq_ep.lock() = Some(ep.clone());
         Ok(())
     }
-
     /// Detaches `ep`, if it is the queue pair's connection.
-    pub(super) fn detach(&self, ep: &Endpoint) {
+    fn detach(&self, ep: &Endpoint) {
         let mut conn = self.conn.lock();
         if conn.ep.as_ref().is_some_and(|e| core::ptr::eq(&**e, ep)) {
             drop(self.take_ep(&mut conn));
         }
     }
-
     /// Hands the connection to the adapter (MODIFY_QP to RTS).
-    pub(super) fn to_rts(&self, hw: &dyn CmHw, link: &Link) -> Result {
+    fn to_rts(&self, hw: &dyn CmHw, link: &Link) -> Result {
         let mut conn = self.conn.lock();
         if !conn.alive || conn.state != IwState::Idle {
             return Err(ECONNABORTED);
@@ -352,40 +346,15 @@ impl IwQp {
         self.set_state(&mut conn, IwState::Rts);
         Ok(())
     }
-}
 
-/// What MODIFY_QP to RTS hands the adapter.
-pub(super) struct Link {
-    pub(super) local: SocketAddrV4,
-    pub(super) remote: SocketAddrV4,
-    pub(super) peer_cookie: u32,
-    pub(super) cc: u8,
-    pub(super) snd_nxt: u32,
-    pub(super) rcv_nxt: u32,
-}
-
-impl Link {
-    /// The connection `local`-`remote` as the socket leaves it at `seq`, with `reserved` bytes of
-    /// sequence space kept for what the socket still sends (the passive side's MPA reply); the
-    /// algorithm is `own_cc` if the peer's is the same, else the compromise (erdma_rs_hw 7.1).
-    pub(super) fn new(
-        (local, remote): (SocketAddrV4, SocketAddrV4),
-        peer_cookie: u32,
-        (own_cc, peer_cc): (u8, u8),
-        seq: TcpSeq,
-        reserved: u32,
-    ) -> Self {
-        Self {
-            local,
-            remote,
-            peer_cookie,
-            cc: if own_cc == peer_cc {
-                own_cc
-            } else {
-                CC_COMPROMISE
-            },
-            snd_nxt: seq.snd_nxt.wrapping_add(reserved),
-            rcv_nxt: seq.rcv_nxt,
+    fn peer_closed(&self, hw: &dyn CmHw) {
+        let mut conn = self.conn.lock();
+        if conn.state == IwState::Rts {
+            let _ = self.stop(hw, &mut conn, IwState::Closing);
         }
+    }
+
+    fn note_failed(&self, hw: &dyn CmHw) {
+        IwQp::note_failed(self, hw);
     }
 }

@@ -4,6 +4,7 @@
 //! listeners by token.
 
 use kernel::{
+    net::tcp::TcpSocket,
     new_mutex,
     prelude::*,
     ratelimit::Ratelimit,
@@ -19,12 +20,19 @@ use kernel::{
 };
 
 use super::{
-    endpoint::{
-        Endpoint,
-        EpState, //
+    device::{
+        CmDevice,
+        CmHw,
+        Registry,
+        Requests, //
     },
+    endpoint::Endpoint,
     listener::Listener,
-    CmHw, //
+    machine::{
+        Rx,
+        State, //
+        REQUEST_TIMEOUT,
+    },
 };
 
 /// An endpoint in the table, and the listener it came from.
@@ -109,20 +117,6 @@ impl Cm {
         }? Error))
     }
 
-    /// Reports, rate-limited, `what` the state machine found in `state` that it never leads
-    /// to (the endpoint then ends): a bug, never ignored in silence.
-    pub(super) fn unexpected(&self, hw: &dyn CmHw, state: EpState, what: &str) {
-        if let Some(missed) = self.limit.check() {
-            if missed > 0 {
-                dev_warn!(hw.dev(), "iWARP CM: {missed} reports suppressed\n");
-            }
-            dev_warn!(
-                hw.dev(),
-                "iWARP CM: unexpected {what} in endpoint state {state:?}; the endpoint ends\n"
-            );
-        }
-    }
-
     /// Enters `ep` (from `listener`, if passive) into the table; returns its token. `ENOENT` if
     /// the listener is gone.
     pub(super) fn insert(&self, ep: &Arc<Endpoint>, listener: Option<usize>) -> Result<usize> {
@@ -147,47 +141,6 @@ impl Cm {
             },
         ));
         Ok(token)
-    }
-
-    /// Takes endpoint `token` out of the tables.
-    pub(super) fn remove(&self, token: usize) {
-        let removed = {
-            let mut t = self.tables.lock();
-            t.unlink_child(token);
-            t.endpoints.remove(&token)
-        };
-        drop(removed);
-    }
-
-    /// Endpoint `token`'s request was reported to iw_cm: it no longer counts against its
-    /// listener's backlog.
-    pub(super) fn reported(&self, token: usize) {
-        let mut t = self.tables.lock();
-        let Some(e) = t.endpoints.get_mut(&token) else {
-            return;
-        };
-        if core::mem::replace(&mut e.reported, true) {
-            return;
-        }
-        if let Some(l) = e.listener {
-            if let Some(le) = t.listeners.get_mut(&l) {
-                le.unreported -= 1;
-            }
-        }
-    }
-
-    /// Endpoint `token` was accepted: it outlives its listener.
-    pub(super) fn accepted(&self, token: usize) {
-        self.tables.lock().unlink_child(token);
-    }
-
-    /// How many endpoints of listener `token` have not been reported yet.
-    pub(super) fn pending_of(&self, token: usize) -> usize {
-        self.tables
-            .lock()
-            .listeners
-            .get(&token)
-            .map_or(0, |le| le.unreported)
     }
 
     /// Enters listener `l` under a fresh token, which it is told.
@@ -236,6 +189,90 @@ impl Cm {
             .endpoints
             .get(&token)
             .map(|e| e.ep.clone())
+    }
+}
+
+impl Registry for Cm {
+    fn queue(&self) -> &OwnedQueue {
+        &self.queue
+    }
+
+    /// Reports, rate-limited, `what` the state machine found in `state` that it never leads
+    /// to (the endpoint then ends): a bug, never ignored in silence.
+    fn unexpected(&self, hw: &dyn CmHw, state: &str, what: &str) {
+        if let Some(missed) = self.limit.check() {
+            if missed > 0 {
+                dev_warn!(hw.dev(), "iWARP CM: {missed} reports suppressed\n");
+            }
+            dev_warn!(
+                hw.dev(),
+                "iWARP CM: unexpected {what} in endpoint state {state}; the endpoint ends\n"
+            );
+        }
+    }
+    /// Takes endpoint `token` out of the tables.
+    fn remove(&self, token: usize) {
+        let removed = {
+            let mut t = self.tables.lock();
+            t.unlink_child(token);
+            t.endpoints.remove(&token)
+        };
+        drop(removed);
+    }
+    /// Endpoint `token`'s request was reported to iw_cm: it no longer counts against its
+    /// listener's backlog.
+    fn reported(&self, token: usize) {
+        let mut t = self.tables.lock();
+        let Some(e) = t.endpoints.get_mut(&token) else {
+            return;
+        };
+        if core::mem::replace(&mut e.reported, true) {
+            return;
+        }
+        if let Some(l) = e.listener {
+            if let Some(le) = t.listeners.get_mut(&l) {
+                le.unreported -= 1;
+            }
+        }
+    }
+    /// Endpoint `token` was accepted: it outlives its listener.
+    fn accepted(&self, token: usize) {
+        self.tables.lock().unlink_child(token);
+    }
+    /// How many endpoints of listener `token` have not been reported yet.
+    fn pending_of(&self, token: usize) -> usize {
+        self.tables
+            .lock()
+            .listeners
+            .get(&token)
+            .map_or(0, |le| le.unreported)
+    }
+
+    fn adopt(
+        &self,
+        dev: Arc<dyn CmDevice>,
+        listener: usize,
+        requests: Arc<dyn Requests>,
+        mut sock: TcpSocket,
+    ) -> Result {
+        let ep = Endpoint::new(dev)?;
+        let token = self.insert(&ep, Some(listener))?;
+        if let Err(e) = sock.watch(ep.clone()) {
+            self.remove(token);
+            return Err(e);
+        }
+        let addrs = (
+            sock.local_addr().unwrap_or_default(),
+            sock.peer_addr().unwrap_or_default(),
+        );
+        let state = State::AwaitRequest {
+            sock,
+            listener: requests,
+            rx: Rx::new(),
+            addrs,
+        };
+        ep.begin(token, state, REQUEST_TIMEOUT);
+        Ok(())
     }
 }
 
