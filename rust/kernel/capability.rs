@@ -3,10 +3,41 @@
 //! POSIX capabilities of the current task.
 //!
 //! C header: [`include/linux/capability.h`](srctree/include/linux/capability.h)
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::capability::{
+//!     capable,
+//!     Capability, //
+//! };
+//!
+//! // Lets only an administrator of the network change the device's addresses.
+//! fn check_may_configure() -> Result {
+//!     if !capable(Capability::NET_ADMIN) {
+//!         return Err(EPERM);
+//!     }
+//!     Ok(())
+//! }
+//! ```
 
 use crate::bindings;
 
 /// A capability (`CAP_*`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::capability::{
+///     capable,
+///     Capability, //
+/// };
+///
+/// // Raw access to the device's registers is for privileged users only.
+/// fn may_access_registers() -> bool {
+///     capable(Capability::SYS_RAWIO)
+/// }
+/// ```
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Capability(u32);
 

@@ -8,6 +8,30 @@
 //! The policy is the one of `printk_ratelimited()`: at most `burst` messages in each window of
 //! `interval`; the ones refused are counted, and the next message allowed can say how many were
 //! left out.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::ratelimit::Ratelimit;
+//!
+//! struct Queue {
+//!     // Completions with an unknown status, reported at most ten times in five seconds.
+//!     bad_status: Ratelimit,
+//! }
+//!
+//! impl Queue {
+//!     fn report_bad_status(&self, status: u32) {
+//!         if let Some(missed) = self.bad_status.check() {
+//!             pr_warn!("unknown completion status {status:#x} ({missed} more not reported)\n");
+//!         }
+//!     }
+//! }
+//!
+//! let queue = Queue {
+//!     bad_status: Ratelimit::new(Ratelimit::DEFAULT_INTERVAL, Ratelimit::DEFAULT_BURST),
+//! };
+//! assert_eq!(queue.bad_status.missed(), 0);
+//! ```
 
 use core::sync::atomic::{
     AtomicI64,

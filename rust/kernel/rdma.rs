@@ -19,6 +19,41 @@
 //! so every object type here is `#[repr(C)]` with the C object at offset 0. The core frees these
 //! allocations itself without running Rust destructors: the abstractions drop the driver's part
 //! in the destroy callbacks and on failed creation.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     device::{
+//!         Bound,
+//!         Device, //
+//!     },
+//!     net::device::NetDevice,
+//!     prelude::*,
+//!     rdma::{
+//!         self,
+//!         Guid,
+//!         NodeType,
+//!         Registration,
+//!         UnregisteredDevice, //
+//!     },
+//! };
+//!
+//! // Describes an iWARP device of `T` on `ndev` and registers it with `data`.
+//! fn register<'a, T: rdma::Driver>(
+//!     parent: &'a Device<Bound>,
+//!     ndev: &NetDevice,
+//!     mac: [u8; 6],
+//!     data: T::Data<'a>,
+//! ) -> Result<Registration<'a, T>> {
+//!     let mut dev = UnregisteredDevice::<T>::new(parent)?;
+//!     dev.set_node_type(NodeType::Rnic)
+//!         .set_node_guid(Guid::from_mac(mac))
+//!         .set_netdev(1, ndev)?;
+//!     // SAFETY: The caller keeps the registration in its bound data, dropped at unbind.
+//!     unsafe { Registration::new(dev, c"mydev_%d", parent, Ok::<_, Error>(data)) }
+//! }
+//! ```
 
 /// The methods of a flag set (declared with `impl_flags!`) that keeps the bits it does not
 /// name, as the core passes them: `from_raw`, `unnamed` and `is_empty`.
@@ -145,6 +180,19 @@ pub use self::wr::{
 use crate::bindings;
 
 /// A 128-bit global identifier (GID), in network byte order.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::Gid;
+///
+/// let gid = Gid::from_ipv4([192, 168, 0, 1]);
+/// assert_eq!(gid.0[10..], [0xff, 0xff, 192, 168, 0, 1]);
+///
+/// let gid = Gid::from_mac([0x02, 0x16, 0x3e, 0x01, 0x02, 0x03]);
+/// assert_eq!(gid.0[..6], [0x02, 0x16, 0x3e, 0x01, 0x02, 0x03]);
+/// assert_eq!(gid.0[6..], [0; 10]);
+/// ```
 #[repr(transparent)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Gid(pub [u8; 16]);
@@ -172,6 +220,16 @@ impl Gid {
 }
 
 /// A 64-bit GUID, kept in network byte order as the RDMA core stores it.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::Guid;
+///
+/// let guid = Guid::from_mac([0x00, 0x16, 0x3e, 0x01, 0x02, 0x03]);
+/// assert_eq!(guid.to_bytes(), [0x02, 0x16, 0x3e, 0xff, 0xfe, 0x01, 0x02, 0x03]);
+/// assert_eq!(Guid::from_bytes(guid.to_bytes()), guid);
+/// ```
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Guid(u64);
 
@@ -234,6 +292,22 @@ pub(crate) use c_enum;
 
 c_enum! {
     /// The kind of node a device is (`RDMA_NODE_*`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     self,
+    ///     NodeType,
+    ///     UnregisteredDevice, //
+    /// };
+    ///
+    /// fn describe_rnic<T: rdma::Driver>(dev: &mut UnregisteredDevice<T>) {
+    ///     dev.set_node_type(NodeType::Rnic);
+    /// }
+    ///
+    /// assert_eq!(NodeType::from_raw(NodeType::Rnic.to_raw()), Some(NodeType::Rnic));
+    /// ```
     pub enum NodeType {
         /// An InfiniBand channel adapter; also RoCE devices.
         IbCa = bindings::RDMA_NODE_IB_CA,
@@ -244,6 +318,18 @@ c_enum! {
 
 c_enum! {
     /// The link layer of a port.
+    ///
+    /// # Examples
+    ///
+    /// [`DeviceOps::get_link_layer`] returns one; the [`DeviceOps`] example shows it. The C values
+    /// convert both ways:
+    ///
+    /// ```
+    /// use kernel::rdma::LinkLayer;
+    ///
+    /// assert_eq!(LinkLayer::from_raw(LinkLayer::Ethernet.to_raw()), Some(LinkLayer::Ethernet));
+    /// assert_eq!(LinkLayer::Unspecified.to_raw(), 0);
+    /// ```
     pub enum LinkLayer {
         /// Not specified (derived from the node type).
         Unspecified = bindings::rdma_link_layer_IB_LINK_LAYER_UNSPECIFIED,
@@ -256,6 +342,20 @@ c_enum! {
 
 c_enum! {
     /// How a GID is used on the wire.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     GidAttr,
+    ///     GidType, //
+    /// };
+    ///
+    /// // Whether the GID table entry being added is one the device routes over UDP.
+    /// fn is_roce_v2(attr: &GidAttr) -> bool {
+    ///     attr.gid_type() == Some(GidType::RoceV2)
+    /// }
+    /// ```
     pub enum GidType {
         /// InfiniBand.
         Ib = bindings::ib_gid_type_IB_GID_TYPE_IB,
@@ -268,6 +368,20 @@ c_enum! {
 
 /// A driver's identity towards user space (`enum rdma_driver_id`): libibverbs picks the
 /// provider by it.
+///
+/// # Examples
+///
+/// A driver declares its identity as [`Driver::DRIVER_ID`]:
+///
+/// ```
+/// use kernel::rdma::DriverId;
+///
+/// // What a driver without a user-space provider of its own declares.
+/// const DRIVER_ID: DriverId = DriverId::UNKNOWN;
+///
+/// assert_eq!(DRIVER_ID.to_raw(), 0);
+/// assert!(DriverId::ERDMA != DRIVER_ID);
+/// ```
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct DriverId(u32);
 

@@ -28,6 +28,50 @@ use crate::{
 /// The hint is published with `irq_set_affinity_and_hint()` once the handler is registered, and
 /// withdrawn before the handler is freed (`free_irq()` warns about a hint left behind).
 ///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     cpu,
+///     irq::{
+///         self,
+///         IrqReturn,
+///         NamedRegistration, //
+///     },
+///     pci,
+///     prelude::*,
+///     str::CString, //
+/// };
+///
+/// struct QueueIrq;
+///
+/// impl irq::Handler for QueueIrq {
+///     fn handle(&self) -> IrqReturn {
+///         IrqReturn::Handled
+///     }
+/// }
+///
+/// // Registers the handler of queue `queue` as "mydev-q<queue>", handled on a CPU of its own.
+/// fn request_queue_irq<'a>(
+///     vectors: &pci::BoundIrqVectors<'a>,
+///     queue: u32,
+/// ) -> Result<Pin<KBox<NamedRegistration<'a, QueueIrq>>>> {
+///     let name = CString::try_from_fmt(fmt!("mydev-q{queue}"))?;
+///     // SAFETY: The registration is boxed and kept in the driver's bound data, dropped at
+///     // unbind; it is never forgotten.
+///     let init = unsafe {
+///         NamedRegistration::new(
+///             vectors.request(queue)?,
+///             irq::Flags::SHARED,
+///             name,
+///             Some(cpu::local_spread(queue)),
+///             Ok::<_, Error>(QueueIrq),
+///         )
+///     };
+///     KBox::try_pin_init(init, GFP_KERNEL)
+/// }
+/// ```
+///
 /// # Invariants
 ///
 /// - `registration` was requested with a pointer to `name`'s buffer, which is not freed or

@@ -3,6 +3,21 @@
 //! Network devices.
 //!
 //! C header: [`include/linux/netdevice.h`](srctree/include/linux/netdevice.h)
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     net::device::NetDevice,
+//!     prelude::*, //
+//! };
+//!
+//! // Finds the network device with the adapter's MAC address and checks that its link is up.
+//! fn link_is_up(mac: &[u8; 6]) -> Result<bool> {
+//!     let ndev = NetDevice::find_by_perm_addr(mac).ok_or(ENODEV)?;
+//!     Ok(ndev.is_running() && ndev.carrier_ok())
+//! }
+//! ```
 
 use crate::{
     bindings,
@@ -20,6 +35,29 @@ use core::{
 };
 
 /// A network device (`struct net_device`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     net::device::NetDevice,
+///     prelude::*, //
+/// };
+///
+/// fn log_netdev(mac: &[u8; 6]) -> Result {
+///     let ndev = NetDevice::find_by_perm_addr(mac).ok_or(ENODEV)?;
+///     let mut name = [0u8; 16];
+///     let len = ndev.name(&mut name);
+///     pr_info!(
+///         "{}: index {}, MTU {}, address {:02x?}\n",
+///         core::str::from_utf8(&name[..len])?,
+///         ndev.ifindex(),
+///         ndev.mtu(),
+///         ndev.perm_addr()
+///     );
+///     Ok(())
+/// }
+/// ```
 ///
 /// # Invariants
 ///
@@ -170,6 +208,20 @@ impl Drop for Rtnl {
 }
 
 /// A network-device event, as seen by a [`Notifier`].
+///
+/// # Examples
+///
+/// ```
+/// use kernel::net::device::Event;
+///
+/// // Whether the link of a port may have come up or gone down.
+/// fn link_may_have_changed(event: Event) -> bool {
+///     matches!(event, Event::Up | Event::Down | Event::Change)
+/// }
+///
+/// assert!(link_may_have_changed(Event::Change));
+/// assert!(!link_may_have_changed(Event::ChangeMtu));
+/// ```
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// The interface was brought up.
@@ -203,6 +255,35 @@ impl Event {
 }
 
 /// Receives network-device events.
+///
+/// # Examples
+///
+/// ```
+/// use core::sync::atomic::{
+///     AtomicU32,
+///     Ordering, //
+/// };
+/// use kernel::net::device::{
+///     Event,
+///     EventHandler,
+///     NetDevice, //
+/// };
+///
+/// // Follows the MTU of the network device with index `ifindex`.
+/// struct MtuWatch {
+///     ifindex: i32,
+///     mtu: AtomicU32,
+/// }
+///
+/// impl EventHandler for MtuWatch {
+///     fn event(&self, event: Event, dev: &NetDevice) {
+///         let mtu_event = matches!(event, Event::Register | Event::ChangeMtu);
+///         if mtu_event && dev.ifindex() == self.ifindex {
+///             self.mtu.store(dev.mtu(), Ordering::Relaxed);
+///         }
+///     }
+/// }
+/// ```
 pub trait EventHandler: Send + Sync {
     /// Called, with RTNL held and in process context, for each [`Event`] of any network device.
     fn event(&self, event: Event, dev: &NetDevice);
@@ -212,6 +293,35 @@ pub trait EventHandler: Send + Sync {
 ///
 /// Registration replays [`Event::Register`] for every device and [`Event::Up`] for the devices
 /// that are up; unregistration replays [`Event::Down`] and [`Event::Unregister`].
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     net::device::{
+///         Event,
+///         EventHandler,
+///         NetDevice,
+///         Notifier, //
+///     },
+///     prelude::*, //
+/// };
+///
+/// struct LogUp;
+///
+/// impl EventHandler for LogUp {
+///     fn event(&self, event: Event, dev: &NetDevice) {
+///         if event == Event::Up {
+///             pr_info!("network device {} is up\n", dev.ifindex());
+///         }
+///     }
+/// }
+///
+/// // Logs every network device that comes up until the returned notifier is dropped.
+/// fn log_up() -> Result<Pin<KBox<Notifier<LogUp>>>> {
+///     KBox::pin_init(Notifier::new(LogUp), GFP_KERNEL)
+/// }
+/// ```
 #[pin_data(PinnedDrop)]
 pub struct Notifier<H: EventHandler + 'static> {
     #[pin]

@@ -23,6 +23,32 @@
 //!
 //! Connections a watched listener accepts do not inherit its target: they start unwatched,
 //! with the kernel's own callbacks.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     net::tcp::{
+//!         SocketAddrV4,
+//!         SocketEvents,
+//!         TcpSocket, //
+//!     },
+//!     prelude::*,
+//!     sync::Arc, //
+//! };
+//!
+//! // Starts connecting to `peer`; `target` hears when the connection is made or fails.
+//! fn start_connect<T: SocketEvents>(peer: SocketAddrV4, target: Arc<T>) -> Result<TcpSocket> {
+//!     let mut sock = TcpSocket::new()?;
+//!     sock.set_nodelay();
+//!     // Watched before it connects, so that no state change goes unreported.
+//!     sock.watch(target)?;
+//!     if sock.connect(peer)? {
+//!         pr_info!("connected to {peer}\n");
+//!     }
+//!     Ok(sock)
+//! }
+//! ```
 
 use crate::{
     bindings,
@@ -40,6 +66,21 @@ use core::{
 };
 
 /// An IPv4 address and TCP port.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     net::tcp::SocketAddrV4,
+///     str::CString, //
+/// };
+///
+/// let addr = SocketAddrV4::new([10, 0, 0, 1], 4791);
+/// assert_eq!(CString::try_from_fmt(fmt!("{addr}"))?.to_str()?, "10.0.0.1:4791");
+/// assert_eq!(SocketAddrV4::from_storage(&addr.to_storage())?, addr);
+/// assert!(SocketAddrV4::default().is_unspecified());
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct SocketAddrV4 {
     ip: [u8; 4],
@@ -124,6 +165,23 @@ impl fmt::Display for SocketAddrV4 {
 }
 
 /// The state of a TCP connection (`TCP_ESTABLISHED` ...).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::net::tcp::{
+///     TcpSocket,
+///     TcpState, //
+/// };
+///
+/// // Whether data may still arrive on a connection.
+/// fn may_receive(sock: &TcpSocket) -> bool {
+///     matches!(
+///         sock.state(),
+///         TcpState::Established | TcpState::FinWait1 | TcpState::FinWait2
+///     )
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TcpState {
     /// Connected.
@@ -172,6 +230,23 @@ impl TcpState {
 }
 
 /// The next sequence numbers of a connection's two directions.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::net::tcp::TcpSeq;
+///
+/// // The bytes this end sent since it sent `start`, modulo 2^32 as sequence numbers are.
+/// fn sent_since(seq: TcpSeq, start: u32) -> u32 {
+///     seq.snd_nxt.wrapping_sub(start)
+/// }
+///
+/// let seq = TcpSeq {
+///     snd_nxt: 5,
+///     rcv_nxt: 1000,
+/// };
+/// assert_eq!(sent_since(seq, u32::MAX - 4), 10);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpSeq {
     /// The next sequence number this end sends (`SND.NXT`).
@@ -181,6 +256,20 @@ pub struct TcpSeq {
 }
 
 /// An event of a watched socket.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::net::tcp::SocketEvent;
+///
+/// // Whether an event of a listener may mean a connection is there to accept.
+/// fn may_accept(event: SocketEvent) -> bool {
+///     event == SocketEvent::DataReady
+/// }
+///
+/// assert!(may_accept(SocketEvent::DataReady));
+/// assert!(!may_accept(SocketEvent::StateChange));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SocketEvent {
     /// The TCP state changed: connected, refused, reset, closed by the peer ...
@@ -190,6 +279,55 @@ pub enum SocketEvent {
 }
 
 /// The target of a watched socket's events (see the [module documentation](self)).
+///
+/// # Examples
+///
+/// ```
+/// use core::sync::atomic::{
+///     AtomicU32,
+///     Ordering, //
+/// };
+/// use kernel::{
+///     net::tcp::{
+///         SocketEvent,
+///         SocketEvents,
+///         TcpSocket, //
+///     },
+///     prelude::*,
+///     sync::{
+///         Arc,
+///         ArcBorrow, //
+///     },
+/// };
+///
+/// // Counts the events of a socket; a real target would queue work that handles them.
+/// struct Counter {
+///     state_changes: AtomicU32,
+///     data_ready: AtomicU32,
+/// }
+///
+/// impl SocketEvents for Counter {
+///     fn event(this: ArcBorrow<'_, Self>, event: SocketEvent) {
+///         let count = match event {
+///             SocketEvent::StateChange => &this.state_changes,
+///             SocketEvent::DataReady => &this.data_ready,
+///         };
+///         count.fetch_add(1, Ordering::Relaxed);
+///     }
+/// }
+///
+/// fn count_events(sock: &mut TcpSocket) -> Result<Arc<Counter>> {
+///     let counter = Arc::new(
+///         Counter {
+///             state_changes: AtomicU32::new(0),
+///             data_ready: AtomicU32::new(0),
+///         },
+///         GFP_KERNEL,
+///     )?;
+///     sock.watch(counter.clone())?;
+///     Ok(counter)
+/// }
+/// ```
 pub trait SocketEvents: Send + Sync + 'static {
     /// Reports `event` of a watched socket. Called in softirq context with the socket's
     /// callback lock held: must not sleep and must not use the socket.
@@ -281,6 +419,42 @@ fn empty_msghdr() -> bindings::msghdr {
 }
 
 /// A TCP socket of the kernel's, IPv4 (see the [module documentation](self)).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     net::tcp::{
+///         SocketAddrV4,
+///         TcpSocket, //
+///     },
+///     prelude::*, //
+/// };
+///
+/// // A listener on `port` of every local address.
+/// fn listen_on(port: u16) -> Result<TcpSocket> {
+///     let sock = TcpSocket::new()?;
+///     sock.set_reuse_addr();
+///     sock.bind(SocketAddrV4::new([0, 0, 0, 0], port))?;
+///     sock.listen(16)?;
+///     Ok(sock)
+/// }
+///
+/// // Accepts the connections that are waiting and echoes what each has sent so far.
+/// fn echo_waiting(listener: &TcpSocket) -> Result {
+///     while let Some(conn) = listener.accept()? {
+///         let mut buf = [0u8; 64];
+///         match conn.recv(&mut buf) {
+///             Ok(n) => {
+///                 conn.send(&buf[..n])?;
+///             }
+///             Err(e) if e == EAGAIN => {}
+///             Err(e) => return Err(e),
+///         }
+///     }
+///     Ok(())
+/// }
+/// ```
 ///
 /// # Invariants
 ///

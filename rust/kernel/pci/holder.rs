@@ -17,6 +17,30 @@ use crate::{
 };
 
 /// A PCI device of a given ID, as it was when it was looked at.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     pci,
+///     prelude::*, //
+/// };
+///
+/// // Says which driver holds each device with ID 1ded:107f.
+/// fn log_holders() -> Result {
+///     for holder in &pci::holders(pci::Vendor::ALIBABA, 0x107f)? {
+///         match &holder.driver {
+///             Some(driver) => pr_info!(
+///                 "{} is bound to {}\n",
+///                 holder.device.to_str()?,
+///                 driver.to_str()?
+///             ),
+///             None => pr_info!("{} is free\n", holder.device.to_str()?),
+///         }
+///     }
+///     Ok(())
+/// }
+/// ```
 pub struct Holder {
     /// The device's name on its bus: its address, such as `0000:00:03.0`.
     pub device: CString,
@@ -40,6 +64,24 @@ unsafe fn copy_c_string(ptr: *const crate::ffi::c_char) -> Result<CString> {
 /// A snapshot: a driver can bind or unbind a device right after it is looked at. Each device's
 /// driver is read under the device lock, so the name is that of a driver that was bound then.
 /// Sleeps (takes each device's lock); not for a context that cannot.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     pci,
+///     prelude::*, //
+/// };
+///
+/// // Refuses to load when another driver holds every device this one would drive.
+/// fn check_free(device: u32) -> Result {
+///     let found = pci::holders(pci::Vendor::ALIBABA, device)?;
+///     if !found.is_empty() && found.iter().all(|h| h.driver.is_some()) {
+///         return Err(EBUSY);
+///     }
+///     Ok(())
+/// }
+/// ```
 pub fn holders(vendor: Vendor, device: u32) -> Result<KVec<Holder>> {
     let mut found = KVec::new();
     let mut pdev: *mut bindings::pci_dev = core::ptr::null_mut();

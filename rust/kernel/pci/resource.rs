@@ -11,6 +11,27 @@ use crate::{
 };
 
 /// The address space decoded by a PCI BAR.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     device::Core,
+///     pci,
+///     prelude::*, //
+/// };
+///
+/// // Accepts only devices that decode two 64-bit memory BARs, at BAR0 and BAR2.
+/// fn check_bars(pdev: &pci::Device<Core<'_>>) -> Result {
+///     if pdev.select_bars(pci::BarType::Memory) != 0b101 {
+///         return Err(ENODEV);
+///     }
+///     if pdev.select_bars(pci::BarType::Io) != 0 {
+///         return Err(ENODEV);
+///     }
+///     Ok(())
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BarType {
     /// I/O port space (`IORESOURCE_IO`).

@@ -26,6 +26,27 @@ use crate::{
 
 /// MSI-X vectors of a bound device, freed by devres when the device is unbound.
 ///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     device::Bound,
+///     pci,
+///     prelude::*, //
+/// };
+///
+/// // Allocates one vector for the device and one per queue, up to eight queues, and returns the
+/// // IRQ number of each.
+/// fn queue_irqs(pdev: &pci::Device<Bound>) -> Result<KVec<u32>> {
+///     let vectors = pdev.alloc_msix_vectors_bound(2, 9)?;
+///     let mut irqs = KVec::new();
+///     for index in 0..vectors.len() {
+///         irqs.push(vectors.request(index)?.irq(), GFP_KERNEL)?;
+///     }
+///     Ok(irqs)
+/// }
+/// ```
+///
 /// # Invariants
 ///
 /// `dev` has `len` MSI-X vectors allocated, which stay allocated while `dev` is bound.

@@ -9,6 +9,31 @@
 //! not sleep (the connection manager does it under a spinlock): [`AhSetup::may_sleep`] and the
 //! `sleepable` argument of [`DeviceOps::destroy_ah`](super::DeviceOps::destroy_ah) say whether
 //! the call may.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     prelude::*,
+//!     rdma::{
+//!         self,
+//!         AhAttr,
+//!         AhSetup, //
+//!     },
+//! };
+//!
+//! // What a driver needs of a new address handle: the peer's MAC address; and how it allocates.
+//! fn ah_setup<T: rdma::Driver>(
+//!     setup: &AhSetup<'_, T>,
+//!     attr: &AhAttr<'_>,
+//! ) -> Result<([u8; 6], kernel::alloc::Flags)> {
+//!     if !attr.is_roce() || attr.grh().is_none() {
+//!         return Err(EINVAL);
+//!     }
+//!     let flags = if setup.may_sleep() { GFP_KERNEL } else { GFP_ATOMIC };
+//!     Ok((attr.dmac(), flags))
+//! }
+//! ```
 
 use super::{
     cq::Pd,
@@ -24,9 +49,56 @@ use crate::bindings;
 use core::marker::PhantomData;
 
 /// An address handle of a device of `T`.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         self,
+///         Ah,
+///         AhAttrOut,
+///         RoceAddress, //
+///     },
+/// };
+///
+/// // The driver's part of an address handle: the address it was made for.
+/// struct MyAh {
+///     addr: RoceAddress,
+/// }
+///
+/// // Reports the address of `ah` (`DeviceOps::query_ah`).
+/// fn query_ah<T: rdma::Driver<Ah = MyAh>>(ah: &Ah<T>, out: &mut AhAttrOut<'_>) -> Result {
+///     out.set_roce(&ah.data().addr);
+///     Ok(())
+/// }
+/// ```
 pub type Ah<T> = Object<kind::Ah, <T as Driver>::Ah>;
 
 /// What a driver has while creating an address handle.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     alloc::Flags,
+///     prelude::*,
+///     rdma::{
+///         self,
+///         AhSetup, //
+///     },
+/// };
+///
+/// // The allocation flags the driver may use while creating an address handle.
+/// fn alloc_flags<T: rdma::Driver>(setup: &AhSetup<'_, T>) -> Flags {
+///     if setup.may_sleep() {
+///         GFP_KERNEL
+///     } else {
+///         GFP_ATOMIC
+///     }
+/// }
+/// ```
 pub struct AhSetup<'a, T: Driver> {
     pub(crate) ah: *mut bindings::ib_ah,
     pub(crate) may_sleep: bool,
@@ -49,6 +121,21 @@ impl<T: Driver> AhSetup<'_, T> {
 }
 
 /// The global routing header of an address (`struct ib_global_route`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     AhAttr,
+///     GlobalRoute, //
+/// };
+///
+/// // The hop limit and traffic class of the packets to the peer, with defaults without a GRH.
+/// fn ip_header_fields(attr: &AhAttr<'_>) -> (u8, u8) {
+///     let grh: Option<GlobalRoute<'_>> = attr.grh();
+///     grh.map_or((64, 0), |grh| (grh.hop_limit(), grh.traffic_class()))
+/// }
+/// ```
 pub struct GlobalRoute<'a>(&'a bindings::ib_global_route);
 
 impl GlobalRoute<'_> {
@@ -86,6 +173,23 @@ impl GlobalRoute<'_> {
 }
 
 /// The address of a peer (`struct rdma_ah_attr`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     AhAttr,
+///     QpAttr,
+///     QpAttrBit,
+///     QpAttrMask, //
+/// };
+///
+/// // The peer's MAC address, if a modification of a RoCE queue pair sets its address.
+/// fn peer_mac(attr: &QpAttr<'_>, mask: QpAttrMask) -> Option<[u8; 6]> {
+///     let ah: AhAttr<'_> = attr.ah_attr();
+///     (mask.contains(QpAttrBit::Av) && ah.is_roce()).then(|| ah.dmac())
+/// }
+/// ```
 pub struct AhAttr<'a>(pub(crate) &'a bindings::rdma_ah_attr);
 
 impl AhAttr<'_> {
@@ -122,9 +226,49 @@ impl AhAttr<'_> {
 }
 
 /// The address a query reports (`struct rdma_ah_attr`), written as a whole.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     AhAttrOut,
+///     Gid,
+///     RoceAddress, //
+/// };
+///
+/// // Reports the address an address handle was made for.
+/// fn report(out: &mut AhAttrOut<'_>, dgid: Gid, dmac: [u8; 6]) {
+///     out.set_roce(&RoceAddress {
+///         port: 1,
+///         dgid,
+///         dmac,
+///         hop_limit: 64,
+///         ..Default::default()
+///     });
+/// }
+/// ```
 pub struct AhAttrOut<'a>(&'a mut bindings::rdma_ah_attr);
 
 /// A RoCE address with a global routing header: what [`AhAttrOut::set_roce`] reports.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     Gid,
+///     RoceAddress, //
+/// };
+///
+/// let addr = RoceAddress {
+///     port: 1,
+///     dgid: Gid::from_ipv4([10, 0, 0, 2]),
+///     dmac: [0x02, 0x16, 0x3e, 0x00, 0x00, 0x02],
+///     hop_limit: 64,
+///     ..Default::default()
+/// };
+/// assert_eq!(addr.sl, 0);
+/// assert_eq!(addr.dgid.0[12..], [10, 0, 0, 2]);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RoceAddress {
     /// The port.

@@ -4,6 +4,45 @@
 //!
 //! The core hands the driver zeroed attribute structures to fill in; these wrappers give typed
 //! setters for the fields a driver reports.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     net::device::NetDevice,
+//!     prelude::*,
+//!     rdma::{
+//!         attr::{
+//!             Mtu,
+//!             PhysState,
+//!             PortState, //
+//!         },
+//!         DeviceAttr,
+//!         PortAttr, //
+//!     },
+//! };
+//!
+//! // What a small device reports (`Driver::query_device`).
+//! fn query_device(attr: &mut DeviceAttr) -> Result {
+//!     attr.set_max_qp(1024)
+//!         .set_max_cq(2048)
+//!         .set_max_cqe(4096)
+//!         .set_max_mr_size(u64::MAX);
+//!     Ok(())
+//! }
+//!
+//! // What its port reports, from its network device (`Driver::query_port`).
+//! fn query_port(attr: &mut PortAttr, ndev: &NetDevice) -> Result {
+//!     let mtu = Mtu::from_bytes(ndev.mtu());
+//!     attr.set_mtu(Mtu::Mtu4096, mtu);
+//!     if ndev.is_running() && ndev.carrier_ok() {
+//!         attr.set_state(PortState::Active, PhysState::LinkUp);
+//!     } else {
+//!         attr.set_state(PortState::Down, PhysState::Disabled);
+//!     }
+//!     Ok(())
+//! }
+//! ```
 
 use super::{
     c_enum,
@@ -30,10 +69,37 @@ macro_rules! setters {
 crate::impl_flags!(
     /// Device capability flags (`enum ib_device_cap_flags`), for
     /// [`DeviceAttr::set_device_cap_flags`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::attr::{
+    ///     DeviceCap,
+    ///     DeviceCapFlags, //
+    /// };
+    ///
+    /// let flags: DeviceCapFlags = DeviceCap::MemMgtExtensions.into();
+    /// assert!(flags.contains(DeviceCap::MemMgtExtensions));
+    /// assert!(!DeviceCapFlags::empty().contains(DeviceCap::MemMgtExtensions));
+    /// ```
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct DeviceCapFlags(u64);
 
     /// One device capability.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     attr::DeviceCap,
+    ///     DeviceAttr, //
+    /// };
+    ///
+    /// // A device that supports fast registration and local invalidation.
+    /// fn report_caps(attr: &mut DeviceAttr) {
+    ///     attr.set_device_cap_flags(DeviceCap::MemMgtExtensions.into());
+    /// }
+    /// ```
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum DeviceCap {
         /// Memory management extensions: fast registration, local invalidation, send with
@@ -46,10 +112,38 @@ crate::impl_flags!(
 crate::impl_flags!(
     /// Kernel-only capability flags (`enum ib_kernel_cap_flags`), for
     /// [`DeviceAttr::set_kernel_cap_flags`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::attr::{
+    ///     KernelCap,
+    ///     KernelCapFlags, //
+    /// };
+    ///
+    /// let flags = KernelCapFlags::from(KernelCap::LocalDmaLkey);
+    /// assert!(flags.contains(KernelCap::LocalDmaLkey));
+    /// assert_eq!(u64::from(KernelCapFlags::empty()), 0);
+    /// ```
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct KernelCapFlags(u64);
 
     /// One kernel-only capability.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     attr::KernelCap,
+    ///     DeviceAttr, //
+    /// };
+    ///
+    /// // A device whose kernel users may address memory by bus address (see
+    /// // `UnregisteredDevice::set_local_dma_lkey`).
+    /// fn report_kernel_caps(attr: &mut DeviceAttr) {
+    ///     attr.set_kernel_cap_flags(KernelCap::LocalDmaLkey.into());
+    /// }
+    /// ```
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum KernelCap {
         /// The device supports the local DMA lkey.
@@ -61,10 +155,36 @@ crate::impl_flags!(
 crate::impl_flags!(
     /// Port capability flags (`enum ib_port_capability_mask_bits`), for
     /// [`PortAttr::set_port_cap_flags`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::attr::{
+    ///     PortCap,
+    ///     PortCapFlags, //
+    /// };
+    ///
+    /// let caps: PortCapFlags = PortCap::CmSup | PortCap::DeviceMgmtSup;
+    /// assert!(caps.contains_all(PortCap::CmSup | PortCap::DeviceMgmtSup));
+    /// assert!(!PortCapFlags::empty().contains_any(caps));
+    /// ```
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct PortCapFlags(u32);
 
     /// One port capability.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     attr::PortCap,
+    ///     PortAttr, //
+    /// };
+    ///
+    /// fn report_port_caps(attr: &mut PortAttr) {
+    ///     attr.set_port_cap_flags(PortCap::CmSup | PortCap::DeviceMgmtSup);
+    /// }
+    /// ```
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum PortCap {
         /// Connection management is supported.
@@ -77,10 +197,46 @@ crate::impl_flags!(
 crate::impl_flags!(
     /// Core capabilities of a port (`RDMA_CORE_PORT_*`), for
     /// [`PortImmutable::set_core_cap_flags`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::attr::{
+    ///     CoreCap,
+    ///     CoreCapFlags, //
+    /// };
+    ///
+    /// let iwarp = CoreCapFlags::from(CoreCap::Iwarp);
+    /// assert!(iwarp.contains(CoreCap::Iwarp));
+    /// assert!(!iwarp.contains(CoreCap::RoceUdpEncap));
+    /// ```
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct CoreCapFlags(u32);
 
     /// One core capability: the port's protocol.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     attr::{
+    ///         CoreCap,
+    ///         MGMT_MAD_SIZE, //
+    ///     },
+    ///     PortImmutable, //
+    /// };
+    ///
+    /// // The protocol of a port: RoCE v2 ports have management datagrams, iWARP ports do not.
+    /// fn report_protocol(immutable: &mut PortImmutable, roce: bool) {
+    ///     if roce {
+    ///         immutable
+    ///             .set_core_cap_flags(CoreCap::RoceUdpEncap.into())
+    ///             .set_max_mad_size(MGMT_MAD_SIZE);
+    ///     } else {
+    ///         immutable.set_core_cap_flags(CoreCap::Iwarp.into());
+    ///     }
+    /// }
+    /// ```
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum CoreCap {
         /// iWARP.
@@ -95,6 +251,23 @@ pub const MGMT_MAD_SIZE: u32 = bindings::IB_MGMT_MAD_SIZE;
 
 c_enum! {
     /// Atomic operation support.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     attr::AtomicCap,
+    ///     DeviceAttr, //
+    /// };
+    ///
+    /// fn report_atomics(attr: &mut DeviceAttr, supported: bool) {
+    ///     attr.set_atomic_cap(if supported {
+    ///         AtomicCap::Glob
+    ///     } else {
+    ///         AtomicCap::None
+    ///     });
+    /// }
+    /// ```
     pub enum AtomicCap {
         /// No atomics.
         None = bindings::ib_atomic_cap_IB_ATOMIC_NONE,
@@ -107,6 +280,28 @@ c_enum! {
 
 c_enum! {
     /// Logical port state.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     attr::{
+    ///         PhysState,
+    ///         PortState, //
+    ///     },
+    ///     PortAttr, //
+    /// };
+    ///
+    /// fn report_link(attr: &mut PortAttr, up: bool) {
+    ///     if up {
+    ///         attr.set_state(PortState::Active, PhysState::LinkUp);
+    ///     } else {
+    ///         attr.set_state(PortState::Down, PhysState::Disabled);
+    ///     }
+    /// }
+    ///
+    /// assert_eq!(PortState::from_raw(PortState::Active.to_raw()), Some(PortState::Active));
+    /// ```
     pub enum PortState {
         /// The link is down.
         Down = bindings::ib_port_state_IB_PORT_DOWN,
@@ -119,6 +314,17 @@ c_enum! {
 
 c_enum! {
     /// Physical port state.
+    ///
+    /// # Examples
+    ///
+    /// A port reports it with [`PortAttr::set_state`]; the module example shows it.
+    ///
+    /// ```
+    /// use kernel::rdma::attr::PhysState;
+    ///
+    /// assert_eq!(PhysState::from_raw(PhysState::LinkUp.to_raw()), Some(PhysState::LinkUp));
+    /// assert!(PhysState::LinkUp != PhysState::Disabled);
+    /// ```
     pub enum PhysState {
         /// Disabled.
         Disabled = bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED,
@@ -129,6 +335,16 @@ c_enum! {
 
 c_enum! {
     /// An RDMA path MTU.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::attr::Mtu;
+    ///
+    /// // The path MTU of a port on an Ethernet link of 1500 bytes, and of a jumbo one.
+    /// assert_eq!(Mtu::from_bytes(1500), Mtu::Mtu1024);
+    /// assert_eq!(Mtu::from_bytes(9000), Mtu::Mtu4096);
+    /// ```
     pub enum Mtu {
         /// 256 bytes.
         Mtu256 = bindings::ib_mtu_IB_MTU_256,
@@ -157,6 +373,36 @@ impl Mtu {
 }
 
 /// Device attributes (`struct ib_device_attr`), as reported by `query_device`.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         attr::DeviceCap,
+///         DeviceAttr,
+///         Guid, //
+///     },
+/// };
+///
+/// // What a device reports (`Driver::query_device`).
+/// fn query_device(attr: &mut DeviceAttr, mac: [u8; 6]) -> Result {
+///     attr.set_sys_image_guid(Guid::from_mac(mac))
+///         .set_vendor_id(0x1ded)
+///         .set_max_qp(1024)
+///         .set_max_qp_wr(4096)
+///         .set_max_send_sge(4)
+///         .set_max_recv_sge(1)
+///         .set_max_cq(2048)
+///         .set_max_cqe(4096)
+///         .set_max_pd(1024)
+///         .set_max_mr(2048)
+///         .set_page_size_cap(0x1000 | 0x20_0000)
+///         .set_device_cap_flags(DeviceCap::MemMgtExtensions.into());
+///     Ok(())
+/// }
+/// ```
 #[repr(transparent)]
 pub struct DeviceAttr(bindings::ib_device_attr);
 
@@ -237,6 +483,42 @@ impl DeviceAttr {
 }
 
 /// Port attributes (`struct ib_port_attr`), as reported by `query_port`.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         self,
+///         attr::{
+///             Mtu,
+///             PhysState,
+///             PortState, //
+///         },
+///         PortAttr, //
+///     },
+/// };
+///
+/// // What a port reports from its network device (`Driver::query_port`).
+/// fn query_port<T: rdma::Driver>(
+///     dev: &rdma::Device<T>,
+///     port: u32,
+///     attr: &mut PortAttr,
+/// ) -> Result {
+///     attr.set_state(PortState::Down, PhysState::Disabled)
+///         .set_gid_tbl_len(1)
+///         .set_max_msg_sz(u32::MAX);
+///     if let Some(ndev) = dev.netdev(port) {
+///         let mtu = Mtu::from_bytes(ndev.mtu());
+///         attr.set_mtu(mtu, mtu);
+///         if ndev.is_running() && ndev.carrier_ok() {
+///             attr.set_state(PortState::Active, PhysState::LinkUp);
+///         }
+///     }
+///     Ok(())
+/// }
+/// ```
 #[repr(transparent)]
 pub struct PortAttr(bindings::ib_port_attr);
 
@@ -290,6 +572,32 @@ impl PortAttr {
 }
 
 /// The attributes of a port that never change (`struct ib_port_immutable`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         attr::{
+///             CoreCap,
+///             MGMT_MAD_SIZE, //
+///         },
+///         PortImmutable, //
+///     },
+/// };
+///
+/// // What a RoCE v2 port with one GID and one partition key reports
+/// // (`Driver::get_port_immutable`).
+/// fn get_port_immutable(immutable: &mut PortImmutable) -> Result {
+///     immutable
+///         .set_gid_tbl_len(1)
+///         .set_pkey_tbl_len(1)
+///         .set_core_cap_flags(CoreCap::RoceUdpEncap.into())
+///         .set_max_mad_size(MGMT_MAD_SIZE);
+///     Ok(())
+/// }
+/// ```
 #[repr(transparent)]
 pub struct PortImmutable(bindings::ib_port_immutable);
 
@@ -318,6 +626,27 @@ impl PortImmutable {
 }
 
 /// A GID table entry being added or removed (`struct ib_gid_attr`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         GidAttr,
+///         GidType, //
+///     },
+/// };
+///
+/// // Programs a GID the core added to the table of port 1 (`DeviceOps::add_gid`).
+/// fn add_gid(attr: &GidAttr) -> Result {
+///     if attr.port() != 1 || attr.gid_type() != Some(GidType::RoceV2) {
+///         return Err(EINVAL);
+///     }
+///     pr_debug!("GID {} is {:02x?}\n", attr.index(), attr.gid().0);
+///     Ok(())
+/// }
+/// ```
 #[repr(transparent)]
 pub struct GidAttr(bindings::ib_gid_attr);
 

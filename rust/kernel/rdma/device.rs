@@ -4,6 +4,26 @@
 //! [`Device`] as its callbacks see it.
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::rdma;
+//!
+//! // Logs the link of the network device of each port of `dev`.
+//! fn log_ports<T: rdma::Driver>(dev: &rdma::Device<T>) {
+//!     for port in 1..=dev.phys_port_cnt() {
+//!         if let Some(ndev) = dev.netdev(port) {
+//!             pr_info!(
+//!                 "{}: port {port}: MTU {}, carrier {}\n",
+//!                 dev.name(),
+//!                 ndev.mtu(),
+//!                 ndev.carrier_ok()
+//!             );
+//!         }
+//!     }
+//! }
+//! ```
 
 use super::{
     adapter::{

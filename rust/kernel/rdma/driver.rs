@@ -17,6 +17,33 @@
 //! [`Registration::new`], except [`DeviceOps::mr_map_start`] and [`DeviceOps::mr_set_page`],
 //! which act on the region alone.
 //!
+//! # Examples
+//!
+//! [`Driver`] and [`DeviceOps`] show how a driver implements them. A driver whose devices speak
+//! one of two protocols gives each device the operations of its protocol:
+//!
+//! ```
+//! use kernel::rdma::{
+//!     self,
+//!     UnregisteredDevice, //
+//! };
+//!
+//! // Gives a device the operations of the protocol it speaks: those of `R` for RoCE, those of
+//! // `I` for iWARP.
+//! fn add_protocol_ops<T, R, I>(dev: &mut UnregisteredDevice<T>, roce: bool)
+//! where
+//!     T: rdma::Driver,
+//!     R: rdma::DeviceOps<T>,
+//!     I: rdma::DeviceOps<T>,
+//! {
+//!     if roce {
+//!         dev.add_ops::<R>();
+//!     } else {
+//!         dev.add_ops::<I>();
+//!     }
+//! }
+//! ```
+//!
 //! # Calling contexts
 //!
 //! This list states where the core calls each operation; the operations' own documentation
@@ -323,21 +350,26 @@ pub trait Driver: Sized + Send + Sync + 'static {
 /// #     type Ops = Self;
 /// #     const DRIVER_ID: rdma::DriverId = rdma::DriverId::UNKNOWN;
 /// #     fn query_device(
-/// #         _: &rdma::Device<Self>,
-/// #         _: &(),
-/// #         _: &mut rdma::DeviceAttr,
-/// #         _: &mut rdma::UData<'_>,
+/// #         _dev: &rdma::Device<Self>,
+/// #         _data: &(),
+/// #         _attr: &mut rdma::DeviceAttr,
+/// #         _udata: &mut rdma::UData<'_>,
 /// #     ) -> Result {
 /// #         Ok(())
 /// #     }
-/// #     fn query_port(_: &rdma::Device<Self>, _: &(), _: u32, _: &mut rdma::PortAttr) -> Result {
+/// #     fn query_port(
+/// #         _dev: &rdma::Device<Self>,
+/// #         _data: &(),
+/// #         _port: u32,
+/// #         _attr: &mut rdma::PortAttr,
+/// #     ) -> Result {
 /// #         Ok(())
 /// #     }
 /// #     fn get_port_immutable(
-/// #         _: &rdma::Device<Self>,
-/// #         _: &(),
-/// #         _: u32,
-/// #         _: &mut rdma::PortImmutable,
+/// #         _dev: &rdma::Device<Self>,
+/// #         _data: &(),
+/// #         _port: u32,
+/// #         _immutable: &mut rdma::PortImmutable,
 /// #     ) -> Result {
 /// #         Ok(())
 /// #     }

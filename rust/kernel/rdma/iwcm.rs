@@ -20,6 +20,47 @@
 //! The connection manager takes counted references on queue pairs too
 //! ([`DeviceOps::iw_add_ref`](super::DeviceOps::iw_add_ref)); a device must not finish
 //! destroying a queue pair while any is held.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     prelude::*,
+//!     rdma::iwcm::{
+//!         CmEvent,
+//!         CmEventKind,
+//!         CmId,
+//!         CmIdRef,
+//!         ConnParam, //
+//!     },
+//! };
+//!
+//! // What a device keeps of a connection it makes.
+//! struct Connecting {
+//!     id: CmIdRef,
+//!     qpn: u32,
+//! }
+//!
+//! // Starts a connection (`DeviceOps::iw_connect`): keeps a reference on the identifier to report
+//! // the outcome through later.
+//! fn start_connect(id: &CmId, param: &ConnParam<'_>) -> Result<Connecting> {
+//!     let (local, remote) = (id.local_addr()?, id.remote_addr()?);
+//!     pr_debug!("QP {} connects from {local} to {remote}\n", param.qpn);
+//!     Ok(Connecting {
+//!         id: id.get(),
+//!         qpn: param.qpn,
+//!     })
+//! }
+//!
+//! // Reports the peer's reply: the connection is up.
+//! fn connected(conn: &Connecting, id: &CmId, reply: &[u8]) -> Result {
+//!     let event = CmEvent {
+//!         private_data: reply,
+//!         ..CmEvent::new(CmEventKind::ConnectReply, id.local_addr()?, id.remote_addr()?)
+//!     };
+//!     conn.id.report(&event)
+//! }
+//! ```
 
 use crate::{
     bindings,
@@ -38,6 +79,21 @@ use core::{
 
 /// A connection identifier of the iWARP connection manager (`struct iw_cm_id`), as the
 /// device's operations receive it.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::iwcm::CmId;
+///
+/// // The device's connection table is indexed by the identifiers' tokens, 0 meaning none.
+/// fn remember(id: &CmId, slot: usize) {
+///     id.set_token(slot + 1);
+/// }
+///
+/// fn slot_of(id: &CmId) -> Option<usize> {
+///     id.token().checked_sub(1)
+/// }
+/// ```
 ///
 /// # Invariants
 ///
@@ -113,6 +169,27 @@ impl CmId {
 
 /// A counted reference on a connection identifier, dropped with `rem_ref`.
 ///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     net::tcp::SocketAddrV4,
+///     rdma::iwcm::{
+///         CmEvent,
+///         CmEventKind,
+///         CmIdRef, //
+///     },
+/// };
+///
+/// // The peer closed the connection: report it, then that the connection is gone, and drop the
+/// // reference, as `Close` is the identifier's last event.
+/// fn peer_closed(id: CmIdRef, local: SocketAddrV4, remote: SocketAddrV4) {
+///     let _ = id.report(&CmEvent::new(CmEventKind::Disconnect, local, remote));
+///     let _ = id.report(&CmEvent::new(CmEventKind::Close, local, remote));
+///     drop(id);
+/// }
+/// ```
+///
 /// # Invariants
 ///
 /// Holds one reference (taken with `add_ref`) on the identifier at the pointer.
@@ -171,6 +248,24 @@ impl Drop for CmIdRef {
 }
 
 /// What a [`CmEvent`] reports (`enum iw_cm_event_type`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     net::tcp::SocketAddrV4,
+///     rdma::iwcm::{
+///         CmEvent,
+///         CmEventKind, //
+///     },
+/// };
+///
+/// let local = SocketAddrV4::new([10, 0, 0, 1], 40000);
+/// let remote = SocketAddrV4::new([10, 0, 0, 2], 4791);
+/// let event = CmEvent::new(CmEventKind::Established, local, remote);
+/// assert_eq!(event.kind, CmEventKind::Established);
+/// assert!(event.status.is_none());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum CmEventKind {
@@ -187,6 +282,40 @@ pub enum CmEventKind {
 }
 
 /// An event of a connection, reported with [`CmIdRef::report`].
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     net::tcp::SocketAddrV4,
+///     prelude::*,
+///     rdma::iwcm::{
+///         CmEvent,
+///         CmEventKind, //
+///     },
+/// };
+///
+/// let local = SocketAddrV4::new([10, 0, 0, 1], 40000);
+/// let remote = SocketAddrV4::new([10, 0, 0, 2], 4791);
+///
+/// // The peer rejected the connection, saying why in its private data.
+/// let rejected = CmEvent {
+///     status: Some(ECONNREFUSED),
+///     private_data: b"busy",
+///     ..CmEvent::new(CmEventKind::ConnectReply, local, remote)
+/// };
+/// assert_eq!(rejected.status, Some(ECONNREFUSED));
+/// assert_eq!(rejected.private_data.len(), 4);
+///
+/// // A connection request for a listener, found again later by its token.
+/// let request = CmEvent {
+///     token: 7,
+///     ird: 8,
+///     ord: 8,
+///     ..CmEvent::new(CmEventKind::ConnectRequest, remote, local)
+/// };
+/// assert_eq!(request.token, 7);
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct CmEvent<'a> {
     /// What happened.
@@ -224,6 +353,29 @@ impl<'a> CmEvent<'a> {
 }
 
 /// The parameters of a connection a consumer makes or accepts (`struct iw_cm_conn_param`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::iwcm::ConnParam, //
+/// };
+///
+/// // The inbound RDMA Read depth a device of at most `max` grants.
+/// fn ird(param: &ConnParam<'_>, max: u32) -> Result<u8> {
+///     Ok(u8::try_from(param.ird.min(max))?)
+/// }
+///
+/// let param = ConnParam {
+///     private_data: b"hello",
+///     ord: 16,
+///     ird: 16,
+///     qpn: 2,
+/// };
+/// assert_eq!(ird(&param, 8)?, 8);
+/// # Ok::<(), Error>(())
+/// ```
 pub struct ConnParam<'a> {
     /// The private data to send the peer.
     pub private_data: &'a [u8],

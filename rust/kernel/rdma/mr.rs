@@ -5,6 +5,41 @@
 //! Unlike the other verbs objects, memory regions are allocated by the driver: the
 //! abstraction boxes the core's structure with the driver's part ([`Mr`]) and frees the box
 //! when the region is deregistered.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     prelude::*,
+//!     rdma::{
+//!         self,
+//!         NewMr,
+//!         Umem,
+//!         UserMrReq, //
+//!     },
+//! };
+//!
+//! // The driver's part of a user memory region: the pinned memory.
+//! struct MyMr {
+//!     umem: Umem,
+//! }
+//!
+//! // Registers user memory (`DeviceOps::reg_user_mr`) under `key`.
+//! fn reg_user_mr<T: rdma::Driver>(
+//!     dev: &rdma::Device<T>,
+//!     req: &UserMrReq,
+//!     key: u32,
+//! ) -> Result<NewMr<MyMr>> {
+//!     let umem = Umem::get(dev, req.start, usize::try_from(req.length)?, req.access)?;
+//!     Ok(NewMr {
+//!         lkey: key,
+//!         rkey: key,
+//!         iova: req.iova,
+//!         length: req.length,
+//!         data: MyMr { umem },
+//!     })
+//! }
+//! ```
 
 use super::Driver;
 use crate::{bindings, prelude::*, types::Opaque};
@@ -14,10 +49,42 @@ crate::impl_flags!(
     ///
     /// Rights from the core that this abstraction does not name (optional extensions such as
     /// relaxed ordering) are kept: see [`AccessFlags::unnamed`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     AccessFlag,
+    ///     AccessFlags, //
+    /// };
+    ///
+    /// let access: AccessFlags = AccessFlag::LocalWrite | AccessFlag::RemoteRead;
+    /// assert!(access.contains(AccessFlag::RemoteRead));
+    /// assert!(!access.contains(AccessFlag::RemoteWrite));
+    /// assert_eq!(access.unnamed(), 0);
+    /// ```
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct AccessFlags(u32);
 
     /// One access right.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     AccessFlag,
+    ///     AccessFlags, //
+    /// };
+    ///
+    /// // Peers may write memory only if the device may write it too.
+    /// fn valid(access: AccessFlags) -> bool {
+    ///     !access.contains_any(AccessFlag::RemoteWrite | AccessFlag::RemoteAtomic)
+    ///         || access.contains(AccessFlag::LocalWrite)
+    /// }
+    ///
+    /// assert!(valid(AccessFlag::LocalWrite | AccessFlag::RemoteWrite));
+    /// assert!(!valid(AccessFlag::RemoteWrite.into()));
+    /// ```
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum AccessFlag {
         /// The device may write the memory locally.
@@ -35,6 +102,34 @@ open_flags!(AccessFlags, u32);
 
 /// A memory region of a device of `T`.
 ///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         self,
+///         Mr, //
+///     },
+/// };
+///
+/// // The driver's part of a fast-registration region: its page list.
+/// struct MyMr {
+///     pages: KVec<u64>,
+/// }
+///
+/// // Where a fast registration work request maps the region (`SendWr::reg`).
+/// fn log_mapping<T: rdma::Driver<Mr = MyMr>>(mr: &Mr<T>) {
+///     pr_debug!(
+///         "MR of {} pages of {} bytes at {:#x}, {} bytes\n",
+///         mr.data().pages.len(),
+///         mr.page_size(),
+///         mr.iova(),
+///         mr.length()
+///     );
+/// }
+/// ```
+///
 /// # Invariants
 ///
 /// `ib` is at offset 0; the allocation is a `KBox<Mr<T>>` leaked to the core.
@@ -45,6 +140,24 @@ pub struct Mr<T: Driver> {
 }
 
 /// A user memory registration request.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     AccessFlag,
+///     UserMrReq, //
+/// };
+///
+/// let req = UserMrReq {
+///     start: 0x7f00_0000_1000,
+///     length: 0x2000,
+///     iova: 0x1000,
+///     access: AccessFlag::LocalWrite.into(),
+/// };
+/// // The device sees the pages at the same offsets as the process.
+/// assert_eq!(req.start % 0x1000, req.iova % 0x1000);
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct UserMrReq {
     /// Start of the range in the calling process.
@@ -58,6 +171,23 @@ pub struct UserMrReq {
 }
 
 /// A memory region a driver made: its keys, its extent and the driver's part.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::NewMr;
+///
+/// // The region that covers all bus addresses, with the device's reserved key (for
+/// // `DeviceOps::get_dma_mr`).
+/// let mr = NewMr {
+///     lkey: 0x100,
+///     rkey: 0x100,
+///     iova: 0,
+///     length: u64::MAX,
+///     data: (),
+/// };
+/// assert_eq!(mr.lkey, mr.rkey);
+/// ```
 pub struct NewMr<M> {
     /// The local key.
     pub lkey: u32,

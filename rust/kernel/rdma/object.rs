@@ -8,6 +8,30 @@
 //! allocation without running Rust destructors. [`Object`] is that allocation: the abstractions
 //! initialise the driver's part in place in the create trampoline and drop it in the destroy
 //! trampoline (or when creation fails).
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::rdma::{
+//!     self,
+//!     object::{
+//!         kind,
+//!         Object, //
+//!     },
+//!     Qp, //
+//! };
+//!
+//! // The driver's part of a queue pair.
+//! struct MyQp {
+//!     sq_depth: u32,
+//! }
+//!
+//! // `Qp<T>` is the object of kind `Qp` with `T`'s queue pair part.
+//! fn describe<T: rdma::Driver<Qp = MyQp>>(qp: &Qp<T>) -> (u32, u32) {
+//!     let object: &Object<kind::Qp, MyQp> = qp;
+//!     (object.qp_num(), object.data().sq_depth)
+//! }
+//! ```
 
 use crate::{
     bindings, new_spinlock_irq,
@@ -21,14 +45,49 @@ use crate::{
 use core::ptr::NonNull;
 
 /// The kinds of core-allocated objects, each naming the core's structure it wraps.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::object::{
+///     kind,
+///     Object, //
+/// };
+///
+/// // A function for the driver part of any kind of object.
+/// fn data_of<K: kind::Kind, D>(object: &Object<K, D>) -> &D {
+///     object.data()
+/// }
+///
+/// // One for queue pairs only.
+/// fn qp_num_of<D>(qp: &Object<kind::Qp, D>) -> u32 {
+///     qp.qp_num()
+/// }
+/// ```
 pub mod kind {
     use crate::bindings;
 
     mod private {
+        /// Keeps [`Kind`](super::Kind) implemented by the kinds of this module only.
         pub trait Sealed {}
     }
 
     /// A kind of core-allocated object.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use core::fmt::Debug;
+    /// use kernel::rdma::object::{
+    ///     kind::Kind,
+    ///     Object, //
+    /// };
+    ///
+    /// // Logs the driver's part of an object of any kind.
+    /// fn log_object<K: Kind, D: Debug>(object: &Object<K, D>) {
+    ///     pr_debug!("object {:?}\n", object.data());
+    /// }
+    /// ```
     pub trait Kind: private::Sealed + 'static {
         /// The core's structure.
         #[doc(hidden)]
@@ -36,12 +95,84 @@ pub mod kind {
     }
 
     /// Protection domains (`struct ib_pd`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     self,
+    ///     object::{
+    ///         kind,
+    ///         Object, //
+    ///     },
+    /// };
+    ///
+    /// // A protection domain of a device of `T`, as `rdma::Pd<T>` names it.
+    /// fn data_of<T: rdma::Driver>(object: &Object<kind::Pd, T::Pd>) -> &T::Pd {
+    ///     let object: &rdma::Pd<T> = object;
+    ///     object.data()
+    /// }
+    /// ```
     pub struct Pd;
     /// Completion queues (`struct ib_cq`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     self,
+    ///     object::{
+    ///         kind,
+    ///         Object, //
+    ///     },
+    /// };
+    ///
+    /// // A completion queue of a device of `T`, as `rdma::Cq<T>` names it.
+    /// fn data_of<T: rdma::Driver>(object: &Object<kind::Cq, T::Cq>) -> &T::Cq {
+    ///     let object: &rdma::Cq<T> = object;
+    ///     object.data()
+    /// }
+    /// ```
     pub struct Cq;
     /// Queue pairs (`struct ib_qp`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     self,
+    ///     object::{
+    ///         kind,
+    ///         Object, //
+    ///     },
+    /// };
+    ///
+    /// // A queue pair of a device of `T`, as `rdma::Qp<T>` names it.
+    /// fn data_of<T: rdma::Driver>(object: &Object<kind::Qp, T::Qp>) -> &T::Qp {
+    ///     let object: &rdma::Qp<T> = object;
+    ///     object.data()
+    /// }
+    /// ```
     pub struct Qp;
     /// Address handles (`struct ib_ah`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     self,
+    ///     object::{
+    ///         kind,
+    ///         Object, //
+    ///     },
+    /// };
+    ///
+    /// // A address handle of a device of `T`, as `rdma::Ah<T>` names it.
+    /// fn data_of<T: rdma::Driver>(object: &Object<kind::Ah, T::Ah>) -> &T::Ah {
+    ///     let object: &rdma::Ah<T> = object;
+    ///     object.data()
+    /// }
+    /// ```
     pub struct Ah;
 
     impl private::Sealed for Pd {}
@@ -65,6 +196,29 @@ pub mod kind {
 use kind::Kind;
 
 /// A core-allocated verbs object of kind `K`: the core's structure, then the driver's part `D`.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     self,
+///     Ah,
+///     Cq,
+///     Pd, //
+/// };
+///
+/// // A driver whose objects know their numbers in the device.
+/// struct Numbered {
+///     number: u32,
+/// }
+///
+/// fn numbers<T>(pd: &Pd<T>, cq: &Cq<T>, ah: &Ah<T>) -> [u32; 3]
+/// where
+///     T: rdma::Driver<Pd = Numbered, Cq = Numbered, Ah = Numbered>,
+/// {
+///     [pd.data().number, cq.data().number, ah.data().number]
+/// }
+/// ```
 ///
 /// # Invariants
 ///
@@ -189,6 +343,23 @@ unsafe impl<K: Kind> Send for Target<K> {}
 /// A handle through which a driver reports events of a completion queue or queue pair to its
 /// consumer, from any context including hard interrupts. It stays valid after the object is
 /// destroyed: events reported then are dropped.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     qp::QpEvent,
+///     CqEvents,
+///     QpEvents, //
+/// };
+///
+/// // What an interrupt handler reports when the device says a queue pair failed: the queue pair
+/// // is in the error state, and its completion queue has completions (flushed ones) to poll.
+/// fn qp_failed(qp: &QpEvents, cq: &CqEvents) {
+///     qp.event(QpEvent::Fatal);
+///     cq.completion();
+/// }
+/// ```
 pub struct Events<K: Kind>(Arc<SpinLockIrq<Target<K>>>);
 
 impl<K: Kind> Clone for Events<K> {
@@ -259,6 +430,22 @@ impl Events<kind::Cq> {
 
 crate::rdma::c_enum! {
     /// An asynchronous event of a queue pair (`enum ib_event_type`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     qp::QpEvent,
+    ///     QpEvents, //
+    /// };
+    ///
+    /// // The device saw the first message of a connected queue pair.
+    /// fn first_message(qp: &QpEvents) {
+    ///     qp.event(QpEvent::CommEst);
+    /// }
+    ///
+    /// assert_eq!(QpEvent::from_raw(QpEvent::Fatal.to_raw()), Some(QpEvent::Fatal));
+    /// ```
     pub enum QpEvent {
         /// The queue pair hit an error that moved it to the error state.
         Fatal = bindings::ib_event_type_IB_EVENT_QP_FATAL,

@@ -1,6 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Queue pairs (`struct ib_qp`) and their attributes.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::rdma::{
+//!     qp::modify_is_ok,
+//!     QpAttrBit,
+//!     QpAttrMask,
+//!     QpState,
+//!     QpType, //
+//! };
+//!
+//! // Moving an RC queue pair from reset to init takes its port, partition key and access rights.
+//! let mask: QpAttrMask =
+//!     QpAttrBit::State | QpAttrBit::PkeyIndex | QpAttrBit::Port | QpAttrBit::AccessFlags;
+//! assert!(modify_is_ok(QpState::Reset, QpState::Init, QpType::Rc, mask));
+//!
+//! // It cannot go from reset to ready to send in one step.
+//! assert!(!modify_is_ok(QpState::Reset, QpState::Rts, QpType::Rc, QpAttrBit::State.into()));
+//! ```
 
 use super::{
     ah::AhAttr,
@@ -19,9 +39,42 @@ use crate::bindings;
 use core::marker::PhantomData;
 
 /// A queue pair of a device of `T`.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     self,
+///     Qp, //
+/// };
+///
+/// // The driver's part of a queue pair: the depth of its send queue.
+/// struct MyQp {
+///     sq_depth: u32,
+/// }
+///
+/// fn log_qp<T: rdma::Driver<Qp = MyQp>>(qp: &Qp<T>) {
+///     pr_debug!("QP {}: {} send WRs\n", qp.qp_num(), qp.data().sq_depth);
+/// }
+/// ```
 pub type Qp<T> = Object<kind::Qp, <T as Driver>::Qp>;
 
 /// Reports queue-pair events: see [`Events::event`].
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     qp::QpEvent,
+///     QpEvents, //
+/// };
+///
+/// // Called by the driver's interrupt handler when the device reports that a peer accessed memory
+/// // it has no rights on.
+/// fn remote_access_error(qp: &QpEvents) {
+///     qp.event(QpEvent::AccessError);
+/// }
+/// ```
 pub type QpEvents = Events<kind::Qp>;
 
 pub use super::object::QpEvent;
@@ -36,6 +89,29 @@ impl<D> Object<kind::Qp, D> {
 
 c_enum! {
     /// The transport service of a queue pair.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::{
+    ///     prelude::*,
+    ///     rdma::{
+    ///         self,
+    ///         QpInitAttr,
+    ///         QpType, //
+    ///     },
+    /// };
+    ///
+    /// // A device that makes RC and UD queue pairs only.
+    /// fn check_type<T: rdma::Driver>(attr: &QpInitAttr<'_, T>) -> Result<QpType> {
+    ///     match attr.qp_type() {
+    ///         Some(qp_type @ (QpType::Rc | QpType::Ud)) => Ok(qp_type),
+    ///         _ => Err(EOPNOTSUPP),
+    ///     }
+    /// }
+    ///
+    /// assert_eq!(QpType::from_raw(QpType::Ud.to_raw()), Some(QpType::Ud));
+    /// ```
     pub enum QpType {
         /// Subnet management (QP0).
         Smi = bindings::ib_qp_type_IB_QPT_SMI,
@@ -52,6 +128,28 @@ c_enum! {
 
 c_enum! {
     /// The state of a queue pair.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     QpAttr,
+    ///     QpAttrBit,
+    ///     QpAttrMask,
+    ///     QpState, //
+    /// };
+    ///
+    /// // The state a modification moves a queue pair to, if it names one.
+    /// fn target_state(attr: &QpAttr<'_>, mask: QpAttrMask) -> Option<QpState> {
+    ///     if mask.contains(QpAttrBit::State) {
+    ///         attr.state()
+    ///     } else {
+    ///         None
+    ///     }
+    /// }
+    ///
+    /// assert_eq!(QpState::from_raw(QpState::Rts.to_raw()), Some(QpState::Rts));
+    /// ```
     pub enum QpState {
         /// Reset.
         Reset = bindings::ib_qp_state_IB_QPS_RESET,
@@ -74,10 +172,47 @@ crate::impl_flags!(
     /// Creation flags of a queue pair (`enum ib_qp_create_flags`): the ones a kernel consumer
     /// may ask of an RC or UD queue pair are named; others are kept, see
     /// [`QpCreateFlags::unnamed`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     QpCreateFlag,
+    ///     QpCreateFlags, //
+    /// };
+    ///
+    /// let flags: QpCreateFlags = QpCreateFlag::BlockMulticastLoopback.into();
+    /// assert!(flags.contains(QpCreateFlag::BlockMulticastLoopback));
+    /// assert!(!flags.contains(QpCreateFlag::ScatterFcs));
+    /// assert_eq!(flags.unnamed(), 0);
+    /// assert!(QpCreateFlags::empty().is_empty());
+    /// ```
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct QpCreateFlags(u32);
 
     /// One creation flag.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::{
+    ///     prelude::*,
+    ///     rdma::{
+    ///         self,
+    ///         QpCreateFlag,
+    ///         QpInitAttr, //
+    ///     },
+    /// };
+    ///
+    /// // A device whose only creation flag, named or not, keeps multicast from looping back.
+    /// fn check_create_flags<T: rdma::Driver>(attr: &QpInitAttr<'_, T>) -> Result {
+    ///     let flags = attr.create_flags();
+    ///     if flags.unnamed() != 0 || flags.contains_any(!QpCreateFlag::BlockMulticastLoopback) {
+    ///         return Err(EOPNOTSUPP);
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     // CAST: the C enum is signed (a negative sentinel ends it); the flags are bits of the
     // `u32` field `create_flags`.
@@ -101,10 +236,44 @@ open_flags!(QpCreateFlags, u32);
 crate::impl_flags!(
     /// Which attributes a modification sets (`enum ib_qp_attr_mask`); bits this abstraction
     /// does not name are kept.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     QpAttrBit,
+    ///     QpAttrMask, //
+    /// };
+    ///
+    /// let mask: QpAttrMask = QpAttrBit::State | QpAttrBit::DestQpn | QpAttrBit::RqPsn;
+    /// assert!(mask.contains(QpAttrBit::DestQpn));
+    /// assert!(!mask.contains_any(QpAttrBit::SqPsn | QpAttrBit::Timeout));
+    /// ```
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct QpAttrMask(u32);
 
     /// One attribute a modification may set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::{
+    ///     prelude::*,
+    ///     rdma::{
+    ///         QpAttr,
+    ///         QpAttrBit,
+    ///         QpAttrMask, //
+    ///     },
+    /// };
+    ///
+    /// // The peer's queue pair number and first PSN, which a move to RTR must set.
+    /// fn rtr_params(attr: &QpAttr<'_>, mask: QpAttrMask) -> Result<(u32, u32)> {
+    ///     if !mask.contains_all(QpAttrBit::DestQpn | QpAttrBit::RqPsn) {
+    ///         return Err(EINVAL);
+    ///     }
+    ///     Ok((attr.dest_qp_num(), attr.rq_psn()))
+    /// }
+    /// ```
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum QpAttrBit {
         /// The state.
@@ -143,6 +312,30 @@ impl QpAttrMask {
 
 /// Whether the transition from `cur` to `next` with the attributes `mask` is one the verbs
 /// specification allows for a queue pair of type `qp_type` (RoCE ports).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         qp::modify_is_ok,
+///         QpAttr,
+///         QpAttrMask,
+///         QpState,
+///         QpType, //
+///     },
+/// };
+///
+/// // Checks a modification of an RC queue pair in state `cur` (`DeviceOps::modify_qp`).
+/// fn check_modify(cur: QpState, attr: &QpAttr<'_>, mask: QpAttrMask) -> Result<QpState> {
+///     let next = attr.state().unwrap_or(cur);
+///     if !modify_is_ok(cur, next, QpType::Rc, mask) {
+///         return Err(EINVAL);
+///     }
+///     Ok(next)
+/// }
+/// ```
 pub fn modify_is_ok(cur: QpState, next: QpState, qp_type: QpType, mask: QpAttrMask) -> bool {
     // SAFETY: A pure function of its arguments.
     unsafe { bindings::ib_modify_qp_is_ok(cur.to_raw(), next.to_raw(), qp_type.to_raw(), mask.0) }
@@ -150,18 +343,62 @@ pub fn modify_is_ok(cur: QpState, next: QpState, qp_type: QpType, mask: QpAttrMa
 
 /// The UDP source port RoCEv2 uses for the flow of a queue pair: from the flow label, or
 /// derived from both queue pair numbers when it is 0.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::qp::udp_sport;
+///
+/// // Without a flow label, the port comes from both queue pair numbers; it is always one of
+/// // the ports RoCEv2 reserves for source ports (from 0xc000).
+/// assert!(udp_sport(0, 17, 42) >= 0xc000);
+/// assert_eq!(udp_sport(1, 17, 42), 0xc001);
+/// ```
 pub fn udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
     // SAFETY: A pure function of its arguments.
     unsafe { bindings::rdma_get_udp_sport(flow_label, lqpn, rqpn) }
 }
 
 /// The UDP source port RoCEv2 uses for a flow label (not 0).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::qp::flow_label_udp_sport;
+///
+/// assert_eq!(flow_label_udp_sport(1), 0xc001);
+/// ```
 pub fn flow_label_udp_sport(flow_label: u32) -> u16 {
     // SAFETY: A pure function of its argument.
     unsafe { bindings::rdma_flow_label_to_udp_sport(flow_label) }
 }
 
 /// The sizes of a queue pair's queues (`struct ib_qp_cap`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::QpCap;
+///
+/// // The sizes a device grants: the work queues rounded up to powers of two.
+/// fn granted(asked: QpCap) -> QpCap {
+///     QpCap {
+///         max_send_wr: asked.max_send_wr.next_power_of_two(),
+///         max_recv_wr: asked.max_recv_wr.next_power_of_two(),
+///         ..asked
+///     }
+/// }
+///
+/// let asked = QpCap {
+///     max_send_wr: 100,
+///     max_recv_wr: 64,
+///     max_send_sge: 2,
+///     max_recv_sge: 1,
+///     ..Default::default()
+/// };
+/// let cap = granted(asked);
+/// assert_eq!((cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge), (128, 64, 2));
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QpCap {
     /// Outstanding send work requests.
@@ -200,6 +437,35 @@ impl QpCap {
 }
 
 /// What the creator of a queue pair asks for.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         self,
+///         QpCap,
+///         QpInitAttr,
+///         QpType, //
+///     },
+/// };
+///
+/// // Checks what a creator asks of an RC queue pair.
+/// fn check_init_attr<T: rdma::Driver>(attr: &QpInitAttr<'_, T>, max: QpCap) -> Result<QpCap> {
+///     if attr.qp_type() != Some(QpType::Rc) || attr.has_srq() || !attr.create_flags().is_empty() {
+///         return Err(EOPNOTSUPP);
+///     }
+///     if attr.send_cq().is_none() || attr.recv_cq().is_none() {
+///         return Err(EINVAL);
+///     }
+///     let cap = attr.cap();
+///     if cap.max_send_wr > max.max_send_wr || cap.max_send_sge > max.max_send_sge {
+///         return Err(EINVAL);
+///     }
+///     Ok(cap)
+/// }
+/// ```
 pub struct QpInitAttr<'a, T: Driver> {
     raw: &'a bindings::ib_qp_init_attr,
     _p: PhantomData<T>,
@@ -246,6 +512,29 @@ impl<'a, T: Driver> QpInitAttr<'a, T> {
 }
 
 /// What a driver has while creating a queue pair.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     self,
+///     QpEvents,
+///     QpSetup, //
+/// };
+///
+/// // The driver's part of a queue pair: the handle its interrupt handler reports events through.
+/// struct MyQp {
+///     events: QpEvents,
+/// }
+///
+/// // Numbers the new queue pair `qpn` and keeps its event handle.
+/// fn setup_qp<T: rdma::Driver>(setup: &QpSetup<'_, T>, qpn: u32) -> MyQp {
+///     setup.set_qp_num(qpn);
+///     MyQp {
+///         events: setup.events(),
+///     }
+/// }
+/// ```
 pub struct QpSetup<'a, T: Driver> {
     pub(crate) qp: *mut bindings::ib_qp,
     pub(crate) events: &'a QpEvents,
@@ -280,6 +569,24 @@ impl<T: Driver> QpSetup<'_, T> {
 
 /// The attributes of a queue-pair modification (`struct ib_qp_attr`); only those in the
 /// accompanying [`QpAttrMask`] are meaningful.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     QpAttr,
+///     QpAttrBit,
+///     QpAttrMask, //
+/// };
+///
+/// // The PSNs a modification sets, each only if the mask names it.
+/// fn psns(attr: &QpAttr<'_>, mask: QpAttrMask) -> (Option<u32>, Option<u32>) {
+///     (
+///         mask.contains(QpAttrBit::SqPsn).then(|| attr.sq_psn()),
+///         mask.contains(QpAttrBit::RqPsn).then(|| attr.rq_psn()),
+///     )
+/// }
+/// ```
 pub struct QpAttr<'a>(&'a bindings::ib_qp_attr);
 
 impl QpAttr<'_> {
@@ -330,6 +637,34 @@ impl QpAttr<'_> {
 }
 
 /// The attributes a query reports (`struct ib_qp_attr` and `struct ib_qp_init_attr`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         attr::Mtu,
+///         AccessFlag,
+///         QpAttrOut,
+///         QpCap,
+///         QpState, //
+///     },
+/// };
+///
+/// // Reports a connected queue pair (`DeviceOps::query_qp`).
+/// fn query_qp(out: &mut QpAttrOut<'_>, dest_qpn: u32, cap: QpCap) -> Result {
+///     out.set_state(QpState::Rts, false)
+///         .set_dest_qp_num(dest_qpn)
+///         .set_path_mtu(Mtu::Mtu1024)
+///         .set_port(1)
+///         .set_access_flags(AccessFlag::LocalWrite | AccessFlag::RemoteRead)
+///         .set_rd_atomic(8, 8)
+///         .set_cap(cap)
+///         .set_sq_sig_all(false);
+///     Ok(())
+/// }
+/// ```
 pub struct QpAttrOut<'a> {
     attr: &'a mut bindings::ib_qp_attr,
     init: &'a mut bindings::ib_qp_init_attr,

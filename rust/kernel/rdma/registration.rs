@@ -1,6 +1,30 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Registration of an RDMA device with the core.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     prelude::*,
+//!     rdma::{
+//!         self,
+//!         Registration, //
+//!     },
+//! };
+//!
+//! // The data a PCI driver keeps while its device is bound: dropping it unregisters the RDMA
+//! // device.
+//! struct MyBoundData<'a, T: rdma::Driver> {
+//!     ib: Registration<'a, T>,
+//! }
+//!
+//! impl<T: rdma::Driver> MyBoundData<'_, T> {
+//!     fn ib_name(&self) -> &CStr {
+//!         self.ib.device().name()
+//!     }
+//! }
+//! ```
 
 use super::{
     device::{

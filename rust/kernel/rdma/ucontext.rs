@@ -7,6 +7,39 @@
 //! mappings of device memory ([`UContextSetup::insert_bar_mmap`], with the caching a
 //! [`MmapCaching`] names), which user space then `mmap`s at the offsets returned. The mappings are removed, and the driver's part dropped,
 //! when the context is deallocated; unregistering the device zaps any mapping still in place.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     device::Bound,
+//!     page::PAGE_SIZE,
+//!     pci,
+//!     prelude::*,
+//!     rdma::{
+//!         MmapCaching,
+//!         UContextSetup,
+//!         UData, //
+//!     },
+//! };
+//!
+//! // The driver's part of a user context: where user space maps the doorbell page.
+//! struct MyContext {
+//!     db_offset: u64,
+//! }
+//!
+//! // Creates a user context (`DeviceOps::alloc_ucontext`): maps the first page of BAR 0 for user
+//! // space and tells it where.
+//! fn alloc_ucontext(
+//!     pdev: &pci::Device<Bound>,
+//!     setup: &UContextSetup<'_>,
+//!     udata: &mut UData<'_>,
+//! ) -> Result<MyContext> {
+//!     let db_offset = setup.insert_bar_mmap(pdev, 0, 0, PAGE_SIZE, MmapCaching::Device)?;
+//!     udata.respond(&db_offset)?;
+//!     Ok(MyContext { db_offset })
+//! }
+//! ```
 
 use super::driver::Driver;
 use crate::{
@@ -27,6 +60,27 @@ use core::ptr::NonNull;
 use pin_init::PinInit;
 
 /// A user context of a device of `T`, as the core allocates it.
+///
+/// # Examples
+///
+/// The operations see the driver's part of the calling context, for instance through
+/// [`CqSetup::ucontext`](super::CqSetup::ucontext); the whole context is a [`UContext`]:
+///
+/// ```
+/// use kernel::rdma::{
+///     self,
+///     UContext, //
+/// };
+///
+/// // The driver's part of a user context: the process's doorbell page.
+/// struct MyContext {
+///     db_page: u32,
+/// }
+///
+/// fn db_page<T: rdma::Driver<UContext = MyContext>>(ctx: &UContext<T>) -> u32 {
+///     ctx.data().db_page
+/// }
+/// ```
 ///
 /// # Invariants
 ///
@@ -129,6 +183,31 @@ impl<T: Driver> UContext<T> {
 }
 
 /// What a driver may do with a user context while creating it.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     device::Bound,
+///     page::PAGE_SIZE,
+///     pci,
+///     prelude::*,
+///     rdma::{
+///         MmapCaching,
+///         UContextSetup, //
+///     },
+/// };
+///
+/// // Offers user space the doorbell page `page` of BAR 2, returning the offset it maps it at.
+/// fn map_doorbell(
+///     pdev: &pci::Device<Bound>,
+///     setup: &UContextSetup<'_>,
+///     page: u64,
+/// ) -> Result<u64> {
+///     let offset = page * PAGE_SIZE as u64;
+///     setup.insert_bar_mmap(pdev, 2, offset, PAGE_SIZE, MmapCaching::Device)
+/// }
+/// ```
 pub struct UContextSetup<'a> {
     uctx: *mut bindings::ib_ucontext,
     mmaps: &'a Mutex<KVec<NonNull<IoMmapEntry>>>,
@@ -188,6 +267,23 @@ impl UContextSetup<'_> {
 }
 
 /// How the CPU caches a mapping of device memory ([`UContextSetup::insert_bar_mmap`]).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::MmapCaching;
+///
+/// // Registers are read back: no write combining; a push buffer is only written.
+/// fn caching(write_only: bool) -> MmapCaching {
+///     if write_only {
+///         MmapCaching::WriteCombine
+///     } else {
+///         MmapCaching::Device
+///     }
+/// }
+///
+/// assert_eq!(caching(true), MmapCaching::WriteCombine);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MmapCaching {
     /// Uncached device memory (`pgprot_device()`): registers, doorbells.

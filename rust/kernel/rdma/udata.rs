@@ -4,6 +4,33 @@
 //!
 //! A verbs call from user space carries an input and an output buffer for the driver, laid out
 //! by the driver's user ABI. Calls from kernel users carry none.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     prelude::*,
+//!     rdma::UData, //
+//! };
+//!
+//! // A request of the driver's user ABI: user space names the buffer of a new queue.
+//! #[derive(FromBytes, IntoBytes)]
+//! #[repr(C)]
+//! struct CreateReq {
+//!     buf_va: u64,
+//!     buf_len: u32,
+//!     rsvd: u32,
+//! }
+//!
+//! // Reads the request of a creation from user space; kernel users send none.
+//! fn queue_buffer(udata: &UData<'_>) -> Result<Option<(u64, u32)>> {
+//!     if !udata.is_user() {
+//!         return Ok(None);
+//!     }
+//!     let req: CreateReq = udata.read_in(size_of::<CreateReq>())?;
+//!     Ok(Some((req.buf_va, req.buf_len)))
+//! }
+//! ```
 
 use crate::{bindings, error::to_result, prelude::*};
 use core::{
@@ -17,6 +44,29 @@ use zerocopy::{
 };
 
 /// The driver-specific input and output of a verbs call.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::UData, //
+/// };
+///
+/// // The response of a creation in the driver's user ABI: the queue's number and depth.
+/// #[derive(IntoBytes, zerocopy_derive::Immutable)]
+/// #[repr(C)]
+/// struct CreateResp {
+///     qn: u32,
+///     depth: u32,
+/// }
+///
+/// fn respond(udata: &mut UData<'_>, qn: u32, depth: u32) -> Result {
+///     // Older user space may leave less room: the response is truncated to it.
+///     pr_debug!("{} bytes of room for the response\n", udata.out_len());
+///     udata.respond(&CreateResp { qn, depth })
+/// }
+/// ```
 ///
 /// # Invariants
 ///

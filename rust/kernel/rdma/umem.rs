@@ -3,6 +3,28 @@
 //! Pinned user memory (`struct ib_umem`).
 //!
 //! C header: [`include/rdma/ib_umem.h`](srctree/include/rdma/ib_umem.h).
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     prelude::*,
+//!     rdma::{
+//!         self,
+//!         AccessFlag,
+//!         Umem, //
+//!     },
+//! };
+//!
+//! // Pins a user buffer the device writes to, such as a completion queue.
+//! fn pin_queue<T: rdma::Driver>(dev: &rdma::Device<T>, va: u64, len: usize) -> Result<Umem> {
+//!     let umem = Umem::get(dev, va, len, AccessFlag::LocalWrite.into())?;
+//!     if umem.len() < len {
+//!         return Err(EINVAL);
+//!     }
+//!     Ok(umem)
+//! }
+//! ```
 
 use super::{
     device::put_ib_device,
@@ -29,6 +51,34 @@ use core::ptr::NonNull;
 /// A umem may outlive the registration of its device (a driver keeps the memory of an object
 /// whose teardown the device refused until it has reset the device), so it holds a reference
 /// on the device: releasing it reads the device's DMA description.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         self,
+///         Umem,
+///         UserMrReq, //
+///     },
+/// };
+///
+/// // Pins the memory of a registration and lists the bus addresses of its blocks, in the largest
+/// // size (4 KiB or 2 MiB) the device can use.
+/// fn pin_and_list<T: rdma::Driver>(
+///     dev: &rdma::Device<T>,
+///     req: &UserMrReq,
+/// ) -> Result<(Umem, u64, KVec<u64>)> {
+///     let umem = Umem::get(dev, req.start, usize::try_from(req.length)?, req.access)?;
+///     let pgsz = umem.find_best_pgsz(0x1000 | 0x20_0000, req.iova).ok_or(EINVAL)?;
+///     let mut blocks = KVec::with_capacity(umem.num_dma_blocks(pgsz), GFP_KERNEL)?;
+///     for addr in umem.dma_blocks(pgsz) {
+///         blocks.push(addr, GFP_KERNEL)?;
+///     }
+///     Ok((umem, pgsz, blocks))
+/// }
+/// ```
 ///
 /// # Invariants
 ///
@@ -123,6 +173,21 @@ impl Umem {
 type Segments<'a> = core::iter::Map<SGTableIter<'a>, fn(&'a SGEntry) -> (u64, u64)>;
 
 /// The DMA addresses of the blocks of a [`Umem`], from [`Umem::dma_blocks`].
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     umem::DmaBlocks,
+///     Umem, //
+/// };
+///
+/// // The bus address of the first 4 KiB block of a pinned buffer.
+/// fn first_block(umem: &Umem) -> Option<u64> {
+///     let mut blocks: DmaBlocks<'_> = umem.dma_blocks(0x1000);
+///     blocks.next()
+/// }
+/// ```
 pub type DmaBlocks<'a> = Blocks<Segments<'a>>;
 
 /// The `pgsz`-aligned blocks that cover a list of DMA segments (address, length), in order:
@@ -131,6 +196,26 @@ pub type DmaBlocks<'a> = Blocks<Segments<'a>>;
 /// block that runs past the end of its segment goes on in the next one, whose first bytes it
 /// covers are passed over. (Two blocks may have the same address: the blocks of two pages that
 /// lie in one block of the bus, in another order or apart.)
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::umem::Blocks;
+///
+/// // Two segments: three pages at 0x10000, one at 0x40000.
+/// let segments = [(0x10000, 0x3000), (0x40000, 0x1000)];
+/// let mut blocks = Blocks::new(segments.iter().copied(), 0, 0x1000, 4);
+/// assert_eq!(blocks.next(), Some(0x10000));
+/// assert_eq!(blocks.next(), Some(0x11000));
+/// assert_eq!(blocks.next(), Some(0x12000));
+/// assert_eq!(blocks.next(), Some(0x40000));
+/// assert_eq!(blocks.next(), None);
+///
+/// // In 8 KiB blocks, a block that two contiguous segments share comes once.
+/// let segments = [(0x1000, 0x1800), (0x2800, 0x1800)];
+/// let blocks = Blocks::new(segments.iter().copied(), 0, 0x2000, 2);
+/// assert!(blocks.eq([0x0, 0x2000]));
+/// ```
 pub struct Blocks<S> {
     segments: S,
     /// Bytes to pass over at the start of the first segment.

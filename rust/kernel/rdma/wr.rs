@@ -6,6 +6,38 @@
 //! Kernel users post chains of work requests to a queue pair and poll completions from a
 //! completion queue without going through user space; these typed views let a driver read the
 //! requests and write the completions without touching the C layout.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     prelude::*,
+//!     rdma::{
+//!         self,
+//!         SendFlag,
+//!         SendWrs,
+//!         WrOpcode, //
+//!     },
+//! };
+//!
+//! // Checks a chain of send work requests (`DeviceOps::post_send`) for a device that can only
+//! // send and write; returns how many completions the chain asks for.
+//! fn check_chain<T: rdma::Driver>(
+//!     wrs: SendWrs<'_, T>,
+//! ) -> core::result::Result<usize, (Error, usize)> {
+//!     let mut signaled = 0;
+//!     for (i, wr) in wrs.enumerate() {
+//!         match wr.opcode() {
+//!             Some(WrOpcode::Send | WrOpcode::RdmaWrite) => {}
+//!             _ => return Err((EINVAL, i)),
+//!         }
+//!         if wr.flags().contains(SendFlag::Signaled) {
+//!             signaled += 1;
+//!         }
+//!     }
+//!     Ok(signaled)
+//! }
+//! ```
 
 use super::{
     ah::Ah,
@@ -22,6 +54,31 @@ use core::marker::PhantomData;
 
 c_enum! {
     /// The operation of a send work request (`enum ib_wr_opcode`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     WcOpcode,
+    ///     WrOpcode, //
+    /// };
+    ///
+    /// // The operation the completion of a send work request reports.
+    /// fn completion_opcode(op: WrOpcode) -> WcOpcode {
+    ///     match op {
+    ///         WrOpcode::Send | WrOpcode::SendImm | WrOpcode::SendInv => WcOpcode::Send,
+    ///         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteImm => WcOpcode::RdmaWrite,
+    ///         WrOpcode::RdmaRead | WrOpcode::RdmaReadInv => WcOpcode::RdmaRead,
+    ///         WrOpcode::AtomicCmpSwp => WcOpcode::CompSwap,
+    ///         WrOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
+    ///         WrOpcode::LocalInv => WcOpcode::LocalInv,
+    ///         WrOpcode::RegMr => WcOpcode::RegMr,
+    ///     }
+    /// }
+    ///
+    /// assert_eq!(completion_opcode(WrOpcode::SendImm), WcOpcode::Send);
+    /// assert_eq!(WrOpcode::from_raw(WrOpcode::RegMr.to_raw()), Some(WrOpcode::RegMr));
+    /// ```
     pub enum WrOpcode {
         /// RDMA Write.
         RdmaWrite = bindings::ib_wr_opcode_IB_WR_RDMA_WRITE,
@@ -51,10 +108,41 @@ c_enum! {
 // CAST: the C enum is signed; the flags are small positive bits.
 crate::impl_flags!(
     /// Flags of a send work request (`enum ib_send_flags`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     SendFlag,
+    ///     SendFlags, //
+    /// };
+    ///
+    /// let flags: SendFlags = SendFlag::Signaled | SendFlag::Inline;
+    /// assert!(flags.contains(SendFlag::Inline));
+    /// assert!(!flags.contains_any(SendFlag::Fence | SendFlag::Solicited));
+    /// ```
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct SendFlags(u32);
 
     /// One flag of a send work request.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     SendFlag,
+    ///     SendFlags, //
+    /// };
+    ///
+    /// // Whether a request produces a completion on a queue pair that signals only the requests
+    /// // that ask for it.
+    /// fn completes(flags: SendFlags) -> bool {
+    ///     flags.contains(SendFlag::Signaled)
+    /// }
+    ///
+    /// assert!(completes(SendFlag::Signaled | SendFlag::Fence));
+    /// assert!(!completes(SendFlag::Solicited.into()));
+    /// ```
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum SendFlag {
         /// Wait for earlier RDMA Reads and atomics before this one.
@@ -69,6 +157,27 @@ crate::impl_flags!(
 );
 
 /// A scatter/gather entry.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::Sge;
+///
+/// let sges = [
+///     Sge {
+///         addr: 0x1000,
+///         length: 512,
+///         lkey: 7,
+///     },
+///     Sge {
+///         addr: 0x8000,
+///         length: 1536,
+///         lkey: 7,
+///     },
+/// ];
+/// let total: u32 = sges.iter().map(|sge| sge.length).sum();
+/// assert_eq!(total, 2048);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sge {
     /// Address (virtual in the region of `lkey`, or a bus address with the local DMA lkey).
@@ -98,6 +207,36 @@ unsafe fn sges<'a>(sg: *const bindings::ib_sge, n: i32) -> impl Iterator<Item = 
 }
 
 /// A send work request of a kernel consumer.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         self,
+///         SendFlag,
+///         SendWr,
+///         WrOpcode, //
+///     },
+/// };
+///
+/// // Logs what a send work request asks for.
+/// fn log_wr<T: rdma::Driver>(wr: &SendWr<'_, T>) -> Result {
+///     let op = wr.opcode().ok_or(EINVAL)?;
+///     let len: u64 = wr.sges().map(|sge| u64::from(sge.length)).sum();
+///     pr_debug!("WR {:#x}: {op:?} of {len} bytes in {} SGEs\n", wr.wr_id(), wr.num_sge());
+///     if let Some((addr, rkey)) = wr.rdma() {
+///         pr_debug!("  remote {addr:#x}, key {rkey:#x}\n");
+///     }
+///     if op == WrOpcode::Send && wr.flags().contains(SendFlag::Inline) {
+///         let mut payload = [0u8; 64];
+///         let n = wr.copy_inline(&mut payload)?;
+///         pr_debug!("  inline {:02x?}\n", &payload[..n]);
+///     }
+///     Ok(())
+/// }
+/// ```
 pub struct SendWr<'a, T: Driver> {
     raw: &'a bindings::ib_send_wr,
     qp: QpOf,
@@ -113,6 +252,30 @@ struct QpOf {
 
 /// The datagram part of a send work request on an unreliable-datagram queue pair
 /// (`struct ib_ud_wr`).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         self,
+///         SendWr,
+///         UdWr, //
+///     },
+/// };
+///
+/// // The driver's part of an address handle: the peer's MAC address.
+/// struct MyAh {
+///     dmac: [u8; 6],
+/// }
+///
+/// // Where a datagram goes: the peer's MAC address and queue pair.
+/// fn destination<T: rdma::Driver<Ah = MyAh>>(wr: &SendWr<'_, T>) -> Result<([u8; 6], u32)> {
+///     let ud: UdWr<'_, T> = wr.ud()?;
+///     Ok((ud.ah.data().dmac, ud.remote_qpn))
+/// }
+/// ```
 pub struct UdWr<'a, T: Driver> {
     /// Where the datagram goes: an address handle of the queue pair's device.
     pub ah: &'a Ah<T>,
@@ -254,6 +417,20 @@ impl<'a, T: Driver> SendWr<'a, T> {
 }
 
 /// The requests of a chain, in order.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     self,
+///     SendWrs, //
+/// };
+///
+/// // How many work requests a chain holds, to check there is room for them all.
+/// fn chain_len<T: rdma::Driver>(wrs: SendWrs<'_, T>) -> usize {
+///     wrs.count()
+/// }
+/// ```
 pub struct SendWrs<'a, T: Driver> {
     next: *const bindings::ib_send_wr,
     qp: QpOf,
@@ -299,6 +476,24 @@ impl<T: Driver> SendWrs<'_, T> {
 }
 
 /// A receive work request of a kernel consumer.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::RecvWr, //
+/// };
+///
+/// // A device whose receive work requests take one scatter/gather entry.
+/// fn single_buffer(wr: &RecvWr<'_>) -> Result<(u64, u64, u32)> {
+///     if wr.num_sge() != 1 {
+///         return Err(EINVAL);
+///     }
+///     let sge = wr.sges().next().ok_or(EINVAL)?;
+///     Ok((wr.wr_id(), sge.addr, sge.length))
+/// }
+/// ```
 pub struct RecvWr<'a> {
     raw: &'a bindings::ib_recv_wr,
 }
@@ -323,6 +518,27 @@ impl<'a> RecvWr<'a> {
 }
 
 /// The receive requests of a chain, in order.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::RecvWrs, //
+/// };
+///
+/// // Posts a chain of receive work requests (`DeviceOps::post_recv`) to a queue with `room`
+/// // free entries.
+/// fn post_recv(wrs: RecvWrs<'_>, room: usize) -> core::result::Result<(), (Error, usize)> {
+///     for (i, wr) in wrs.enumerate() {
+///         if i >= room {
+///             return Err((ENOMEM, i));
+///         }
+///         pr_debug!("receive WR {:#x} in slot {i}\n", wr.wr_id());
+///     }
+///     Ok(())
+/// }
+/// ```
 pub struct RecvWrs<'a> {
     next: *const bindings::ib_recv_wr,
     _p: PhantomData<&'a bindings::ib_recv_wr>,
@@ -353,6 +569,21 @@ impl RecvWrs<'_> {
 
 c_enum! {
     /// The status of a work completion (`enum ib_wc_status`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::WcStatus;
+    ///
+    /// // Flushed completions are the normal end of a queue pair in the error state.
+    /// fn is_real_error(status: WcStatus) -> bool {
+    ///     !matches!(status, WcStatus::Success | WcStatus::WrFlushErr)
+    /// }
+    ///
+    /// assert!(is_real_error(WcStatus::RemAccessErr));
+    /// assert!(!is_real_error(WcStatus::WrFlushErr));
+    /// assert_eq!(WcStatus::Success.to_raw(), 0);
+    /// ```
     pub enum WcStatus {
         /// Success.
         Success = bindings::ib_wc_status_IB_WC_SUCCESS,
@@ -383,6 +614,20 @@ c_enum! {
 
 c_enum! {
     /// The operation of a work completion (`enum ib_wc_opcode`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::WcOpcode;
+    ///
+    /// // Whether a completion is of the receive queue.
+    /// fn is_receive(op: WcOpcode) -> bool {
+    ///     matches!(op, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+    /// }
+    ///
+    /// assert!(is_receive(WcOpcode::RecvRdmaWithImm));
+    /// assert!(!is_receive(WcOpcode::RdmaWrite));
+    /// ```
     pub enum WcOpcode {
         /// Send.
         Send = bindings::ib_wc_opcode_IB_WC_SEND,
@@ -407,10 +652,42 @@ c_enum! {
 
 crate::impl_flags!(
     /// Flags of a work completion (`enum ib_wc_flags`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     WcFlag,
+    ///     WcFlags, //
+    /// };
+    ///
+    /// let flags: WcFlags = WcFlag::WithImm.into();
+    /// assert!(flags.contains(WcFlag::WithImm));
+    /// assert!(!flags.contains(WcFlag::WithInvalidate));
+    /// assert_eq!(u32::from(WcFlags::empty()), 0);
+    /// ```
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct WcFlags(u32);
 
     /// One flag of a work completion.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     QpEvents,
+    ///     Wc,
+    ///     WcFlag,
+    ///     WcOpcode,
+    ///     WcStatus, //
+    /// };
+    ///
+    /// // Completes a received send with immediate data (`DeviceOps::poll_cq`).
+    /// fn recv_with_imm(wc: &mut Wc, qp: &QpEvents, wr_id: u64, len: u32, imm_be: u32) {
+    ///     let flags = WcFlag::WithImm.into();
+    ///     wc.set(qp, wr_id, WcStatus::Success, WcOpcode::Recv, 0, len, flags, imm_be);
+    /// }
+    /// ```
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum WcFlag {
         /// The immediate data is valid.
@@ -422,6 +699,25 @@ crate::impl_flags!(
 
 c_enum! {
     /// The network header of a RoCEv2 datagram (`enum rdma_network_type`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::rdma::{
+    ///     NetworkType,
+    ///     Wc, //
+    /// };
+    ///
+    /// // Adds the datagram part of a receive completion, from the IP version of the packet.
+    /// fn datagram(wc: &mut Wc, src_qp: u32, ipv6: bool) {
+    ///     let net = if ipv6 {
+    ///         NetworkType::Ipv6
+    ///     } else {
+    ///         NetworkType::Ipv4
+    ///     };
+    ///     wc.set_datagram(src_qp, 0, net);
+    /// }
+    /// ```
     pub enum NetworkType {
         /// IPv4.
         Ipv4 = bindings::rdma_network_type_RDMA_NETWORK_IPV4,
@@ -431,6 +727,37 @@ c_enum! {
 }
 
 /// A work completion the driver fills in.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::rdma::{
+///     self,
+///     Cq,
+///     QpEvents,
+///     Wc,
+///     WcFlags,
+///     WcOpcode,
+///     WcStatus, //
+/// };
+///
+/// // The driver's part of a completion queue: the completions of a queue pair, known in advance.
+/// struct MyCq {
+///     qp: QpEvents,
+///     done: [(u64, u32); 2],
+/// }
+///
+/// // Polls a completion queue (`DeviceOps::poll_cq`).
+/// fn poll_cq<T: rdma::Driver<Cq = MyCq>>(cq: &Cq<T>, wc: &mut [Wc]) -> usize {
+///     let cq = cq.data();
+///     let n = wc.len().min(cq.done.len());
+///     for (wc, &(wr_id, len)) in wc.iter_mut().zip(cq.done.iter()).take(n) {
+///         let flags = WcFlags::default();
+///         wc.set(&cq.qp, wr_id, WcStatus::Success, WcOpcode::Send, 0, len, flags, 0);
+///     }
+///     n
+/// }
+/// ```
 #[repr(transparent)]
 pub struct Wc(bindings::ib_wc);
 

@@ -678,7 +678,8 @@ fn on_request<I: Io>(
     mut rx: Rx,
     addrs: Addrs,
 ) -> State<I::P> {
-    let peer = match rx.receive(&sock, &MPA_KEY_REQ) {
+    // Err(true): refused with a reject reply; Err(false): only closed.
+    let got = match rx.receive(&sock, &MPA_KEY_REQ) {
         Ok(None) => {
             return State::AwaitRequest {
                 sock,
@@ -687,39 +688,33 @@ fn on_request<I: Io>(
                 addrs,
             }
         }
-        Ok(Some(peer)) => peer,
+        Ok(Some(peer)) if reportable(io, addrs.1, rx.private_data().len()) => Ok(peer),
+        // More private data than iw_cm takes: the peer speaks MPA and hears why.
+        Ok(Some(_)) => Err(true),
         Err(bad) => {
             if let Some(bad) = bad {
                 io.note(addrs.1, Note::BadFrame("request", bad));
-                // A peer that speaks MPA hears why; anything else is just closed.
-                if bad != Bad::Key {
-                    send_reject(io, &sock, addrs.1, &[]);
-                }
             }
-            return close(
-                io,
-                State::AwaitRequest {
-                    sock,
-                    listener,
-                    rx,
-                    addrs,
-                },
-            );
+            // A peer that speaks MPA hears why; anything else is just closed.
+            Err(bad.is_some_and(|b| b != Bad::Key))
         }
     };
-    let pd = rx.private_data();
-    if !reportable(io, addrs.1, pd.len()) {
-        send_reject(io, &sock, addrs.1, &[]);
-        return close(
-            io,
-            State::AwaitRequest {
+    let peer = match got {
+        Ok(peer) => peer,
+        Err(reject) => {
+            if reject {
+                send_reject(io, &sock, addrs.1, &[]);
+            }
+            let s = State::AwaitRequest {
                 sock,
                 listener,
                 rx,
                 addrs,
-            },
-        );
-    }
+            };
+            return close(io, s);
+        }
+    };
+    let pd = rx.private_data();
     io.disarm();
     let mut ev = with_depths(CmEvent::new(CmEventKind::ConnectRequest, addrs.0, addrs.1));
     ev.private_data = pd;
@@ -1073,7 +1068,8 @@ mod tests {
         }
     }
 
-    /// An MPA frame as erdma_rs_hw 7.1 lays it out, written by hand.
+    /// An MPA frame as erdma_rs_hw 7.1 lays it out, written by hand (the header as the MPA
+    /// tests write it, the algorithm in the low bits of its last word), then `pd`.
     fn frame(
         key: &[u8; 16],
         flags: u8,
@@ -1083,15 +1079,7 @@ mod tests {
         cc: u8,
         pd: &[u8],
     ) -> KVec<u8> {
-        let mut f = KVec::new();
-        f.extend_from_slice(key, GFP_KERNEL).unwrap();
-        f.extend_from_slice(&[flags, rev], GFP_KERNEL).unwrap();
-        f.extend_from_slice(&pd_len.to_be_bytes(), GFP_KERNEL)
-            .unwrap();
-        f.extend_from_slice(&cookie.to_be_bytes(), GFP_KERNEL)
-            .unwrap();
-        f.extend_from_slice(&u32::from(cc).to_be_bytes(), GFP_KERNEL)
-            .unwrap();
+        let mut f = crate::cm::mpa::tests::frame(key, flags, rev, pd_len, cookie, u32::from(cc));
         f.extend_from_slice(pd, GFP_KERNEL).unwrap();
         f
     }
@@ -1148,6 +1136,15 @@ mod tests {
             id: 1,
             qp: 0x11,
             addrs: (LOCAL, REMOTE),
+        }
+    }
+
+    /// iw_accept to queue pair 3, for identifier 2, without private data.
+    fn accept3<'a>() -> Event<'static, Fake<'a>> {
+        Event::Accept {
+            qp: 3,
+            id: 2,
+            pd: b"",
         }
     }
 
@@ -1448,52 +1445,27 @@ mod tests {
         // The peer left before the accept.
         let wire = Wire::new(TcpState::CloseWait);
         let mut io = FakeIo::new();
-        let ev = Event::Accept {
-            qp: 3,
-            id: 2,
-            pd: b"",
-        };
-        let (s, r) = step(&mut io, awaiting_accept(&wire), ev);
+        let (s, r) = step(&mut io, awaiting_accept(&wire), accept3());
         assert!(is_closed(&s) && r == Err(ECONNRESET) && io.attached == 0);
         // The queue pair has a connection already.
         let wire = Wire::new(TcpState::Established);
         let mut io = FakeIo::new();
         io.attach_error = Some(EBUSY);
-        let ev = Event::Accept {
-            qp: 3,
-            id: 2,
-            pd: b"",
-        };
-        let (s, r) = step(&mut io, awaiting_accept(&wire), ev);
+        let (s, r) = step(&mut io, awaiting_accept(&wire), accept3());
         assert!(is_closed(&s) && r == Err(EBUSY) && io.detached == 0);
         // The adapter refuses RTS: the queue pair is let go, no reply is sent.
         let wire = Wire::new(TcpState::Established);
         let mut io = FakeIo::new();
         io.rts_error = Some(EIO);
-        let ev = Event::Accept {
-            qp: 3,
-            id: 2,
-            pd: b"",
-        };
-        let (s, r) = step(&mut io, awaiting_accept(&wire), ev);
+        let (s, r) = step(&mut io, awaiting_accept(&wire), accept3());
         assert!(is_closed(&s) && r == Err(EIO) && io.detached == 1);
         assert!(wire.sent.borrow().is_empty() && io.seen.is_empty());
         // Accept before the request, and after the end.
         let wire = Wire::new(TcpState::Established);
         let mut io = FakeIo::new();
-        let ev = Event::Accept {
-            qp: 3,
-            id: 2,
-            pd: b"",
-        };
-        let (s, r) = step(&mut io, awaiting_request(&wire), ev);
+        let (s, r) = step(&mut io, awaiting_request(&wire), accept3());
         assert!(is_closed(&s) && r == Err(ECONNRESET));
-        let ev = Event::Accept {
-            qp: 3,
-            id: 2,
-            pd: b"",
-        };
-        let (s, r) = step(&mut io, s, ev);
+        let (s, r) = step(&mut io, s, accept3());
         assert!(is_closed(&s) && r == Err(ECONNRESET) && io.closed == 1);
         // Reject: the reply carries the private data, unless iw_cm could not have sent it.
         let wire = Wire::new(TcpState::Established);

@@ -111,11 +111,18 @@ pub(super) fn build_frame(
 }
 
 #[kunit_tests(erdma_rs_cm)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A frame as erdma_rs_hw 7.1 lays it out, written by hand.
-    fn frame(key: &[u8; 16], flags: u8, rev: u8, pd_len: u16, cookie: u32, ext: u32) -> KVec<u8> {
+    pub(in crate::cm) fn frame(
+        key: &[u8; 16],
+        flags: u8,
+        rev: u8,
+        pd_len: u16,
+        cookie: u32,
+        ext: u32,
+    ) -> KVec<u8> {
         let mut f = KVec::new();
         f.extend_from_slice(key, GFP_KERNEL).unwrap();
         f.extend_from_slice(&[flags, rev], GFP_KERNEL).unwrap();
