@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# build-kernel.sh [--config-only | --module | --clippy | --rustfmtcheck] [MAKE-TARGET...]
+# build-kernel.sh [--config-only | --module | --clippy | --rustfmtcheck | --rustdoc] [MAKE-TARGET...]
 #
 # Builds one of the two kernels of this tree, out of tree and incrementally,
 # with clang/LLVM ($LLVM_MAJOR):
@@ -37,7 +37,8 @@
 # and the kernel crate's files this overlay adds) with clippy-driver, using the
 # exact rustc command lines of the last build, without touching the build.
 # --rustfmtcheck runs the kernel's 'make rustfmtcheck' over the whole tree,
-# overlay included.
+# overlay included. --rustdoc runs 'make rustdoc' (the kernel crate's HTML
+# documentation in BUILD/Documentation/output/rust) and fails on any warning.
 #
 # Prints the build directory on the last line of stdout.
 
@@ -48,6 +49,7 @@ config_only=0
 module_only=0
 clippy_only=0
 rustfmt_only=0
+rustdoc_only=0
 case "${1:-}" in
 --config-only)
 	config_only=1
@@ -63,6 +65,10 @@ case "${1:-}" in
 	;;
 --rustfmtcheck)
 	rustfmt_only=1
+	shift
+	;;
+--rustdoc)
+	rustdoc_only=1
 	shift
 	;;
 esac
@@ -203,6 +209,20 @@ fi
 if [ $rustfmt_only = 1 ]; then
 	kmake -s rustfmtcheck || die "rustfmt wants changes (above); run 'make rustfmt' to apply them"
 	say "rustfmtcheck: clean"
+	exit 0
+fi
+# --rustdoc: make rustdoc (the kernel crate's documentation, ours included),
+# which must come out without a warning (a broken link, a private item linked).
+if [ $rustdoc_only = 1 ]; then
+	kmake rustdoc >"$KOUT/rustdoc.log" 2>&1 || {
+		tail -n 30 "$KOUT/rustdoc.log" >&2
+		die "make rustdoc failed; full log: $KOUT/rustdoc.log"
+	}
+	if grep -q '^warning' "$KOUT/rustdoc.log"; then
+		grep -A8 '^warning' "$KOUT/rustdoc.log" | head -n 80
+		die "make rustdoc: $(grep -c '^warning' "$KOUT/rustdoc.log") warning(s); full log: $KOUT/rustdoc.log"
+	fi
+	say "rustdoc: clean"
 	exit 0
 fi
 

@@ -105,6 +105,7 @@ if ! step kernel-build "$TOP/scripts/build-kernel.sh"; then
 fi
 step kernel-rustfmtcheck "$TOP/scripts/build-kernel.sh" --rustfmtcheck || true
 step kernel-clippy "$TOP/scripts/build-kernel.sh" --clippy || true
+step kernel-rustdoc "$TOP/scripts/build-kernel.sh" --rustdoc || true
 # ---- 4. guest tests ---------------------------------------------------------------
 SELFTESTS=$TOP/tools/testing/selftests/rdma/erdma_rs
 

@@ -77,7 +77,7 @@ use crate::{
 /// - `registration` was requested with a pointer to `name`'s buffer, which is not freed or
 ///   changed before `registration` is dropped (fields drop in declaration order).
 /// - If `hint` is `Some`, the IRQ's affinity hint points to it; it stays pinned until
-///   [`PinnedDrop::drop`] withdraws the hint.
+///   the registration's drop (`PinnedDrop::drop`) withdraws the hint.
 #[pin_data(PinnedDrop)]
 pub struct NamedRegistration<'a, T: Handler> {
     #[pin]

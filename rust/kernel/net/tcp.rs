@@ -459,7 +459,7 @@ fn empty_msghdr() -> bindings::msghdr {
 /// # Invariants
 ///
 /// `sock` is a socket made by `sock_create_kern` or accepted by `kernel_accept`, owned by this
-/// object and released when it drops. Its `sk_user_data`, if set, is a [`Hook`] installed by
+/// object and released when it drops. Its `sk_user_data`, if set, is a `Hook` installed by
 /// [`TcpSocket::watch`].
 pub struct TcpSocket {
     sock: NonNull<bindings::socket>,

@@ -68,7 +68,7 @@
 //!   under spinlocks). Any context: [`query_ah`].
 //!
 //! The other direction, driver to core: [`CqEvents`](super::CqEvents) and
-//! [`QpEvents`](super::QpEvents) may be called from any context, hard interrupts included.
+//! [`super::QpEvents`] may be called from any context, hard interrupts included.
 //!
 //! [`UnregisteredDevice::new`]: super::UnregisteredDevice::new
 //! [`UnregisteredDevice::add_ops`]: super::UnregisteredDevice::add_ops
@@ -565,7 +565,7 @@ pub trait DeviceOps<T: Driver>: 'static {
         build_error!(VTABLE_DEFAULT_ERROR)
     }
 
-    /// Fills in `values` (one per [`DeviceOps::HW_PORT_STATS`] entry) for `port`; returns how many
+    /// Fills in `values` (one per [`Driver::HW_PORT_STATS`] entry) for `port`; returns how many
     /// it filled.
     fn get_hw_stats(
         _dev: &Device<T>,

@@ -35,7 +35,7 @@ use crate::{
 /// The description of one hardware counter (`struct rdma_stat_desc`).
 ///
 /// A driver lists its port counters in [`super::Driver::HW_PORT_STATS`]; the core reads them
-/// through [`super::Driver::get_hw_stats`] in the same order.
+/// through [`super::DeviceOps::get_hw_stats`] in the same order.
 ///
 /// # Examples
 ///
