@@ -299,6 +299,14 @@ lane_ours() {
 	# Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
 	# of the issue run in three-adapters. (Repetition counts here and in
 	# rmmod_race.sh are cut for the debug kernel's time: 3 and 4 cycles.)
+	# The kernel crate's doctests (its `# Examples`, ours of kernel::rdma and
+	# kernel::net included), which boots leave out by default
+	# (kernel/configs/erdma_rs_debug.config): this boot runs them alone,
+	# without debugobjects (an upstream example's stack timer is "not
+	# annotated" there).
+	guest doctests --smp 1 --timeout 600 \
+		--append "kunit.filter_glob=rust_doctests_kernel no_debug_objects" \
+		--dev proto=roce --run 'erdma_rs/run_tests.sh doctests.sh'
 	guest two-guests-one-model --smp 1 --timeout 1200 \
 		--dev proto=roce --dev proto=iwarp --guest 0 --guest 1 \
 		--run 'CYCLES=3 erdma_rs/run_tests.sh probe.sh'
@@ -407,7 +415,7 @@ c_scenarios=(upstream-c-driver data-path-c-driver)
 [ -z "$C_IWARP" ] || c_scenarios+=(iwarp-cm-c-driver)
 [ -z "$C_XGUEST" ] || c_scenarios+=(two-guests-data-path-c-driver)
 [ -z "$C_IWARP_XGUEST" ] || c_scenarios+=(two-guests-iwarp-c-driver)
-for name in three-adapters control-plane smp32 data-path two-guests-data-path iwarp-cm two-guests-iwarp \
+for name in three-adapters doctests control-plane smp32 data-path two-guests-data-path iwarp-cm two-guests-iwarp \
 	two-guests-one-model kselftest-standard "${c_scenarios[@]}" "${rehearsed[@]}"; do
 	count "$name"
 done

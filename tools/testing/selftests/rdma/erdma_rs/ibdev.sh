@@ -79,15 +79,6 @@ elif [ ! -d /sys/kernel/debug/kunit ] && ! dmesg | grep -q ' rust_kernel_rdma$';
 elif is_emulated || dmesg | grep -q ' rust_kernel_rdma$'; then
 	tap_check "kernel::rdma KUnit suite passed at boot" \
 		sh -c "dmesg | grep -Eq '\] ok [0-9]+ rust_kernel_rdma\$'"
-	# The kernel crate's doctests (its `# Examples`, kernel::rdma's and
-	# kernel::net's included), where the kernel has them (the debug kernel).
-	if dmesg | grep -q ' rust_doctests_kernel$'; then
-		tap_diag "$(dmesg | grep -E '# rust_doctests_kernel: pass:' | sed 's/^\[[^]]*\] //')"
-		tap_check "the kernel crate's doctests passed at boot" \
-			sh -c "dmesg | grep -Eq '\] ok [0-9]+ rust_doctests_kernel\$'"
-	else
-		tap_skip "the kernel crate's doctests passed at boot" "this kernel has no doctests (CONFIG_RUST_KERNEL_DOCTESTS)"
-	fi
 else
 	tap_skip "kernel::rdma KUnit suite passed at boot" "no such suite in the kernel log"
 fi
