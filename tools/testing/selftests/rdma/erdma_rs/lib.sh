@@ -539,9 +539,14 @@ listening() {
 
 # cm_listening PORT: an rdma_cm ID listens on PORT (any address, any RDMA
 # device), as the RDMA core's resource tracking shows it (rdma resource show
-# cm_id: "... state LISTEN ... src-addr 169.254.55.1:7174 ...").
+# cm_id: "... state LISTEN ... src-addr 169.254.55.1:7174 ..."), and, on
+# iWARP (PROTO=iwarp), the driver's TCP socket listens on it too: rdma_listen
+# marks the ID LISTEN before it asks the driver to listen, so a client let go
+# in between met no listener (a TCP reset: RDMA_CM_EVENT_REJECTED, error
+# -111; make check at f2c9f31, ib_write_lat -R).
 cm_listening() {
-	rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN .*src-addr [^ ]*:$1\( \|\$\)"
+	rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN .*src-addr [^ ]*:$1\( \|\$\)" &&
+		{ [ "${PROTO:-}" != iwarp ] || listening "$1"; }
 }
 
 # ready_beacon IP PORT SECONDS: accepts one TCP connection on IP:PORT, or
