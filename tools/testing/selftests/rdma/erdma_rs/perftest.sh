@@ -39,22 +39,27 @@ perf() {
 
 # perf_cm TOOL ARGS...: as perf, with the connection set up by rdma_cm (-R):
 # the server binds A's address, the client B's (so the client's rdma_cm ID is
-# on B), and their parameters go through rdma_cm's private data instead of TCP.
-# Their output is line-buffered, so that a run that hangs shows how far it
-# got; a run still going after 90 s (they take seconds) has the QPs, as the
-# RDMA core and the model see them, shown with its failure.
+# on B). With -R perftest's own channel (its parameters, its syncs) is an
+# rdma_cm connection too, on the same port: the client connects twice, first
+# for that channel, then for the test's QP, to a listener the server creates
+# only after the first sync. Their output is line-buffered, so that a run that
+# hangs shows how far it got; a run still going after 90 s (they take
+# seconds) has the QPs, as the RDMA core and the model see them, shown with
+# its failure.
 #
-# A run whose client was rejected as by nobody listening (reason 8, invalid
-# service ID, on RoCEv2; -111, a TCP reset, on iWARP) although its server
-# listened and had accepted (its QP in RTS, and the client's too in the
-# model's log) runs once more on a fresh port, as its diagnostics say, with
-# either driver. Seen with the C driver on RoCEv2 once in five runs
-# (ib_send_lat -R, release kernel) and with ours on iWARP twice in three
-# runs of iwarp-cm (ib_write_lat -R and ib_atomic_bw -R, 2026-11-27: both
-# QPs at RTS 6 to 9 ms apart, the client rejected about 0.4 s later, as if
-# by a second connection attempt to a listener that was gone; perftest's
-# client then crashes in librdmacm). Cause not found yet
-# (erdma_rs_selftests.rst); a second such failure in a row fails the test.
+# perftest's race: the client starts its second connection as soon as the
+# sync over the first is done; when it gets to the server before the server's
+# new listener, nobody listens and it is rejected (reason 8, invalid service
+# ID, on RoCEv2; -111, a TCP reset, on iWARP). perftest means to retry (10
+# tries, 100 ms apart), but its retry crashes in 25.01, the version of the
+# guests (perftest 3d9d8d0, "Fix crashes and logical flaws in RDMA CM
+# connection retry", first in 26.04): the client dies, and the server waits
+# for it. Seen with either driver on either protocol (the C driver on RoCEv2
+# once in five runs, ours on iWARP twice in three runs of iwarp-cm; the
+# model's log has the first connection's QPs in RTS, its data exchanged, the
+# client's QP closed 0.35 s later, the reject after). Such a run runs once
+# more on a fresh port and its diagnostics say so; a second one fails the
+# test.
 perf_cm() {
 	tool=$1
 	shift
@@ -62,7 +67,7 @@ perf_cm() {
 	while :; do
 		perf_cm_once "$tool" "$@" && return 0
 		[ -n "$_again" ] && grep -q 'RDMA_CM_EVENT_REJECTED; error: \(8\|-111\)\.' "$tmp/$tool-R.cli" || return 1
-		tap_diag "$tool -R: the client was rejected as by nobody listening ($(grep -o 'RDMA_CM_EVENT_REJECTED; error: [-0-9]*' "$tmp/$tool-R.cli" | head -n 1)) by a server that had accepted; one more run on a fresh port"
+		tap_diag "$tool -R: the client's second connection was rejected as by nobody listening ($(grep -o 'RDMA_CM_EVENT_REJECTED; error: [-0-9]*' "$tmp/$tool-R.cli" | head -n 1)), perftest's race with its server's second listener (and its crashing retry); one more run on a fresh port"
 		_again=""
 	done
 }
@@ -75,14 +80,14 @@ perf_cm_once() {
 	rm -f "$tmp/$tool-R.qps" "$tmp/$tool-R.done"
 	snapshot_at 90 "$tmp/$tool-R" &
 	_snap=$!
-	run_pair "$tool-R" "$PORT" '#bytes' \
+	RUN_PAIR_ON_STOP="eval qp_snapshot >$tmp/$tool-R.qps 2>&1" run_pair "$tool-R" "$PORT" '#bytes' \
 		stdbuf -oL "$tool" -d "$IB_A" -R --bind_source_ip "$IP_A" -p "$PORT" -F "$@" -- \
 		stdbuf -oL "$tool" -d "$IB_B" -R --bind_source_ip "$IP_B" -p "$PORT" -F "$@" "$IP_A"
 	r=$?
 	touch "$tmp/$tool-R.done"
 	wait $_snap
 	RUN_PAIR_READY=listening
-	[ ! -s "$tmp/$tool-R.qps" ] || tap_diag "QPs 90 s in: $(tr -s ' ' <"$tmp/$tool-R.qps" | tr '\n' ';')"
+	[ ! -s "$tmp/$tool-R.qps" ] || tap_diag "QPs (90 s in, or when the server was stopped): $(tr -s ' ' <"$tmp/$tool-R.qps" | tr '\n' ';')"
 	[ $r = 0 ] || return 1
 	tap_diag "$tool -R $*: $(grep -A1 '#bytes' "$tmp/$tool-R.cli" | tail -n 1 | tr -s ' ')"
 }
@@ -97,12 +102,16 @@ snapshot_at() {
 		sleep 1
 		_i=$((_i + 1))
 	done
-	{
-		rdma resource show qp
-		for _f in $functions; do
-			! has_test_page "$_f" || echo "$_f: $(model_cmd "$_f" query queues)"
-		done
-	} >"$2.qps" 2>&1
+	qp_snapshot >"$2.qps" 2>&1
+}
+
+# qp_snapshot: the QPs of the RDMA core and, where the model has its test
+# page, of the model.
+qp_snapshot() {
+	rdma resource show qp
+	for _f in $functions; do
+		! has_test_page "$_f" || echo "$_f: $(model_cmd "$_f" query queues)"
+	done
 }
 
 tap_header
