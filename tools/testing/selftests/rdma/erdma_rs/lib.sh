@@ -446,6 +446,8 @@ xguest_begin() {
 need_peer_guest() {
 	[ "${ERDMA_GUESTS:-1}" -ge 2 ] ||
 		ksft_skip_all "needs a peer guest running this test at the same time (scripts/vmrun.py with two --guest sets ERDMA_GUESTS=2); this machine is alone"
+	busybox nc --help >/dev/null 2>&1 ||
+		ksft_skip_all "busybox's nc is missing (the beacons between the guests)"
 }
 
 # xguest_end PORT: the end of a test between two guests: the client tells the
@@ -549,35 +551,27 @@ cm_listening() {
 		{ [ "${PROTO:-}" != iwarp ] || listening "$1"; }
 }
 
-# ready_beacon IP PORT SECONDS: accepts one TCP connection on IP:PORT, or
-# gives up after SECONDS: tells a client in another guest, which cannot see
-# this guest's rdma_cm listeners, that a server here is ready. Prints the word
-# the client sent, if it sent one (await_beacon's WORD).
+# The beacons between two guests are busybox's nc (which the harness's guests
+# have; need_peer_guest asks for it): a python3 for each costs the debug
+# kernel under TCG about 0.7 s, and a test between two guests opens two or
+# three beacons a test point.
+
+# ready_beacon IP PORT SECONDS: accepts one TCP connection on PORT (of every
+# address: busybox's nc binds no other), or gives up after SECONDS: tells a
+# client in another guest, which cannot see this guest's rdma_cm listeners,
+# that a server here is ready. Prints the word the client sent, if it sent one
+# (await_beacon's WORD). (IP is the address the client comes to.)
 ready_beacon() {
-	timeout "$3" python3 -c 'import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], int(sys.argv[2])))
-s.listen(1)
-c = s.accept()[0]
-c.settimeout(10)
-word = c.makefile().readline().strip()
-if word:
-    print(word)' "$1" "$2"
+	timeout "$3" busybox nc -l -p "$2" </dev/null
 }
 # await_beacon IP PORT SECONDS [WORD]: waits (SECONDS at most) until IP:PORT
 # accepts a TCP connection, the ready_beacon of a server in another guest,
 # and says WORD to it.
 await_beacon() {
-	timeout "$3" python3 -c 'import socket, sys, time
-while True:
-    try:
-        s = socket.create_connection((sys.argv[1], int(sys.argv[2])), 2)
-        break
-    except OSError:
-        time.sleep(0.5)
-s.sendall(sys.argv[3].encode() + b"\n" if sys.argv[3] else b"")
-s.close()' "$1" "$2" "${4:-}"
+	timeout "$3" sh -c 'until printf "%s" "$3" | busybox nc -w 2 "$1" "$2" >/dev/null 2>&1; do
+		sleep 0.5
+	done' sh "$1" "$2" "${4:+$4
+}"
 }
 
 # run_pair NAME PORT DONE SERVER-CMD... -- CLIENT-CMD...: starts the server,
@@ -606,6 +600,19 @@ run_pair() {
 	fi
 	timeout "$(ksft_within "${RUN_PAIR_TIMEOUT:-120}")" "$@" >"$tmp/$_name.cli" 2>&1
 	_crc=$?
+	# A server whose client failed may wait for it to its timeout (perftest's
+	# server for the client that crashed): 10 s after a failed client, the
+	# server still running is stopped, and its run fails as the client's.
+	_i=0
+	while [ $_crc != 0 ] && [ $_i -lt 10 ] && kill -0 $_spid 2>/dev/null; do
+		sleep 1
+		_i=$((_i + 1))
+	done
+	if [ $_crc != 0 ] && kill -0 $_spid 2>/dev/null; then
+		[ -z "${RUN_PAIR_ON_STOP:-}" ] || $RUN_PAIR_ON_STOP
+		tap_diag "the client failed (exit $_crc) and its server still ran 10 s later: stopped"
+		kill_tree $_spid
+	fi
 	wait $_spid
 	_src=$?
 	# (An empty DONE asks for nothing: rping's client may exit, 0, before its
@@ -617,6 +624,16 @@ run_pair() {
 		tap_diag "server (exit $_src): $(tr '\n' ';' <"$tmp/$_name.srv" | tail -c 1500)"
 		return 1
 	fi
+}
+
+# kill_tree PID: PID and every process below it get TERM (the shell's
+# background job of a timeout, and the timeout's command).
+kill_tree() {
+	for _s in /proc/[0-9]*/stat; do
+		read -r _p _c _st _pp _rest <"$_s" 2>/dev/null || continue
+		[ "$_pp" != "$1" ] || kill_tree "$_p"
+	done
+	kill "$1" 2>/dev/null
 }
 
 # unload MODULE: rmmod MODULE. The upstream C driver is unloaded with every
@@ -799,11 +816,13 @@ need_functions() {
 	ksft_skip_all "no driver drives the eRDMA adapters, and loading one changes the machine: load erdma or erdma_rs first; $ERDMA_SAFE_WHY"
 }
 
-# load_driver: a test point: the driver under test is loaded (modprobe), or,
+# load_driver: a test point: the driver under test is loaded (modprobe, with
+# the module parameters in ERDMA_MODPROBE_ARGS), or,
 # where the test may not change the machine, the one already bound is used.
 load_driver() {
 	if may_reconfigure; then
-		tap_check "modprobe $ERDMA_DRIVER" modprobe "$ERDMA_DRIVER"
+		tap_check "modprobe $ERDMA_DRIVER${ERDMA_MODPROBE_ARGS:+ $ERDMA_MODPROBE_ARGS}" \
+			modprobe "$ERDMA_DRIVER" ${ERDMA_MODPROBE_ARGS:-}
 	else
 		tap_skip "modprobe $ERDMA_DRIVER" "$ERDMA_DRIVER drives the adapters already and stays: $ERDMA_SAFE_WHY"
 	fi
