@@ -565,4 +565,14 @@ module! {
     authors: ["The erdma-rs developers"],
     description: "Alibaba Elastic RDMA Adapter (eRDMA) driver, in Rust",
     license: "GPL v2",
+    params: {
+        mpa_reply_timeout_ms: u32 {
+            default: 10000,
+            description: "iWARP: how long a connection waits for TCP, then for the peer's MPA reply, in ms (100 to 600000; the upstream driver's 10 s by default)",
+        },
+        mpa_request_timeout_ms: u32 {
+            default: 20000,
+            description: "iWARP: how long an accepted TCP connection has to send its MPA request, in ms (100 to 600000; the upstream driver's 20 s by default)",
+        },
+    },
 }

@@ -63,7 +63,8 @@ use crate::{
         Cm,
         CmHw,
         CmOps,
-        Registry, //
+        Registry,
+        Timeouts, //
     },
     commands::{
         AllocDb,
@@ -210,7 +211,13 @@ impl<'bound> IbData<'bound> {
                     new_spinlock_irq!(ids::ahn_range(caps.max_ah_log2)?),
                     GFP_KERNEL,
                 )?),
-                Protocol::Iwarp => Personality::Iwarp(KBox::pin_init(Cm::new()?, GFP_KERNEL)?),
+                Protocol::Iwarp => Personality::Iwarp(KBox::pin_init(
+                    Cm::new(Timeouts::new(
+                        crate::module_parameters::mpa_reply_timeout_ms.value(),
+                        crate::module_parameters::mpa_request_timeout_ms.value(),
+                    ))?,
+                    GFP_KERNEL,
+                )?),
             },
             ceqs,
             ids: Arc::pin_init(new_mutex!(ids), GFP_KERNEL)?,

@@ -17,6 +17,8 @@ use crate::commands::{
     Reflush, //
 };
 
+use super::machine::Timeouts;
+
 /// The device, as the connection manager's work reaches it.
 pub(crate) trait CmDevice: Send + Sync {
     /// Runs `f` on the device if it is still registered, holding off its unregistration;
@@ -43,6 +45,8 @@ pub(crate) trait CmHw {
 pub(crate) trait Registry {
     /// The ordered work queue endpoints and listeners run on.
     fn queue(&self) -> &OwnedQueue;
+    /// How long endpoints wait for the peer's MPA frame.
+    fn timeouts(&self) -> Timeouts;
     /// Endpoint `token` ended: it leaves the tables.
     fn remove(&self, token: usize);
     /// Endpoint `token`'s request was reported to iw_cm: it no longer counts against its

@@ -62,7 +62,6 @@ use super::{
         Parts,
         State,
         Stream, //
-        REQUEST_TIMEOUT_SECS,
     },
 };
 
@@ -248,6 +247,10 @@ impl Io for KernelIo<'_> {
         *self.timer = None;
     }
 
+    fn reply_timeout(&self) -> Delta {
+        self.hw.cm().timeouts().reply()
+    }
+
     fn reported(&mut self) {
         self.hw.cm().reported(self.token);
     }
@@ -271,7 +274,8 @@ impl Io for KernelIo<'_> {
             }
             Note::RequestTimeout => dev_info!(
                 dev,
-                "iWARP CM: no MPA request from {peer} within {REQUEST_TIMEOUT_SECS} s\n"
+                "iWARP CM: no MPA request from {peer} within {} ms\n",
+                self.hw.cm().timeouts().request_ms
             ),
             Note::TooMuchPrivateData(len) => dev_info!(
                 dev,

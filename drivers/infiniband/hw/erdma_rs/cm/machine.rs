@@ -47,12 +47,45 @@ use super::mpa::{
     Mpa,
 };
 
-/// How long the active side waits for TCP, then for the MPA reply (erdma_rs_hw 7.1).
-pub(super) const CONNECT_TIMEOUT: Delta = Delta::from_secs(10);
-/// How long an accepted TCP connection has to deliver its MPA request, in seconds.
-pub(super) const REQUEST_TIMEOUT_SECS: i64 = 20;
-/// [`REQUEST_TIMEOUT_SECS`] as a delay.
-pub(super) const REQUEST_TIMEOUT: Delta = Delta::from_secs(REQUEST_TIMEOUT_SECS);
+/// How long the connection manager waits (erdma_rs_hw 7.1), in milliseconds: the module
+/// parameters `mpa_reply_timeout_ms` and `mpa_request_timeout_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    /// The active side's wait for TCP, then for the MPA reply.
+    pub(crate) reply_ms: u32,
+    /// An accepted TCP connection's time to deliver its MPA request.
+    pub(crate) request_ms: u32,
+}
+
+impl Timeouts {
+    /// The shortest wait a parameter can ask for.
+    pub(crate) const MIN_MS: u32 = 100;
+    /// The longest.
+    pub(crate) const MAX_MS: u32 = 600_000;
+    /// The waits of the upstream C driver: 10 s for the reply, 20 s for the request.
+    pub(crate) const DEFAULT: Self = Self {
+        reply_ms: 10_000,
+        request_ms: 20_000,
+    };
+
+    /// The waits asked for, each brought into [`Self::MIN_MS`]..=[`Self::MAX_MS`].
+    pub(crate) fn new(reply_ms: u32, request_ms: u32) -> Self {
+        Self {
+            reply_ms: reply_ms.clamp(Self::MIN_MS, Self::MAX_MS),
+            request_ms: request_ms.clamp(Self::MIN_MS, Self::MAX_MS),
+        }
+    }
+
+    /// The active side's wait, as a delay.
+    pub(super) fn reply(&self) -> Delta {
+        Delta::from_millis(self.reply_ms.into())
+    }
+
+    /// The passive side's wait, as a delay.
+    pub(super) fn request(&self) -> Delta {
+        Delta::from_millis(self.request_ms.into())
+    }
+}
 /// The most private data iw_cm can report (its event has an 8-bit length).
 pub(super) const MAX_REPORTED_PRIVATE_DATA: usize = 255;
 
@@ -90,7 +123,7 @@ pub(super) trait Stream {
 pub(super) enum Note {
     /// The peer's frame ("request", "reply") was refused.
     BadFrame(&'static str, Bad),
-    /// No MPA request arrived within [`REQUEST_TIMEOUT_SECS`].
+    /// No MPA request arrived within [`Timeouts::request_ms`].
     RequestTimeout,
     /// The peer sent more private data than iw_cm can report.
     TooMuchPrivateData(usize),
@@ -124,6 +157,8 @@ pub(super) trait Io {
     fn report_request(&mut self, l: &<Self::P as Parts>::Listener, ev: &CmEvent<'_>) -> Result;
     /// Starts (or restarts) the timer: [`Event::Timeout`] after `after`.
     fn arm(&mut self, after: Delta);
+    /// How long the active side waits for the MPA reply ([`Timeouts::reply`]).
+    fn reply_timeout(&self) -> Delta;
     /// Stops the timer.
     fn disarm(&mut self);
     /// The request was reported: it no longer counts against the listener's backlog.
@@ -594,7 +629,7 @@ fn on_tcp<I: Io>(
     if let Err(e) = sent {
         return fail_connect(io, s, e);
     }
-    io.arm(CONNECT_TIMEOUT);
+    io.arm(io.reply_timeout());
     // The reply may be there already.
     socket(io, s)
 }
@@ -1042,6 +1077,10 @@ mod tests {
             self.arms += 1;
         }
 
+        fn reply_timeout(&self) -> Delta {
+            Timeouts::DEFAULT.reply()
+        }
+
         fn disarm(&mut self) {
             self.armed = false;
         }
@@ -1154,6 +1193,16 @@ mod tests {
 
     /// The active side connected: the request as sent, the reply in pieces, RTS, then the
     /// peer's close.
+    #[test]
+    fn timeouts_stay_in_range() {
+        let t = Timeouts::new(0, 5_000_000);
+        assert_eq!(
+            (t.reply_ms, t.request_ms),
+            (Timeouts::MIN_MS, Timeouts::MAX_MS)
+        );
+        assert_eq!(Timeouts::new(10_000, 20_000), Timeouts::DEFAULT);
+    }
+
     #[test]
     fn active_connects_then_the_peer_closes() {
         let wire = Wire::new(TcpState::SynSent);

@@ -78,7 +78,6 @@ use listener::{
 use machine::{
     Event,
     State,
-    CONNECT_TIMEOUT,
     MAX_REPORTED_PRIVATE_DATA, //
 };
 
@@ -88,6 +87,7 @@ pub(crate) use device::{
     Registry, //
 };
 
+pub(crate) use machine::Timeouts;
 pub(crate) use qp::{
     IwQp,
     IwStateSink, //
@@ -156,7 +156,7 @@ pub(crate) fn connect(
     match started {
         // The connection may be made already (a local peer answers within the call), its
         // state change reported before the socket was the endpoint's: `begin` looks once.
-        Ok(state) => ep.begin(token, state, CONNECT_TIMEOUT),
+        Ok(state) => ep.begin(token, state, hw.tables().timeouts.reply()),
         Err(e) => {
             // iw_cm hears the error from the return value, not from an event.
             qp.detach(&ep);

@@ -30,8 +30,8 @@ use super::{
     listener::Listener,
     machine::{
         Rx,
-        State, //
-        REQUEST_TIMEOUT,
+        State,
+        Timeouts, //
     },
 };
 
@@ -100,11 +100,13 @@ pub(crate) struct Cm {
     pub(super) queue: OwnedQueue,
     /// The rate of [`Cm::unexpected`]'s reports.
     pub(super) limit: Ratelimit,
+    /// How long endpoints wait for the peer's MPA frame.
+    pub(super) timeouts: Timeouts,
 }
 
 impl Cm {
-    /// A connection manager with its ordered work queue.
-    pub(crate) fn new() -> Result<impl PinInit<Self, Error>> {
+    /// A connection manager with its ordered work queue, whose endpoints wait `timeouts`.
+    pub(crate) fn new(timeouts: Timeouts) -> Result<impl PinInit<Self, Error>> {
         let queue = OwnedQueue::new_ordered(c"erdma_rs_cm")?;
         Ok(try_pin_init!(Self {
             tables <- new_mutex!(Tables {
@@ -114,6 +116,7 @@ impl Cm {
             }),
             queue,
             limit: Ratelimit::new(Ratelimit::DEFAULT_INTERVAL, Ratelimit::DEFAULT_BURST),
+            timeouts,
         }? Error))
     }
 
@@ -197,6 +200,10 @@ impl Registry for Cm {
         &self.queue
     }
 
+    fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
     /// Reports, rate-limited, `what` the state machine found in `state` that it never leads
     /// to (the endpoint then ends): a bug, never ignored in silence.
     fn unexpected(&self, hw: &dyn CmHw, state: &str, what: &str) {
@@ -271,7 +278,7 @@ impl Registry for Cm {
             rx: Rx::new(),
             addrs,
         };
-        ep.begin(token, state, REQUEST_TIMEOUT);
+        ep.begin(token, state, self.timeouts.request());
         Ok(())
     }
 }

@@ -131,7 +131,8 @@ REQUEST_CASES = {
     "pd-257": (frame(KEY_REQ, pd=b"x" * 257), 0, 10, expect_reject_reply),
     "pd-256": (frame(KEY_REQ, pd=b"x" * 256), 0, 10, expect_reject_reply),
     # Announces 200 bytes, sends 10, then nothing: the listener gives up
-    # (after 20 s) and closes.
+    # (after its wait for the request, 20 s or as the driver was loaded) and
+    # closes.
     "pd-short": (frame(KEY_REQ, pd=b"x" * 10, pd_len=200), 0, 40, expect_closed_silently),
     # Half a header, then nothing.
     "half-header": (frame(KEY_REQ)[:13], 0, 40, expect_closed_silently),
