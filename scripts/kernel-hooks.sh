@@ -133,10 +133,17 @@ edit_rust_workqueue() {
 # The headers package (make bindeb-pkg) also carries what an out-of-tree Rust
 # module build needs: the kernel crates' metadata and the procedural macros
 # (rust/*.rmeta, rust/*.so; scripts/target.json already comes with scripts/).
+# And it leaves out the transient files of a header rule that ran beside its
+# copy: bindeb-pkg builds the packages side by side under a parallel make, and
+# linux-libc-dev's headers_install runs the rules of
+# arch/x86/include/generated/uapi, whose filechk writes a .tmp_*.h and removes
+# it even when nothing changed (make check's second package build once had a
+# .tmp_termbits.h the first had not).
 edit_install_extmod_build() {
 	insert_after "$1" '^	echo include/generated$' '	if is_enabled CONFIG_RUST; then
 		find rust -maxdepth 1 \\( -name "*.rmeta" -o -name "*.so" \\)
 	fi'
+	insert_after "$1" ' -delete$' "find \"\${destdir}\" -name '.tmp_*' -delete"
 }
 
 # The packages' changelog is dated by the build's timestamp (SOURCE_DATE_EPOCH,
