@@ -84,10 +84,6 @@ class ReportTest(unittest.TestCase):
         self.assertNotIn("panic_on_warn=1", vmrun.panic_args([RXE]))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class WiringTest(unittest.TestCase):
     """--dev link=N wires two NICs of a run of more than two adapters."""
 
@@ -112,3 +108,26 @@ class WiringTest(unittest.TestCase):
     def test_link_needs_an_index(self):
         with self.assertRaises(SystemExit):
             vmrun.parse_dev(0, "link=x")
+
+
+class KmemleakTest(unittest.TestCase):
+    """--kmemleak names the guests that keep kmemleak; the others boot without."""
+
+    def test_all_none_and_a_list(self):
+        self.assertEqual(vmrun.kmemleak_guests("all", 2), {0, 1})
+        self.assertEqual(vmrun.kmemleak_guests("none", 2), set())
+        self.assertEqual(vmrun.kmemleak_guests("1", 2), {1})
+
+    def test_a_guest_that_does_not_exist_is_refused(self):
+        for spec in ("2", "x", "", "0,-1"):
+            with self.assertRaises(SystemExit, msg=spec):
+                vmrun.kmemleak_guests(spec, 2)
+
+    def test_the_check_skips_only_on_the_harness_word(self):
+        # The guest's check keys on the exact parameter the harness appends.
+        self.assertIn(f"grep -qw '{vmrun.KMEMLEAK_OFF}' /proc/cmdline", vmrun.KMEMLEAK_SH)
+        self.assertEqual(vmrun.KMEMLEAK_OFF, "kmemleak=off")
+
+
+if __name__ == "__main__":
+    unittest.main()

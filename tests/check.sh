@@ -207,17 +207,20 @@ IWARP_TESTS="cm.sh perftest.sh nvmeof.sh iwarp_mpa.sh"
 # two-guests-iwarp.
 C_IWARP_TESTS="cm.sh perftest.sh nvmeof.sh"
 IWARP_XGUEST_TESTS="xguest_cm.sh nvmeof.sh"
-if [ "${ERDMA_CHECK_AB:-full}" = full ]; then
+if [ "${ERDMA_CHECK_AB:-full}" = full ] || [ "$ERDMA_CHECK_AB" = all ]; then
 	C_CTL_TESTS="ctrlq.sh ibdev.sh verbs.sh abdiff.sh"
 	C_DP_TESTS="rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh"
 	C_XGUEST=$XGUEST_TESTS
 	C_IWARP=$C_IWARP_TESTS
-	# The C driver's xguest_cm.sh on iWARP failed in 2 of the 3 make checks
-	# that ran it (2026-11-25, 11-26), mostly by its own race, which loses an
-	# MPA reply arriving during its request's send (UNREACHABLE after its
-	# 10 s timer): xrun in xguest_cm.sh recognises it and runs such a pair
-	# once more.
-	C_IWARP_XGUEST=$IWARP_XGUEST_TESTS
+	# The C driver on both ends between two iWARP guests is left out: what it
+	# proved of the model (its streams between guests, with the C driver's
+	# MPA frames) the mixed pairs of two-guests-iwarp prove with the C driver
+	# at either end (serving, then connecting), its frames compared byte for
+	# byte with ours, and the C driver's NVMe over RDMA on iWARP runs in
+	# iwarp-cm-c-driver (61 to 128 s, and the pair that hit the C driver's
+	# own MPA reply race most: it failed in 2 of the 3 checks of 11-25 and
+	# 11-26, which then ran it once more). ERDMA_CHECK_AB=all brings it back.
+	C_IWARP_XGUEST=""
 elif [ "$ERDMA_CHECK_AB" = part ]; then
 	C_CTL_TESTS="ibdev.sh abdiff.sh"
 	C_DP_TESTS="rc.sh kverbs.sh"
@@ -225,8 +228,9 @@ elif [ "$ERDMA_CHECK_AB" = part ]; then
 	C_IWARP=""
 	C_IWARP_XGUEST=""
 else
-	die "ERDMA_CHECK_AB is '$ERDMA_CHECK_AB': full (the default) or part"
+	die "ERDMA_CHECK_AB is '$ERDMA_CHECK_AB': full (the default), all or part"
 fi
+[ "${ERDMA_CHECK_AB:-full}" != all ] || C_IWARP_XGUEST=$IWARP_XGUEST_TESTS
 # The release kernel for the C driver's runs: the packages' linux-image,
 # unpacked (a few seconds).
 RELEASE=$TOP/out/release-kernel
@@ -300,13 +304,13 @@ lane_ours() {
 		--run "export CM_PROTO=iwarp; erdma_rs/run_tests.sh $IWARP_TESTS kverbs.sh"
 	# RC traffic, rdma_cm and NVMe over RDMA between two guests through one
 	# model process.
-	guest two-guests-data-path --smp 1 --timeout 2400 --memory 2G \
+	guest two-guests-data-path --smp 1 --timeout 2400 --memory 2G --kmemleak none \
 		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
 		--run "NVMEOF_MODE=xguest; export NVMEOF_MODE; erdma_rs/run_tests.sh $XGUEST_TESTS"
 	# Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
 	# of the issue run in three-adapters. (Repetition counts here and in
 	# rmmod_race.sh are cut for the debug kernel's time: 3 and 4 cycles.)
-	guest two-guests-one-model --smp 1 --timeout 1200 \
+	guest two-guests-one-model --smp 1 --timeout 1200 --kmemleak none \
 		--dev proto=roce --dev proto=iwarp --guest 0 --guest 1 \
 		--run 'CYCLES=3 erdma_rs/run_tests.sh probe.sh'
 	# The selftests the kernel developers' way (issue 12,
@@ -374,7 +378,7 @@ lane_rest() {
 	# pairs); last, the serving guest stops in the middle of a connection
 	# (xguest_stop.sh: vmrun kills it) and ours, in the other, must see the
 	# connection end and clean up.
-	guest two-guests-iwarp --smp 1 --timeout 2400 --memory 2G \
+	guest two-guests-iwarp --smp 1 --timeout 2400 --memory 2G --kmemleak 1 \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on --guest 0 --guest 1 \
 		--run "r=0; export CM_PROTO=iwarp NVMEOF_MODE=xguest; erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1 $MIXED; ERDMA_STATUS_SO_FAR=\$r erdma_rs/run_tests.sh xguest_stop.sh || r=1; exit \$r"
 	# The rehearsal of an ECS instance (issue 12, tests/rehearsal.sh): the
@@ -420,7 +424,7 @@ wait $ours_pid || true
 # time). It runs alone now, after both lanes, with both host cores, and
 # within 900 s; vmrun names what a guest that does not power off was doing
 # (its vCPUs' functions, its blocked tasks) in the failure line.
-guest smp32 --smp 32 --memory 2G --timeout 900 \
+guest smp32 --smp 32 --memory 2G --timeout 900 --kmemleak none \
 	--append "watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=120" \
 	--dev proto=roce,test_page=on \
 	--run 'CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh'
