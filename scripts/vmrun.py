@@ -443,9 +443,12 @@ def qemu_argv(run, gi, adapters, all_adapters, payload):
     if a.disk:
         disk = Path(a.disk[gi])
         fmt = "qcow2" if disk.suffix == ".qcow2" else "raw"
+        # cache=unsafe: the disks are a run's throwaway copies, read back only
+        # after QEMU exits, so the guest's flushes (dpkg syncs every file it
+        # unpacks) need not reach the host's disk.
         argv += ["-initrd", str(a.initrd),
-                 "-drive", f"file={disk},if=virtio,format={fmt}",
-                 "-drive", f"file={payload_disk(payload)},if=virtio,format=raw"]
+                 "-drive", f"file={disk},if=virtio,format={fmt},cache=unsafe",
+                 "-drive", f"file={payload_disk(payload)},if=virtio,format=raw,cache=unsafe"]
     else:
         argv += ["-virtfs", f"local,id=rootfs,path={a.rootfs},mount_tag=/dev/root,security_model=none,readonly=on",
                  "-virtfs", f"local,id=payload,path={payload},mount_tag=payload,security_model=none",

@@ -10,9 +10,35 @@ results=${ERDMA_RESULTS:-/tmp/erdma-results}
 . ./lib.sh
 [ "${ERDMA_LIB_LOADED:-}" = 1 ] || { echo "# lib.sh did not load completely"; exit 1; }
 mkdir -p "$results"
+# The module's KUnit suites (erdma_rs_*) run at every load of erdma_rs, about
+# a second of the debug kernel, and a scenario loads it once per test or more.
+# On emulated adapters they run at the first test here and in probe.sh, which
+# checks their results; KUnit's filter leaves them out of the other tests'
+# loads (its default comes back at the end).
+kunit_glob=/sys/module/kunit/parameters/filter_glob
+kunit_default=
+if [ -w "$kunit_glob" ] && may_reconfigure && is_emulated; then
+	kunit_default=$(cat "$kunit_glob")
+	[ "$kunit_default" != "(null)" ] || kunit_default="*"
+fi
+kunit_suites() {
+	[ -n "$kunit_default" ] || return 0
+	if [ "$1" = on ]; then
+		printf '%s' "$kunit_default" >"$kunit_glob"
+	else
+		echo "no_erdma_rs_suites_past_the_first_test" >"$kunit_glob"
+	fi
+}
 rc=0
+first=1
 for t in "$@"; do
 	name=${ERDMA_TAP_PREFIX:-}$(basename "$t" .sh)
+	if [ $first = 1 ] || [ "$(basename "$t")" = probe.sh ]; then
+		kunit_suites on
+	else
+		kunit_suites off
+	fi
+	first=0
 	echo "# selftests: erdma_rs: $name"
 	start=$(uptime)
 	{ sh "./$t"; echo $? >"$results/$name.rc"; uptime >"$results/$name.end"; } | tee "$results/$name.tap"
@@ -33,6 +59,7 @@ for t in "$@"; do
 	*) echo "# $name: FAIL (exit $r, $took)"; rc=1 ;;
 	esac
 done
+kunit_suites on
 # The eRDMA drivers a scenario's tests left loaded (the upstream C driver
 # stays loaded from test to test, see unload_and_finish in lib.sh) unload
 # here, once, as a test of their own: on emulated adapters only (elsewhere a
