@@ -22,7 +22,8 @@
 #
 # Knobs (environment): BENCH_ROUNDS (5), BENCH_PAIRS (20 pairs of ours' and
 # C's control loops, both drivers bound at once), BENCH_PAIR_SECONDS (0.3 s
-# per loop of a pair), BENCH_CTL_SECONDS (2 s per control loop of rxe's
+# per loop of a pair), BENCH_CTL_CPU (1: the vCPU the pairs' loops run on;
+# "any" leaves them to the scheduler), BENCH_CTL_SECONDS (2 s per control loop of rxe's
 # rounds), BENCH_LAT_ITERS (10000), BENCH_RXE_LAT_ITERS (1000: rxe is about 30
 # times slower), BENCH_BW_SECONDS (2 s per bandwidth run),
 # BENCH_CM_CONNS (50 rdma_cm connections per cmtime run, every driver),
@@ -42,6 +43,7 @@ ROUNDS=${BENCH_ROUNDS:-5}
 CTL_SECONDS=${BENCH_CTL_SECONDS:-2}
 PAIRS=${BENCH_PAIRS:-20}
 PAIR_SECONDS=${BENCH_PAIR_SECONDS:-0.3}
+CTL_CPU=${BENCH_CTL_CPU:-1}
 LAT_ITERS=${BENCH_LAT_ITERS:-10000}
 RXE_LAT_ITERS=${BENCH_RXE_LAT_ITERS:-1000}
 BW_SECONDS=${BENCH_BW_SECONDS:-2}
@@ -117,7 +119,7 @@ say "kernel $(ls "$OUT/kernel/modules") from $KOUT, copied to $OUT/kernel"
 # report, and every report of ours or C, ends the run.
 TOLERATE='WARNING: drivers/infiniband/sw/rxe/[a-z_]+\.c:[0-9]+ at rxe_[a-z_]+\+'
 
-KNOBS="BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_PAIRS=$PAIRS BENCH_PAIR_SECONDS=$PAIR_SECONDS BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS BENCH_CM_CONNS=$CM_CONNS BENCH_RPING_COUNT=$RPING_COUNT BENCH_RXE_RPING_COUNT=$RXE_RPING_COUNT BENCH_FIO_SECONDS=$FIO_SECONDS"
+KNOBS="BENCH_ROUNDS=$ROUNDS BENCH_CTL_SECONDS=$CTL_SECONDS BENCH_PAIRS=$PAIRS BENCH_PAIR_SECONDS=$PAIR_SECONDS BENCH_CTL_CPU=$CTL_CPU BENCH_LAT_ITERS=$LAT_ITERS BENCH_RXE_LAT_ITERS=$RXE_LAT_ITERS BENCH_BW_SECONDS=$BW_SECONDS BENCH_CM_CONNS=$CM_CONNS BENCH_RPING_COUNT=$RPING_COUNT BENCH_RXE_RPING_COUNT=$RXE_RPING_COUNT BENCH_FIO_SECONDS=$FIO_SECONDS"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # bench_guest DIR WHAT VMRUN-ARGS...: one guest run of the guest half (its

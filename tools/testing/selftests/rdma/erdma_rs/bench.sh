@@ -76,6 +76,15 @@ CTL_SECONDS=${BENCH_CTL_SECONDS:-2}
 CTL_METRICS="qp cq mr4k mr2m mr1g ctx"
 PAIRS=${BENCH_PAIRS:-20}
 PAIR_SECONDS=${BENCH_PAIR_SECONDS:-0.3}
+# The vCPU the paired control loops run on (taskset; "any" lets the scheduler
+# place them). Both drivers' command interrupts go to one CPU (vector 0 of each
+# adapter); where the loop runs decides whether a command's completion wakes
+# it there or through another vCPU, whose host thread a busy host may not run
+# for milliseconds. Unpinned, whole rounds of one driver or the other ran 3 to
+# 6 times slower on a busy host (2026-11-27, Documentation/infiniband/
+# erdma_rs_performance.rst, "Under host contention"); pinned, the two drivers
+# matched under the same load.
+CTL_CPU=${BENCH_CTL_CPU:-1}
 LAT_ITERS=${BENCH_LAT_ITERS:-10000}
 # rxe takes about 1 ms a round trip here (30 times the model), and much more
 # on a busy host: fewer iterations keep it inside run_pair's 120 s.
@@ -212,6 +221,14 @@ control() {
 	say "$1 round $2: $(awk 'NF == 3 && $2 ~ /^[0-9.e+]+$/ { printf "%s %s %s; ", $1, $2, $3 }' "$log")"
 }
 
+# vector0_cpus: "BDF=CPU" for each adapter's vector 0 (commands and events).
+vector0_cpus() {
+	awk '/erdma-common@/ { sub(":", "", $1); print $1, $NF }' /proc/interrupts |
+		while read -r irq name; do
+			printf '%s=%s ' "${name##*@pci:}" "$(cat "/proc/irq/$irq/effective_affinity_list" 2>/dev/null)"
+		done
+}
+
 # paired HALF FIRST N: N pairs (rounds FIRST+1 .. FIRST+N) of the control loops
 # with ours and C bound at once: ours on adapter A and C on B for HALF 0, the
 # other way round for HALF 1.
@@ -234,8 +251,10 @@ paired() {
 		else
 			IB_O=$IB_B GID_O=$GID_B IB_T=$IB_A GID_T=$GID_A
 		fi
-		say "paired $1: ours $IB_O on $O_ND ($O_BDF), C $IB_T on $T_ND ($T_BDF): $3 pairs of $CTL_METRICS"
-		timeout 900 python3 "$HERE/bench_ctl.py" --dev "$IB_O" --gid "$GID_O" --versus "$IB_T:$GID_T" \
+		pin=""
+		[ "$CTL_CPU" = any ] || [ ! -d "/sys/devices/system/cpu/cpu$CTL_CPU" ] || pin="taskset -c $CTL_CPU"
+		say "paired $1: ours $IB_O on $O_ND ($O_BDF), C $IB_T on $T_ND ($T_BDF): $3 pairs of $CTL_METRICS${pin:+, on CPU $CTL_CPU}; command interrupts on CPUs $(vector0_cpus)"
+		timeout 900 $pin python3 "$HERE/bench_ctl.py" --dev "$IB_O" --gid "$GID_O" --versus "$IB_T:$GID_T" \
 			--pairs "$3" --seconds "$PAIR_SECONDS" $CTL_METRICS >"$log" 2>&1 ||
 			say "paired $1: bench_ctl.py exited $?; read $log"
 	else
