@@ -82,8 +82,9 @@ PAIR_SECONDS=${BENCH_PAIR_SECONDS:-0.3}
 # it there or through another vCPU, whose host thread a busy host may not run
 # for milliseconds. Unpinned, whole rounds of one driver or the other ran 3 to
 # 6 times slower on a busy host (2026-11-27, Documentation/infiniband/
-# erdma_rs_performance.rst, "Under host contention"); pinned, the two drivers
-# matched under the same load.
+# erdma_rs_performance.rst, "Under host contention"); pinned, one device per
+# process, the two drivers matched under the same load. (Pinning does not
+# close the gap of these loops on a busy host: see the same section.)
 CTL_CPU=${BENCH_CTL_CPU:-1}
 LAT_ITERS=${BENCH_LAT_ITERS:-10000}
 # rxe takes about 1 ms a round trip here (30 times the model), and much more
