@@ -4,9 +4,11 @@
 
 One erdma-emu process serves every adapter of the run, one vfio-user socket
 each; every adapter is paired with a virtio-net NIC carrying the same MAC.
-Guests boot the test kernel with the shared, read-only guest userland over
-9p, mount a per-guest payload share, run the command there, write their
-results back into it and power off.
+Guests boot the test kernel with the shared guest userland as their root
+file system (read-only: the ext4 image scripts/build-rootfs.sh makes, on
+virtio-blk, or its directory over 9p when --rootfs names one), mount a
+per-guest payload share (9p), run the command there, write their results
+back into it and power off.
 
     vmrun.py --dev proto=roce --dev proto=iwarp --guest 0,1 --run 'sh t.sh'
     vmrun.py --dev proto=roce --dev proto=roce --guest 0 --guest 1 ...
@@ -426,6 +428,9 @@ def qemu_argv(run, gi, adapters, all_adapters, payload):
     mem = a.memory
     if a.disk:
         root = "root=LABEL=erdma-root ro erdma_payload=1 "
+    elif a.rootfs.is_file():
+        # The userland image: the first virtio-blk disk, never written.
+        root = "root=/dev/vda rootfstype=ext4 ro init=/sbin/erdma-init "
     else:
         root = ("root=/dev/root rootfstype=9p "
                 "rootflags=trans=virtio,version=9p2000.L,cache=loose,msize=262144 ro "
@@ -450,8 +455,13 @@ def qemu_argv(run, gi, adapters, all_adapters, payload):
                  "-drive", f"file={disk},if=virtio,format={fmt},cache=unsafe",
                  "-drive", f"file={payload_disk(payload)},if=virtio,format=raw,cache=unsafe"]
     else:
-        argv += ["-virtfs", f"local,id=rootfs,path={a.rootfs},mount_tag=/dev/root,security_model=none,readonly=on",
-                 "-virtfs", f"local,id=payload,path={payload},mount_tag=payload,security_model=none",
+        if a.rootfs.is_file():
+            argv += ["-drive", f"file={a.rootfs},if=none,id=rootfs,format=raw,readonly=on",
+                     "-device", "virtio-blk-pci,drive=rootfs"]
+        else:
+            argv += ["-virtfs", f"local,id=rootfs,path={a.rootfs},mount_tag=/dev/root,security_model=none,"
+                     "readonly=on"]
+        argv += ["-virtfs", f"local,id=payload,path={payload},mount_tag=payload,security_model=none",
                  "-virtfs", f"local,id=modules,path={run.out / 'modules'},mount_tag=modules,security_model=none,"
                  "readonly=on"]
     for ad in adapters:
@@ -742,12 +752,17 @@ def main():
                     help="boot guest N (the Nth --disk) from this disk image, raw or .qcow2, as an "
                     "installed system (see above); needs --initrd")
     ap.add_argument("--initrd", default=None, help="the initramfs of --kernel (with --disk)")
-    ap.add_argument("--rootfs", default=str(default_path("rootfs", "current")))
+    ap.add_argument("--rootfs", default=None,
+                    help="the guest userland: an ext4 image (booted over virtio-blk) or a directory "
+                    "(over 9p); default: rootfs/current.img, else rootfs/current (make rootfs)")
     ap.add_argument("--qemu", default=None)
     ap.add_argument("--emu", default=str(default_path("cargo-target", "release", "erdma-emu")))
     args = ap.parse_args()
 
     args.kernel = Path(args.kernel)
+    if args.rootfs is None:
+        image = default_path("rootfs", "current.img")
+        args.rootfs = str(image if image.exists() else default_path("rootfs", "current"))
     if args.modules is None:
         args.modules = args.kernel.parents[3] / "modroot" / "lib" / "modules"
     if args.qemu is None:
@@ -762,7 +777,8 @@ def main():
     if args.disk:
         needs += [("initrd", args.initrd or "/nonexistent (give --initrd)")] + [("disk", d) for d in args.disk]
     else:
-        needs += [("modules", args.modules), ("rootfs", Path(args.rootfs) / "sbin" / "erdma-init")]
+        init = Path(args.rootfs) if Path(args.rootfs).is_file() else Path(args.rootfs) / "sbin" / "erdma-init"
+        needs += [("modules", args.modules), ("rootfs", init)]
     for what, p in needs:
         if not Path(p).exists():
             die(f"{what} not found at {p}: run 'make' (or make setup / make kernel / make model)")
