@@ -480,6 +480,118 @@ fn send_recv_between_two_devices() {
     );
 }
 
+/// CREATE_QP `qpn` on CQ [`CQ`] the way a user QP is made: each queue a pinned 4 KiB page,
+/// an extended doorbell page named.
+fn create_user_qp(d: &mut TestDriver, qpn: u32) {
+    let page = |d: &mut TestDriver| QueueMttCfg {
+        page_shift: 12,
+        level: 0,
+        count: 1,
+        offset: 0,
+        addr: d.alloc(0x1000, 0x1000),
+        more: [0; 3],
+    };
+    let (sq, rq) = (page(d), page(d));
+    let req = CreateQp {
+        qpn,
+        sq_depth_log2: 6,
+        rq_depth_log2: 6,
+        pdn: PDN,
+        send_cqn: CQ,
+        recv_cqn: CQ,
+        ext_db: true,
+        sq,
+        rq,
+        sq_dbrec: crate::testing::layout::DP_HEAP - 32,
+        rq_dbrec: crate::testing::layout::DP_HEAP - 40,
+        db_pages: (3, 4),
+        qp_type: QP_TYPE_RC,
+    };
+    assert_eq!(d.create_qp_raw(&req).status, 0);
+}
+
+#[test]
+fn local_dma_lkey_is_a_kernel_qps_local_key_alone() {
+    let lkey = crate::caps::DEFAULT_LOCAL_DMA_LKEY;
+    let (mut d, buf) = loopback();
+    let key = stag(1, 0);
+    d.poke(buf, &[7u8; 64]);
+    // A kernel QP gathers from bus addresses under the lkey...
+    let phys = Sge {
+        addr: buf,
+        len: 64,
+        key: lkey,
+    };
+    d.send_wqe(10, &Wqe::write(key, buf + 0x1000, &[phys]));
+    pump1(&mut d);
+    assert_eq!(d.peek(buf + 0x1000, 64), vec![7u8; 64]);
+    assert_eq!(d.poll(CQ).map(|c| c.status), Some(wc::SUCCESS));
+    // ...but no peer may name it as an rkey: nothing is written, the Write fails.
+    d.send_wqe(10, &Wqe::write(lkey, buf + 0x2000, &[sge(buf, 64)]));
+    pump1(&mut d);
+    assert_eq!(d.peek(buf + 0x2000, 64), vec![0u8; 64]);
+    let c = d.poll_all(CQ);
+    assert!(
+        c.iter().any(|c| c.qpn == 10 && c.status != wc::SUCCESS),
+        "{c:?}"
+    );
+    // A user's QP cannot use it at all: its gather fails locally, before anything is sent.
+    create_user_qp(&mut d, 12);
+    create_user_qp(&mut d, 13);
+    d.connect(12, 1, 13);
+    d.connect(13, 1, 12);
+    d.post_recv(13, buf + 0x3000, 64, key);
+    d.send_wqe(12, &Wqe::send(&[phys]));
+    pump1(&mut d);
+    let c = d.poll_all(CQ);
+    assert_eq!(
+        sq_cqe(&c, 12).iter().map(|c| c.status).collect::<Vec<_>>(),
+        [wc::SEND_STAG]
+    );
+    assert_eq!(d.peek(buf + 0x3000, 64), vec![0u8; 64], "nothing received");
+    // Nor as a receive buffer: the message is refused at the receiving user QP.
+    create_user_qp(&mut d, 14);
+    create_user_qp(&mut d, 15);
+    d.connect(14, 1, 15);
+    d.connect(15, 1, 14);
+    d.post_recv(15, buf + 0x4000, 64, lkey);
+    d.send_wqe(14, &Wqe::send(&[sge(buf, 64)]));
+    pump1(&mut d);
+    assert_eq!(d.peek(buf + 0x4000, 64), vec![0u8; 64]);
+    let c = d.poll_all(CQ);
+    assert!(
+        c.iter()
+            .any(|c| c.qpn == 15 && c.qtype == CQE_QTYPE_RQ && c.status == wc::RECV_STAG),
+        "{c:?}"
+    );
+}
+
+#[test]
+fn requests_are_taken_from_the_connected_peer_alone() {
+    let clock = Arc::new(ManualClock::new());
+    let (mut a, mut b, _abuf, bbuf) = pair_on(&clock);
+    // C (host 3) knows B's QPN, address and rkey, and connects a QP of its own to them.
+    let f = a.dev.port().unwrap().fabric().clone();
+    let mut c = on(&clock);
+    c.attach(&f);
+    c.dp_setup(3);
+    assert_eq!(c.create_cq(CQ, 6).status, 0);
+    assert_eq!(c.create_qp(10, CQ, 8, 6).status, 0);
+    let cbuf = c.alloc(0x1_0000, 0x1000);
+    assert_eq!(c.reg_mr(1, 0, PDN, cbuf, 0x1_0000, ALL_ACCESS).status, 0);
+    c.connect(10, 2, 10);
+    c.poke(cbuf, &[0xee; 32]);
+    c.send_wqe(10, &Wqe::write(stag(1, 0), bbuf, &[sge(cbuf, 32)]));
+    times_out(&clock, &mut [&mut c, &mut b, &mut a]);
+    assert_eq!(b.peek(bbuf, 32), vec![0u8; 32], "nothing written into B");
+    assert!(b.poll(CQ).is_none());
+    // A, B's peer, still gets through.
+    a.send_wqe(10, &Wqe::write_inline(stag(1, 0), bbuf, b"from A"));
+    pump2(&mut a, &mut b);
+    assert_eq!(b.peek(bbuf, 6), b"from A");
+    assert_eq!(a.poll(CQ).map(|c| c.status), Some(wc::SUCCESS));
+}
+
 /// Every statistics register of `d`, by counter name, read as two 32-bit halves (the way a
 /// driver without `readq` would).
 fn stats_regs(d: &mut TestDriver) -> Vec<(&'static str, u64)> {

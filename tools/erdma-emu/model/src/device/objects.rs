@@ -103,6 +103,10 @@ pub(super) struct Qp {
     pub retries: u32,
     /// The iWARP state and connection (`None`: a RoCEv2 QP).
     pub iw: Option<Box<Iwarp>>,
+    /// A kernel QP: CREATE_QP gave both queues the kernel's layout
+    /// ([`wire::KERNEL_QUEUE_PAGE_SHIFT`]) and no extended doorbell page. Only a kernel QP's own
+    /// SGEs may name the function's local DMA lkey (raw guest-physical addresses).
+    pub kernel: bool,
 }
 
 /// A completion queue.
@@ -353,6 +357,9 @@ impl Rdma {
                 lost: BTreeMap::new(),
                 retries: 0,
                 iw: iwarp.then(|| Box::new(Iwarp::new())),
+                kernel: !r.ext_db
+                    && r.sq.page_shift == wire::KERNEL_QUEUE_PAGE_SHIFT
+                    && r.rq.page_shift == wire::KERNEL_QUEUE_PAGE_SHIFT,
             },
         );
         // The cookie (iWARP MPA exchange) is the QPN.

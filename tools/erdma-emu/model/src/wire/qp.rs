@@ -28,6 +28,11 @@ pub struct QueueMttCfg {
 // CREATE_QP / DESTROY_QP (§3.5)
 // ------------------------------------------------------------------------------------------------
 
+/// The page shift of a kernel QP's queues (page-size code 8): each queue is one contiguous
+/// buffer described as a single 1 MiB "page" (§3.5). A user's queues are pinned pages of
+/// 4 KiB to 512 KiB, so this layout, with no extended doorbell page, marks a kernel QP.
+pub const KERNEL_QUEUE_PAGE_SHIFT: u8 = 20;
+
 /// QP type RC (CREATE_QP cfg2 3:0).
 pub const QP_TYPE_RC: u8 = 0;
 /// QP type UD (also GSI, QPN 1).

@@ -56,9 +56,14 @@ mr_layouts() {
 }
 
 # run_tap ARGS...: uverbs_bad.py ARGS, its TAP points renumbered into this
-# test's plan and named after the device.
-run_tap() {
-	python3 "$(dirname "$0")/uverbs_bad.py" "$@" | sed "s/^\(\(not \)\{0,1\}ok\) [0-9]* - /\1 - $1: /" >/tmp/badinput.out
+# test's plan and named after the device (IBDEV, the first argument).
+run_tap() { py_tap uverbs_bad.py "$@"; }
+
+# py_tap SCRIPT IBDEV ARGS...: the same for another TAP-printing script.
+py_tap() {
+	_script=$1
+	shift
+	python3 "$(dirname "$0")/$_script" "$@" | sed "s/^\(\(not \)\{0,1\}ok\) [0-9]* - /\1 - $1: /" >/tmp/badinput.out
 	while read -r line; do
 		case "$line" in
 		"ok - "*) tap_ok "${line#ok - }" ;;
@@ -114,6 +119,14 @@ for bdf in $functions; do
 		tap_skip "$ib: address handle commands" "an iWARP device has no address handles"
 	elif wait_for 10 find_gid "$ib" "$(ipv4_of "$nd")"; then
 		run_tap "$ib" --ah "$GID"
+		# The adapter's local DMA lkey is the kernel's: a user's QP that names
+		# it (as a local or a remote key) is refused (keys_probe.py). Its
+		# value is known where the adapter is emulated (the model's option,
+		# 0xf0000000 by default).
+		if is_emulated; then
+			py_tap keys_probe.py "$ib" "$GID" \
+				"$(adapter_opt "$(mac_of "$bdf")" local_dma_lkey 0xf0000000)"
+		fi
 	else
 		tap_not_ok "$ib: no RoCEv2 GID for $(ipv4_of "$nd"): no AH checks"
 	fi

@@ -4,8 +4,11 @@
 //! codes of each side), gathering SGEs, fast-register and invalidate, and moving data across
 //! translated guest-memory pieces.
 //!
-//! The checks get only the MR table and the function's local DMA lkey ([`Keys`], a view the
-//! data path lends); fast-register and invalidate change the MR table ([`Rdma`]) and nothing else.
+//! The checks get only the MR table and, for the local side of a kernel QP, the function's
+//! local DMA lkey ([`Keys`], a view the data path lends): the lkey names raw guest-physical
+//! memory, so it is never a remote key and never a key of a user's QP (see
+//! [`crate::device::objects::Qp::kernel`]). Fast-register and invalidate change the MR table
+//! ([`Rdma`]) and nothing else.
 
 use std::collections::BTreeMap;
 
@@ -84,23 +87,31 @@ pub(super) fn write_pieces(
     Ok(())
 }
 
-/// What keys are checked against: the MR table (the MPT) and the function's local DMA lkey.
+/// What keys are checked against: the MR table (the MPT) and, where it is valid, the
+/// function's local DMA lkey.
 #[derive(Clone, Copy)]
 pub(super) struct Keys<'a> {
     mrs: &'a BTreeMap<u32, Mr>,
-    local_dma_lkey: u32,
+    local_dma_lkey: Option<u32>,
 }
 
 impl DataPath<'_> {
-    /// The view of the MR table that key checks use.
-    pub(super) fn keys(&self) -> Keys<'_> {
-        Keys::new(self.rdma, self.caps.local_dma_lkey)
+    /// The keys of QP `qpn`'s own SGEs (its gather lists, read and atomic sinks and receive
+    /// buffers): the MR table, and the local DMA lkey if `qpn` is a kernel QP.
+    pub(super) fn local_keys(&self, qpn: u32) -> Keys<'_> {
+        let kernel = self.rdma.qps.get(&qpn).is_some_and(|q| q.kernel);
+        Keys::new(self.rdma, kernel.then_some(self.caps.local_dma_lkey))
+    }
+
+    /// The keys a peer's request may name (rkeys): the MR table alone.
+    pub(super) fn remote_keys(&self) -> Keys<'_> {
+        Keys::new(self.rdma, None)
     }
 }
 
 impl<'a> Keys<'a> {
-    /// Keys of the MRs in `rdma`, and `local_dma_lkey` (physical addresses, unchecked).
-    pub(super) fn new(rdma: &'a Rdma, local_dma_lkey: u32) -> Self {
+    /// Keys of the MRs in `rdma`, and `local_dma_lkey` (physical addresses, unchecked) if given.
+    pub(super) fn new(rdma: &'a Rdma, local_dma_lkey: Option<u32>) -> Self {
         Keys {
             mrs: &rdma.mrs,
             local_dma_lkey,
@@ -121,7 +132,7 @@ impl Keys<'_> {
         mem: &dyn GuestMemory,
     ) -> Result<Vec<Piece>, AccessErr> {
         let end = addr.checked_add(len).ok_or(AccessErr::Bounds)?;
-        if key == self.local_dma_lkey {
+        if Some(key) == self.local_dma_lkey {
             return Ok(if len == 0 {
                 Vec::new()
             } else {
@@ -303,7 +314,7 @@ pub(super) mod tests {
     fn keys_check_key_pd_rights_and_bounds() {
         let mem = crate::testing::VecMemory::new(0x1_0000, 0x1000);
         let t = tables(access::REMOTE_READ, &mem);
-        let keys = Keys::new(&t, LKEY);
+        let keys = Keys::new(&t, Some(LKEY));
         let stag = wire::stag(3, 1);
         let ok = keys.access(stag, 1, 0x4ff0, 0x10, access::REMOTE_READ, &mem);
         assert_eq!(ok.map(|p| p[0].gpa), Ok(0x1_0ff0));
@@ -326,5 +337,9 @@ pub(super) mod tests {
         assert_eq!(phys.map(|p| (p[0].gpa, p[0].len)), Ok((0x9000, 4)));
         let dma = keys.access(wire::stag(4, 2), 2, 0x9000, 4, 0, &mem);
         assert_eq!(dma.map(|p| p[0].gpa), Ok(0x9000));
+        // Without it (a user's QP, a peer's request) the lkey is an unknown STag.
+        let user = Keys::new(&t, None);
+        let no = user.access(LKEY, 7, 0x9000, 4, 0, &mem);
+        assert_eq!(no.err(), Some(AccessErr::Stag));
     }
 }

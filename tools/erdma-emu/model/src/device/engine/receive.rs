@@ -99,7 +99,7 @@ mod tests {
     fn scatter_checks_length_and_key() {
         let mut mem = memory();
         let t = tables(access::LOCAL_WRITE, &mem);
-        let keys = Keys::new(&t, LKEY);
+        let keys = Keys::new(&t, Some(LKEY));
         let sge = Sge {
             addr: 0x4000,
             len: 4,
@@ -111,7 +111,7 @@ mod tests {
         assert_eq!(long, Err(wc::RECV_BOUNDS), "longer than the buffer");
         assert_eq!(scatter(keys, 2, &sge, &[0], &mut mem), Err(wc::RECV_PD));
         let t = tables(access::REMOTE_READ, &mem);
-        let keys = Keys::new(&t, LKEY);
+        let keys = Keys::new(&t, Some(LKEY));
         assert_eq!(scatter(keys, 1, &sge, &[0], &mut mem), Err(wc::RECV_ACCESS));
     }
 }

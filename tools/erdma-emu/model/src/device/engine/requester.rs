@@ -147,6 +147,7 @@ impl DataPath<'_> {
     /// The payload of a SEND/WRITE WQE: inline bytes or gathered SGEs.
     fn payload(
         &self,
+        qpn: u32,
         pdn: u32,
         hdr: &SqeHeader,
         wqe: &[u8],
@@ -155,7 +156,7 @@ impl DataPath<'_> {
     ) -> Result<Vec<u8>, u8> {
         match Sgl::decode(hdr, wqe, sgl_off).ok_or(wc::SEND_FORMAT)? {
             Sgl::Inline(data) => Ok(data.to_vec()),
-            Sgl::Sges(sges) => self.keys().gather(pdn, &sges, mem),
+            Sgl::Sges(sges) => self.local_keys(qpn).gather(pdn, &sges, mem),
         }
     }
 
@@ -192,7 +193,7 @@ impl DataPath<'_> {
             }
             op::SEND | op::SEND_WITH_IMM | op::SEND_WITH_INV => {
                 SendSqe::decode(wqe).ok_or(wc::SEND_FORMAT).and_then(|s| {
-                    let data = self.payload(pdn, hdr, wqe, SendSqe::SGL_OFFSET, io.mem)?;
+                    let data = self.payload(qpn, pdn, hdr, wqe, SendSqe::SGL_OFFSET, io.mem)?;
                     p.byte_len = data.len() as u32;
                     Ok(Some(Request::Send {
                         data,
@@ -204,7 +205,7 @@ impl DataPath<'_> {
             }
             op::WRITE | op::WRITE_WITH_IMM => {
                 WriteSqe::decode(wqe).ok_or(wc::SEND_FORMAT).and_then(|w| {
-                    let data = self.payload(pdn, hdr, wqe, WriteSqe::SGL_OFFSET, io.mem)?;
+                    let data = self.payload(qpn, pdn, hdr, wqe, WriteSqe::SGL_OFFSET, io.mem)?;
                     p.byte_len = data.len() as u32;
                     trace_data(qpn, "WRITE out", w.raddr, w.rkey, &[], &data);
                     Ok(Some(Request::Write {
@@ -220,7 +221,7 @@ impl DataPath<'_> {
                 None => Err(wc::SEND_FORMAT),
                 Some(r) if u64::from(r.length) > MAX_MESSAGE => Err(wc::GENERAL),
                 Some(r) => self
-                    .keys()
+                    .local_keys(qpn)
                     .access(
                         r.lkey,
                         pdn,
@@ -245,7 +246,7 @@ impl DataPath<'_> {
             },
             op::ATOMIC_CAS | op::ATOMIC_FAA => match AtomicSqe::decode(wqe) {
                 Some(a) if self.caps.atomic => self
-                    .keys()
+                    .local_keys(qpn)
                     .access(
                         a.local.key,
                         pdn,
@@ -391,7 +392,7 @@ impl DataPath<'_> {
             return wc::SEND_BOUNDS;
         }
         match self
-            .keys()
+            .local_keys(qpn)
             .access(lkey, pdn, addr, data.len() as u64, need, io.mem)
         {
             Ok(pieces) => {

@@ -8,6 +8,7 @@ use std::collections::VecDeque;
 use super::mr::{read_pieces, write_pieces, AccessErr, Keys};
 use super::receive::scatter;
 use super::{trace_data, DataPath, MAX_HELD};
+use crate::device::objects::Qp;
 use crate::fabric::{AtomicOp, Body, Nak, Packet, PortId, Reply, Request};
 use crate::io::{GuestMemory, Io};
 use crate::wire::{access, op, wc, CqeExtra, QpState, Rqe, UdInfo, QP_TYPE_UD};
@@ -78,6 +79,7 @@ impl DataPath<'_> {
             q.qp_type != QP_TYPE_UD
                 && q.iw.is_none()
                 && matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+                && self.sent_by_connected_peer(q, &pkt)
         });
         if !ok {
             self.drop_request(pkt);
@@ -99,6 +101,17 @@ impl DataPath<'_> {
                 qp.held.push_back(pkt);
             }
         }
+    }
+
+    /// Whether `pkt` comes from the QP `qp` is connected to: the QP its RTR named, behind the
+    /// port that owns the GID of its address vector (the fabric fills in the sending port, so
+    /// no guest can forge it). Anybody else's request is dropped as if the QP did not exist:
+    /// another guest that learns a QPN and an rkey reaches nothing through them.
+    fn sent_by_connected_peer(&self, qp: &Qp, pkt: &Packet) -> bool {
+        let (Some(port), Some(av)) = (self.wire.port, qp.av) else {
+            return false;
+        };
+        pkt.src_qpn == qp.dst_qpn && port.resolve(&av.dgid) == Some(pkt.src_port)
     }
 
     /// Retries held requests after receive WQEs were posted.
@@ -231,7 +244,7 @@ impl DataPath<'_> {
         data: &[u8],
         io: &mut Io<'_>,
     ) -> Result<(), Nak> {
-        write_remote(self.keys(), qpn, pdn, addr, rkey, data, io.mem)
+        write_remote(self.remote_keys(), qpn, pdn, addr, rkey, data, io.mem)
             .map_err(|e| self.remote_access_error(qpn, e, io))
     }
 
@@ -244,7 +257,7 @@ impl DataPath<'_> {
         len: u32,
         io: &mut Io<'_>,
     ) -> Result<Reply, Nak> {
-        read_remote(self.keys(), qpn, pdn, addr, rkey, len, io.mem)
+        read_remote(self.remote_keys(), qpn, pdn, addr, rkey, len, io.mem)
             .map_err(|e| self.remote_access_error(qpn, e, io))
     }
 
@@ -257,7 +270,7 @@ impl DataPath<'_> {
         aop: AtomicOp,
         io: &mut Io<'_>,
     ) -> Result<Reply, Nak> {
-        atomic_remote(self.keys(), pdn, addr, rkey, aop, io.mem)
+        atomic_remote(self.remote_keys(), pdn, addr, rkey, aop, io.mem)
             .map_err(|e| self.remote_access_error(qpn, e, io))
     }
 
@@ -328,7 +341,7 @@ impl DataPath<'_> {
         };
         let pdn = self.rdma.qps.get(&qpn).map_or(0, |q| q.pdn);
         if !data.is_empty() {
-            if let Err(code) = scatter(self.keys(), pdn, &rqe.sge, data, io.mem) {
+            if let Err(code) = scatter(self.local_keys(qpn), pdn, &rqe.sge, data, io.mem) {
                 self.consume_rqe_error(qpn, code, io);
                 return Err(Nak::Remote(code));
             }
@@ -434,7 +447,7 @@ fn atomic_remote(
 
 #[cfg(test)]
 mod tests {
-    use super::super::mr::tests::{tables, LKEY};
+    use super::super::mr::tests::tables;
     use super::*;
     use crate::testing::VecMemory;
     use crate::wire;
@@ -444,7 +457,7 @@ mod tests {
         let mut mem = VecMemory::new(0x1_0000, 0x1000);
         let all = access::REMOTE_READ | access::REMOTE_WRITE | access::REMOTE_ATOMIC;
         let t = tables(all, &mem);
-        let keys = Keys::new(&t, LKEY);
+        let keys = Keys::new(&t, None);
         let stag = wire::stag(3, 1);
         assert_eq!(
             write_remote(keys, 5, 1, 0x4008, stag, &[1, 2], &mut mem),
@@ -483,7 +496,7 @@ mod tests {
         ));
         assert_eq!(mem.bytes()[8], 9);
         let rights = tables(access::REMOTE_READ, &mem);
-        let keys = Keys::new(&rights, LKEY);
+        let keys = Keys::new(&rights, None);
         assert_eq!(
             write_remote(keys, 5, 1, 0x4000, stag, &[1], &mut mem),
             Err(AccessErr::Rights)

@@ -84,7 +84,7 @@ impl DataPath<'_> {
         }
         let data = match sgl {
             Sgl::Inline(d) => d.to_vec(),
-            Sgl::Sges(sges) => self.keys().gather(pdn, &sges, mem)?,
+            Sgl::Sges(sges) => self.local_keys(qpn).gather(pdn, &sges, mem)?,
         };
         let av = ah.av;
         let sgid: Gid = match self.roce.gids.get(av.sgid_index) {
@@ -231,7 +231,7 @@ impl DataPath<'_> {
         let mut bytes = Vec::with_capacity(total);
         bytes.extend_from_slice(&roce::grh_area(&d));
         bytes.extend_from_slice(&d.data);
-        if let Err(code) = scatter(self.keys(), pdn, &rqe.sge, &bytes, io.mem) {
+        if let Err(code) = scatter(self.local_keys(dst_qpn), pdn, &rqe.sge, &bytes, io.mem) {
             self.ud_receive_error(dst_qpn, code, info, io);
             return;
         }

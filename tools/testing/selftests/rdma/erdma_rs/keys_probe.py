@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Keys a user's queue pair must not be able to use, through the stock provider.
+
+Usage: keys_probe.py IBDEV GID_INDEX LOCAL_DMA_LKEY
+
+The adapter's local DMA lkey (QUERY_DEVICE, exported to kernel consumers as
+ib_device.local_dma_lkey) names raw bus addresses with no PD, rights or
+bounds: it is the kernel's. A user knows or guesses its value (0xf0000000 on
+the model by default) and writes it into a work request of its own queue
+pair; the adapter must refuse it there, as a local key (gather, receive
+buffer, read sink) and as a remote key (RDMA Write and Read), and the same
+work request with a registered MR must still work (so that a refusal is the
+key's). Each check uses a fresh pair of RC queue pairs on this device,
+connected to each other by GID (loopback through the adapter); a refused work
+request completes in error and breaks its pair.
+
+Prints TAP points ("ok N - ..."), one per check, and exits 1 if one failed.
+"""
+
+import ctypes
+import mmap
+import sys
+import time
+
+import pyverbs.enums as e
+from pyverbs.addr import AHAttr, GlobalRoute
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import RecvWR, SendWR, SGE
+
+PORT = 1
+SIZE = 4096
+# An address the guest surely has: the low megabyte of its physical memory.
+PHYS = 0x10000
+ACCESS = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE |
+          e.IBV_ACCESS_REMOTE_READ)
+results = []
+
+
+def tap(name, ok, detail):
+    results.append(ok)
+    print(f"{'ok' if ok else 'not ok'} {len(results)} - {name}: {detail}", flush=True)
+
+
+WC_NAMES = {0: "SUCCESS", 1: "LOC_LEN_ERR", 2: "LOC_QP_OP_ERR", 4: "LOC_PROT_ERR",
+            5: "WR_FLUSH_ERR", 8: "LOC_ACCESS_ERR", 9: "REM_INV_REQ_ERR",
+            10: "REM_ACCESS_ERR", 11: "REM_OP_ERR", 12: "RETRY_EXC_ERR", 13: "RNR_RETRY_EXC_ERR",
+            21: "GENERAL_ERR"}
+
+
+def wc_name(status):
+    return WC_NAMES.get(status, str(status))
+
+
+class Pair:
+    """Two RC QPs of one CQ each, connected to each other, and a registered
+    buffer for each."""
+
+    def __init__(self, ctx, pd, gid_index):
+        self.cqs = [CQ(ctx, 16, None, None, 0) for _ in range(2)]
+        cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
+        self.qps = [QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap),
+                       QPAttr(port_num=PORT)) for cq in self.cqs]
+        gid = ctx.query_gid(PORT, gid_index)
+        for qp, peer in zip(self.qps, reversed(self.qps)):
+            attr = QPAttr(port_num=PORT)
+            attr.path_mtu = e.IBV_MTU_1024
+            attr.max_dest_rd_atomic = 1
+            attr.max_rd_atomic = 1
+            attr.min_rnr_timer = 12
+            attr.timeout = 10
+            attr.retry_cnt = 1
+            attr.rnr_retry = 1
+            attr.rq_psn = attr.sq_psn = 0
+            attr.dest_qp_num = peer.qp_num
+            attr.ah_attr = AHAttr(port_num=PORT, is_global=1,
+                                  gr=GlobalRoute(dgid=gid, sgid_index=gid_index))
+            qp.to_rts(attr)
+        self.bufs = []
+        for _ in range(2):
+            m = mmap.mmap(-1, SIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+            ctypes.memset(addr, 0x5a, SIZE)
+            self.bufs.append((m, addr, MR(pd, SIZE, ACCESS, address=addr)))
+
+    def addr(self, i):
+        return self.bufs[i][1]
+
+    def mr(self, i):
+        return self.bufs[i][2]
+
+    def recv(self, i, sge):
+        self.qps[i].post_recv(RecvWR(wr_id=i, num_sge=1, sg=[sge]))
+
+    def send(self, opcode, sge, raddr=0, rkey=0):
+        wr = SendWR(wr_id=7, opcode=opcode, num_sge=1, sg=[sge],
+                    send_flags=e.IBV_SEND_SIGNALED)
+        if raddr or rkey:
+            wr.set_wr_rdma(rkey, raddr)
+        self.qps[0].post_send(wr)
+
+    def poll(self, i, seconds=10.0):
+        """The first completion of QP i's CQ (None after `seconds`)."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            n, wcs = self.cqs[i].poll()
+            if n:
+                return wcs[0]
+            time.sleep(0.01)
+        return None
+
+    def close(self):
+        for qp in self.qps:
+            qp.close()
+        for _, _, mr in self.bufs:
+            mr.close()
+        for cq in self.cqs:
+            cq.close()
+
+
+def check_pair(ctx, pd, gid, name, run, want_ok):
+    """Runs run(pair) -> (status of the completion that decides, detail);
+    checks it is success exactly when want_ok."""
+    p = Pair(ctx, pd, gid)
+    try:
+        status, detail = run(p)
+    finally:
+        p.close()
+    ok = (status == e.IBV_WC_SUCCESS) == want_ok if status is not None else False
+    tap(name, ok, detail if status is not None else "no completion within 10 s")
+
+
+def main():
+    ibdev, gid, lkey = sys.argv[1], int(sys.argv[2]), int(sys.argv[3], 0)
+    ctx = Context(name=ibdev)
+    pd = PD(ctx)
+
+    def send_with(key_of):
+        def run(p):
+            p.recv(1, SGE(p.addr(1), SIZE, p.mr(1).lkey))
+            addr, key = key_of(p)
+            p.send(e.IBV_WR_SEND, SGE(addr, 64, key))
+            wc = p.poll(0)
+            return (None, "") if wc is None else (wc.status, f"send completion {wc_name(wc.status)}")
+        return run
+
+    check_pair(ctx, pd, gid, "SEND gathering from a registered MR completes", send_with(
+        lambda p: (p.addr(0), p.mr(0).lkey)), True)
+    check_pair(ctx, pd, gid, f"SEND gathering with the local DMA lkey {lkey:#x} is refused",
+               send_with(lambda p: (PHYS, lkey)), False)
+
+    def recv_with(key_of):
+        def run(p):
+            addr, key = key_of(p)
+            p.recv(1, SGE(addr, SIZE, key))
+            p.send(e.IBV_WR_SEND, SGE(p.addr(0), 64, p.mr(0).lkey))
+            wc = p.poll(1)
+            return (None, "") if wc is None else (wc.status, f"receive completion {wc_name(wc.status)}")
+        return run
+
+    check_pair(ctx, pd, gid, "a receive buffer of a registered MR takes a SEND", recv_with(
+        lambda p: (p.addr(1), p.mr(1).lkey)), True)
+    check_pair(ctx, pd, gid, f"a receive buffer under the local DMA lkey {lkey:#x} is refused",
+               recv_with(lambda p: (PHYS, lkey)), False)
+
+    def remote(opcode, key_of):
+        def run(p):
+            raddr, rkey = key_of(p)
+            p.send(opcode, SGE(p.addr(0), 64, p.mr(0).lkey), raddr, rkey)
+            wc = p.poll(0)
+            return (None, "") if wc is None else (wc.status, f"completion {wc_name(wc.status)}")
+        return run
+
+    for opcode, what in ((e.IBV_WR_RDMA_WRITE, "RDMA Write"), (e.IBV_WR_RDMA_READ, "RDMA Read")):
+        check_pair(ctx, pd, gid, f"{what} under the peer MR's rkey completes", remote(
+            opcode, lambda p: (p.addr(1), p.mr(1).rkey)), True)
+        check_pair(ctx, pd, gid, f"{what} naming the local DMA lkey {lkey:#x} as rkey is refused",
+                   remote(opcode, lambda p: (PHYS, lkey)), False)
+
+    def sink_with(key_of):
+        def run(p):
+            addr, key = key_of(p)
+            p.send(e.IBV_WR_RDMA_READ, SGE(addr, 64, key), p.addr(1), p.mr(1).rkey)
+            wc = p.poll(0)
+            return (None, "") if wc is None else (wc.status, f"completion {wc_name(wc.status)}")
+        return run
+
+    check_pair(ctx, pd, gid, f"an RDMA Read into the local DMA lkey {lkey:#x} is refused",
+               sink_with(lambda p: (PHYS, lkey)), False)
+    pd.close()
+    ctx.close()
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
