@@ -123,74 +123,64 @@ class Pair:
 
 
 def check_pair(ctx, pd, gid, name, run, want_ok):
-    """Runs run(pair) -> (status of the completion that decides, detail);
-    checks it is success exactly when want_ok."""
+    """Runs run(pair) on a fresh pair -> (QP index, what): the first completion of
+    that QP's CQ decides, and must be a success exactly when want_ok."""
     p = Pair(ctx, pd, gid)
     try:
-        status, detail = run(p)
+        which, what = run(p)
+        wc = p.poll(which)
     finally:
         p.close()
-    ok = (status == e.IBV_WC_SUCCESS) == want_ok if status is not None else False
-    tap(name, ok, detail if status is not None else "no completion within 10 s")
+    if wc is None:
+        tap(name, False, f"no {what} completion within 10 s")
+    else:
+        tap(name, (wc.status == e.IBV_WC_SUCCESS) == want_ok, f"{what} completion {wc_name(wc.status)}")
 
 
 def main():
     ibdev, gid, lkey = sys.argv[1], int(sys.argv[2]), int(sys.argv[3], 0)
     ctx = Context(name=ibdev)
     pd = PD(ctx)
+    mine = (lambda p: (p.addr(0), p.mr(0).lkey), "a registered MR")
+    peers = (lambda p: (p.addr(1), p.mr(1).rkey), "the peer MR's rkey")
+    kernels = (lambda p: (PHYS, lkey), f"the local DMA lkey {lkey:#x}")
 
-    def send_with(key_of):
-        def run(p):
-            p.recv(1, SGE(p.addr(1), SIZE, p.mr(1).lkey))
-            addr, key = key_of(p)
-            p.send(e.IBV_WR_SEND, SGE(addr, 64, key))
-            wc = p.poll(0)
-            return (None, "") if wc is None else (wc.status, f"send completion {wc_name(wc.status)}")
+    def send(p, key_of):
+        addr, key = key_of(p)
+        p.recv(1, SGE(p.addr(1), SIZE, p.mr(1).lkey))
+        p.send(e.IBV_WR_SEND, SGE(addr, 64, key))
+        return 0, "send"
+
+    def recv(p, key_of):
+        addr, key = key_of(p)
+        p.recv(1, SGE(addr, SIZE, key))
+        p.send(e.IBV_WR_SEND, SGE(p.addr(0), 64, p.mr(0).lkey))
+        return 1, "receive"
+
+    def remote(opcode):
+        def run(p, key_of):
+            p.send(opcode, SGE(p.addr(0), 64, p.mr(0).lkey), *key_of(p))
+            return 0, "requester"
         return run
 
-    check_pair(ctx, pd, gid, "SEND gathering from a registered MR completes", send_with(
-        lambda p: (p.addr(0), p.mr(0).lkey)), True)
-    check_pair(ctx, pd, gid, f"SEND gathering with the local DMA lkey {lkey:#x} is refused",
-               send_with(lambda p: (PHYS, lkey)), False)
+    def read_into(p, key_of):
+        addr, key = key_of(p)
+        p.send(e.IBV_WR_RDMA_READ, SGE(addr, 64, key), p.addr(1), p.mr(1).rkey)
+        return 0, "requester"
 
-    def recv_with(key_of):
-        def run(p):
-            addr, key = key_of(p)
-            p.recv(1, SGE(addr, SIZE, key))
-            p.send(e.IBV_WR_SEND, SGE(p.addr(0), 64, p.mr(0).lkey))
-            wc = p.poll(1)
-            return (None, "") if wc is None else (wc.status, f"receive completion {wc_name(wc.status)}")
-        return run
-
-    check_pair(ctx, pd, gid, "a receive buffer of a registered MR takes a SEND", recv_with(
-        lambda p: (p.addr(1), p.mr(1).lkey)), True)
-    check_pair(ctx, pd, gid, f"a receive buffer under the local DMA lkey {lkey:#x} is refused",
-               recv_with(lambda p: (PHYS, lkey)), False)
-
-    def remote(opcode, key_of):
-        def run(p):
-            raddr, rkey = key_of(p)
-            p.send(opcode, SGE(p.addr(0), 64, p.mr(0).lkey), raddr, rkey)
-            wc = p.poll(0)
-            return (None, "") if wc is None else (wc.status, f"completion {wc_name(wc.status)}")
-        return run
-
-    for opcode, what in ((e.IBV_WR_RDMA_WRITE, "RDMA Write"), (e.IBV_WR_RDMA_READ, "RDMA Read")):
-        check_pair(ctx, pd, gid, f"{what} under the peer MR's rkey completes", remote(
-            opcode, lambda p: (p.addr(1), p.mr(1).rkey)), True)
-        check_pair(ctx, pd, gid, f"{what} naming the local DMA lkey {lkey:#x} as rkey is refused",
-                   remote(opcode, lambda p: (PHYS, lkey)), False)
-
-    def sink_with(key_of):
-        def run(p):
-            addr, key = key_of(p)
-            p.send(e.IBV_WR_RDMA_READ, SGE(addr, 64, key), p.addr(1), p.mr(1).rkey)
-            wc = p.poll(0)
-            return (None, "") if wc is None else (wc.status, f"completion {wc_name(wc.status)}")
-        return run
-
-    check_pair(ctx, pd, gid, f"an RDMA Read into the local DMA lkey {lkey:#x} is refused",
-               sink_with(lambda p: (PHYS, lkey)), False)
+    checks = (
+        ("SEND gathering from {} completes", send, mine, True),
+        ("SEND gathering with {} is refused", send, kernels, False),
+        ("a receive buffer under {} takes a SEND", recv, mine, True),
+        ("a receive buffer under {} is refused", recv, kernels, False),
+        ("RDMA Write under {} completes", remote(e.IBV_WR_RDMA_WRITE), peers, True),
+        ("RDMA Write naming {} as rkey is refused", remote(e.IBV_WR_RDMA_WRITE), kernels, False),
+        ("RDMA Read under {} completes", remote(e.IBV_WR_RDMA_READ), peers, True),
+        ("RDMA Read naming {} as rkey is refused", remote(e.IBV_WR_RDMA_READ), kernels, False),
+        ("an RDMA Read into {} is refused", read_into, kernels, False),
+    )
+    for name, run, (key_of, key_name), want_ok in checks:
+        check_pair(ctx, pd, gid, name.format(key_name), lambda p: run(p, key_of), want_ok)
     pd.close()
     ctx.close()
     return 0 if all(results) else 1
