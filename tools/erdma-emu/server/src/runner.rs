@@ -7,7 +7,7 @@
 use std::io;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -63,9 +63,11 @@ impl Listening {
     }
 
     /// Starts one server thread and one timer thread per device, and the control socket's
-    /// thread.
+    /// thread. Returns once every server thread has logged that it listens (so the ready line
+    /// comes after those, however late the host runs the threads).
     pub fn start(self) -> io::Result<Running> {
         let mut devices = Vec::with_capacity(self.devices.len());
+        let (listening, listened) = mpsc::channel();
         // One network for every device of the process; a device's timer thread drains its inbox.
         let fabric = Fabric::new();
         for (spec, server) in self.devices {
@@ -75,7 +77,8 @@ impl Listening {
             let state: SharedState = Arc::new(Mutex::new(st));
             let thread = thread::Builder::new().name(spec.name.clone()).spawn({
                 let (state, timer, spec) = (state.clone(), timer.clone(), spec.clone());
-                move || serve(&spec, &server, &state, &timer)
+                let listening = listening.clone();
+                move || serve(&spec, &server, &state, &timer, &listening)
             })?;
             thread::Builder::new()
                 .name(format!("{}-timer", spec.name))
@@ -93,6 +96,13 @@ impl Listening {
                 timer,
                 _thread: thread,
             });
+        }
+        // Every server thread has said it listens (or is gone: its sender went with it).
+        drop(listening);
+        for _ in &devices {
+            if listened.recv().is_err() {
+                break;
+            }
         }
         let control = match self.control {
             Some((path, listener)) => {
@@ -117,8 +127,15 @@ impl Listening {
     }
 }
 
-/// The server loop of one device: one client at a time, forever.
-fn serve(spec: &DeviceSpec, server: &Server, state: &SharedState, timer: &Arc<Timer>) {
+/// The server loop of one device: one client at a time, forever. Says on `listening` when it
+/// has logged that it listens.
+fn serve(
+    spec: &DeviceSpec,
+    server: &Server,
+    state: &SharedState,
+    timer: &Arc<Timer>,
+    listening: &mpsc::Sender<()>,
+) {
     logging::set_device_name(&spec.name);
     let c = &spec.config;
     log::info!(
@@ -133,6 +150,7 @@ fn serve(spec: &DeviceSpec, server: &Server, state: &SharedState, timer: &Arc<Ti
         if c.test_page { "on" } else { "off" },
         c.startup.len()
     );
+    let _ = listening.send(());
     loop {
         let result = server.run(&mut Backend::new(state.clone(), timer.clone()));
         lock(state).disconnect();
