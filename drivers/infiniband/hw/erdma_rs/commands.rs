@@ -17,7 +17,14 @@ use zerocopy::byteorder::big_endian::{
     U32 as Be32, //
 };
 
-use crate::formats::MrAccess;
+use crate::{
+    consts::{
+        KERNEL_CQ_DB,
+        KERNEL_RQ_DB,
+        KERNEL_SQ_DB, //
+    },
+    formats::MrAccess,
+};
 
 /// The two command sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -330,6 +337,24 @@ pub(crate) struct DbPages {
     pub(crate) cdb: u16,
     /// The page of the response's "RDB" field.
     pub(crate) rdb: u16,
+}
+
+impl DbPages {
+    /// Whether every page may go to a user context: inside a BAR of `bar_len` bytes, and
+    /// neither the register page (page 0) nor a page of the doorbells every kernel queue
+    /// shares (erdma_rs_hw 2.1). `page_shift` is the host's, the unit CONF_DEVICE set.
+    pub(crate) fn usable(&self, page_shift: u32, bar_len: u64) -> bool {
+        let shared = [KERNEL_SQ_DB, KERNEL_RQ_DB, KERNEL_CQ_DB].map(|at| (at as u64) >> page_shift);
+        [self.sq, self.cdb, self.rdb].iter().all(|&page| {
+            let page = u64::from(page);
+            page != 0
+                && !shared.contains(&page)
+                && 1u64
+                    .checked_shl(page_shift)
+                    .and_then(|size| (page + 1).checked_mul(size))
+                    .is_some_and(|end| end <= bar_len)
+        })
+    }
 }
 
 impl Reply for DbPages {
@@ -930,10 +955,63 @@ impl Reply for DeviceCaps {
     }
 }
 
+/// A capability the adapter reported outside the range the driver accepts, and the value the
+/// driver uses instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Clamped {
+    /// The field, as named in [`DeviceCaps`].
+    pub(crate) field: &'static str,
+    /// What the adapter reported.
+    pub(crate) reported: u16,
+    /// What the driver uses.
+    pub(crate) used: u16,
+}
+
 impl DeviceCaps {
     /// Number of QPs (QPN 0 is never used, so one fewer can exist).
     pub(crate) fn max_qp(&self) -> u32 {
         1024 * u32::from(self.qp_blocks)
+    }
+
+    /// The capabilities with every field brought into the range the driver accepts
+    /// (erdma_rs_hw 3.5), calling `clamped` for each one that was not; `ENODEV` for an adapter
+    /// without queue pairs. Every later use relies on these ranges: a shift by a reported
+    /// log2 never overflows, and the deepest receive queue fits its 16-bit indices.
+    pub(crate) fn checked(mut self, mut clamped: impl FnMut(Clamped)) -> Result<Self> {
+        if self.qp_blocks == 0 {
+            return Err(ENODEV);
+        }
+        let mut clamp = |field: &'static str, value: &mut u8, lo: u8, hi: u8| {
+            let used = (*value).clamp(lo, hi);
+            if used != *value {
+                clamped(Clamped {
+                    field,
+                    reported: (*value).into(),
+                    used: used.into(),
+                });
+                *value = used;
+            }
+        };
+        // At least a page, and the size must fit a u64.
+        clamp("max_mr_size_log2", &mut self.max_mr_size_log2, 12, 63);
+        // Address handle numbers are at most 24 bits.
+        clamp("max_ah_log2", &mut self.max_ah_log2, 0, 24);
+        // Receive queue indices are 16 bits: 2^15 entries at most.
+        clamp("max_recv_wr_log2", &mut self.max_recv_wr_log2, 1, 15);
+        // CQ indices are 24 bits and the owner bit needs one more.
+        clamp("max_cqe_log2", &mut self.max_cqe_log2, 1, 22);
+        clamp("max_gid_log2", &mut self.max_gid_log2, 0, 15);
+        clamp("max_mw_log2", &mut self.max_mw_log2, 0, 24);
+        // The congestion-control algorithms of erdma_rs_hw 3.5; an unknown one is NewReno.
+        if self.cc > 4 {
+            clamped(Clamped {
+                field: "cc",
+                reported: self.cc.into(),
+                used: 0,
+            });
+            self.cc = 0;
+        }
+        Ok(self)
     }
 }
 #[kunit_tests(erdma_rs_commands)]
@@ -944,6 +1022,78 @@ mod tests {
     /// The bytes of `cmd` at slot offset `at` (the body starts after the 8-byte header).
     fn at<C: IntoBytes + zerocopy::Immutable>(cmd: &C, at: usize, len: usize) -> &[u8] {
         &cmd.as_bytes()[at - 8..at - 8 + len]
+    }
+
+    #[test]
+    fn doorbell_pages_for_users_are_checked() {
+        let pages = |sq, cdb, rdb| DbPages { sq, cdb, rdb };
+        let bar = 0x200 << 12;
+        assert!(pages(0x100, 0x101, 0x102).usable(12, bar));
+        // The register page, the kernel's shared doorbell pages, beyond the BAR.
+        assert!(!pages(0, 0x101, 0x102).usable(12, bar));
+        assert!(!pages(0x100, 95, 0x102).usable(12, bar));
+        assert!(!pages(0x100, 0x101, 0x61).usable(12, bar));
+        assert!(!pages(0x79, 0x101, 0x102).usable(12, bar));
+        assert!(!pages(0x100, 0x101, 0x102).usable(12, 0x102 << 12));
+        assert!(pages(0x100, 0x101, 0x101).usable(12, 0x102 << 12));
+        // 64 KiB pages: the kernel's pages are counted in them.
+        assert!(!pages(0x5, 0x6, 0x7).usable(16, bar));
+        assert!(pages(0x8, 0x9, 0xa).usable(16, bar));
+        assert!(!pages(u16::MAX, 0x9, 0xa).usable(63, u64::MAX));
+    }
+
+    #[test]
+    fn capabilities_are_brought_into_range() -> Result {
+        let max = DeviceCaps::decode([u64::MAX, u64::MAX]);
+        let mut seen = KVec::new();
+        let caps = max.checked(|c| {
+            let _ = seen.push(c.field, GFP_KERNEL);
+        })?;
+        assert_eq!(
+            (
+                caps.max_mr_size_log2,
+                caps.max_ah_log2,
+                caps.max_recv_wr_log2
+            ),
+            (63, 24, 15)
+        );
+        assert_eq!(
+            (
+                caps.max_cqe_log2,
+                caps.max_gid_log2,
+                caps.max_mw_log2,
+                caps.cc
+            ),
+            (22, 15, 24, 0)
+        );
+        assert_eq!(
+            &seen[..],
+            &[
+                "max_mr_size_log2",
+                "max_ah_log2",
+                "max_recv_wr_log2",
+                "max_cqe_log2",
+                "max_mw_log2",
+                "cc"
+            ]
+        );
+        let none = DeviceCaps::decode([0, 1 << 16]);
+        let caps = none.checked(|_| {})?;
+        assert_eq!(
+            (
+                caps.max_mr_size_log2,
+                caps.max_recv_wr_log2,
+                caps.max_cqe_log2
+            ),
+            (12, 1, 1)
+        );
+        assert_eq!(DeviceCaps::decode([0, 0]).checked(|_| {}), Err(ENODEV));
+        // In range: unchanged, nothing reported.
+        let fine = DeviceCaps::decode([0x0004_1600_000d_1028, 0x0001_0008]);
+        let mut any = false;
+        assert_eq!(fine.checked(|_| any = true)?, fine);
+        assert!(!any);
+        Ok(())
     }
 
     #[test]

@@ -107,12 +107,34 @@ impl EqRing {
         self.try_pop().ok().flatten()
     }
 
-    fn try_pop(&mut self) -> Result<Option<Eqe>> {
+    /// Consumes the entries the adapter has written, one ring's worth at most, without reading
+    /// their bodies; returns how many there were. For the command queue's EQ, whose entries
+    /// only signal completions.
+    pub(crate) fn skip_all(&mut self) -> u32 {
+        let mut n = 0;
+        while n < u32::from(self.depth) && matches!(self.head_valid(), Ok(true)) {
+            self.ci = self.ci.wrapping_add(1);
+            n += 1;
+        }
+        n
+    }
+
+    /// Whether the entry at the consumer index has been written by the adapter.
+    fn head_valid(&self) -> Result<bool> {
         let base = usize::from(self.ci & (self.depth - 1)) * EQE_WORDS;
         let word0 = EqeWord0::from_raw(io_read!(&self.ring, [try: base]));
-        if !owner_valid(word0.owner().into(), self.ci.into(), self.depth.into()) {
+        Ok(owner_valid(
+            word0.owner().into(),
+            self.ci.into(),
+            self.depth.into(),
+        ))
+    }
+
+    fn try_pop(&mut self) -> Result<Option<Eqe>> {
+        if !self.head_valid()? {
             return Ok(None);
         }
+        let base = usize::from(self.ci & (self.depth - 1)) * EQE_WORDS;
         // Read the entry only after seeing its owner bit.
         dma_mb(Read);
         let eqe = Eqe(read_entry(&self.ring, base)?);

@@ -412,7 +412,20 @@ impl ErdmaDriver {
 
         hw.cmdq.enable_interrupts(&hw.bar);
 
-        let caps = hw.exec(&QueryDevice {})?;
+        let caps = hw
+            .exec(&QueryDevice {})?
+            .checked(|c| {
+                hw.reports.report(
+                    hw.dev(),
+                    fmt!(
+                        "QUERY_DEVICE reported {} = {}, out of range: using {}\n",
+                        c.field,
+                        c.reported,
+                        c.used
+                    ),
+                );
+            })
+            .inspect_err(|_| dev_err!(pdev, "QUERY_DEVICE reported no queue pairs\n"))?;
         // CAST: a 32-bit field.
         let fw = hw.exec(&QueryFwInfo {})?.version().get() as u32;
         if caps.extend_db {

@@ -252,18 +252,18 @@ impl<'bound> IbData<'bound> {
             .set_vendor_id(pdev.vendor_id().as_raw().into())
             .set_vendor_part_id(pdev.device_id().into())
             .set_hw_ver(pdev.revision_id().into())
-            .set_max_mr_size(1u64 << caps.max_mr_size_log2.min(63))
+            .set_max_mr_size(1u64 << caps.max_mr_size_log2)
             .set_page_size_cap(MR_PAGE_SIZES)
             .set_max_qp(qps - 1)
-            .set_max_qp_wr(MAX_SEND_WR.min(1 << caps.max_recv_wr_log2.min(31)))
+            .set_max_qp_wr(MAX_SEND_WR.min(1 << caps.max_recv_wr_log2))
             .set_max_send_sge(MAX_SEND_SGE)
             .set_max_recv_sge(MAX_RECV_SGE)
             .set_max_sge_rd(1)
             .set_max_cq(2 * qps - 1)
-            .set_max_cqe(1 << caps.max_cqe_log2.min(31))
+            .set_max_cqe(1 << caps.max_cqe_log2)
             .set_max_mr(2 * qps)
             .set_max_pd(MAX_PD)
-            .set_max_mw(1 << caps.max_mw_log2.min(31))
+            .set_max_mw(1 << caps.max_mw_log2)
             .set_max_qp_rd_atom(MAX_RD_ATOM)
             .set_max_qp_init_rd_atom(MAX_RD_ATOM)
             .set_max_res_rd_atom(qps.saturating_mul(MAX_RD_ATOM))
@@ -381,9 +381,24 @@ impl<'bound> IbData<'bound> {
     fn open_context(&self, setup: &UContextSetup<'_>, udata: &mut UData<'_>) -> Result<UCtx> {
         let dbrecs = DbRecPages::new()?;
         let ctx = if self.caps.extend_db {
-            let resp = self.hw.exec(&AllocDb::new())?;
+            let pages = self.hw.exec(&AllocDb::new())?;
+            let pdev = self.hw.pdev;
+            // CAST: PAGE_SHIFT is small.
+            if !pages.usable(PAGE_SHIFT as u32, pdev.resource_len(0)?) {
+                self.hw.reports.report(
+                    self.dev(),
+                    fmt!(
+                        "ALLOC_DB gave doorbell pages {}/{}/{}, which no user may map\n",
+                        pages.sq,
+                        pages.cdb,
+                        pages.rdb
+                    ),
+                );
+                self.free_db(pages);
+                return Err(EIO);
+            }
             UCtx {
-                db: Some(resp),
+                db: Some(pages),
                 dbrecs,
             }
         } else {
@@ -430,16 +445,20 @@ impl<'bound> IbData<'bound> {
 
     fn release_context(&self, ctx: &UCtx) {
         if let Some(db) = ctx.db {
-            if let Err(e) = self.hw.exec(&FreeDb::new(db)) {
-                dev_warn!(
-                    self.dev(),
-                    "FREE_DB of pages {}/{}/{} failed: {}\n",
-                    db.sq,
-                    db.cdb,
-                    db.rdb,
-                    e.to_errno()
-                );
-            }
+            self.free_db(db);
+        }
+    }
+
+    fn free_db(&self, db: DbPages) {
+        if let Err(e) = self.hw.exec(&FreeDb::new(db)) {
+            dev_warn!(
+                self.dev(),
+                "FREE_DB of pages {}/{}/{} failed: {}\n",
+                db.sq,
+                db.cdb,
+                db.rdb,
+                e.to_errno()
+            );
         }
     }
 

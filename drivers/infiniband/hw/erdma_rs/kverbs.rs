@@ -381,14 +381,17 @@ impl KernelCq {
         Ok(())
     }
 
-    /// Fills `wcs` from the ring. Each entry's QP is looked up among the attached ones and
-    /// used under this CQ's lock, so a QP being destroyed (detached first) is never used
-    /// here, and its memory is freed by the destroyer, in process context.
+    /// Fills `wcs` from the ring, looking at one ring's worth of entries at most (entries
+    /// that complete nothing are passed over). Each entry's QP is looked up among the attached
+    /// ones and used under this CQ's lock, so a QP being destroyed (detached first) is never
+    /// used here, and its memory is freed by the destroyer, in process context.
     pub(crate) fn poll(&self, wcs: &mut [Wc]) -> usize {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         let mut n = 0;
-        while n < wcs.len() {
+        let mut budget = self.depth;
+        while n < wcs.len() && budget > 0 {
+            budget -= 1;
             let Some(cqe) = self.cqe(st.ci) else {
                 break;
             };
@@ -494,6 +497,9 @@ struct WorkQueue {
     wr_ids: KVec<u64>,
     /// The length in entries of the request that starts at each position; 0 where none does.
     lens: KVec<u8>,
+    /// A receive queue's: the bytes each receive can take, by position (empty for a send
+    /// queue).
+    bytes: KVec<u32>,
 }
 
 impl WorkQueue {
@@ -508,7 +514,15 @@ impl WorkQueue {
             depth,
             wr_ids,
             lens,
+            bytes: KVec::new(),
         })
+    }
+
+    /// A receive queue of `depth` entries, which keeps the size of each receive.
+    fn new_recv(depth: u16) -> Result<Self> {
+        let mut q = Self::new(depth)?;
+        q.bytes.resize(depth.into(), 0, GFP_KERNEL)?;
+        Ok(q)
     }
 
     fn pos(&self, index: u16) -> usize {
@@ -563,17 +577,27 @@ impl WorkQueue {
         Some(self.wr_ids[pos])
     }
 
+    /// Records receive `wr_id` (room checked) that can take `bytes`; returns the producer
+    /// index after it.
+    fn push_recv(&mut self, wr_id: u64, bytes: u32) -> u16 {
+        let pos = self.pos(self.pi);
+        if let Some(b) = self.bytes.get_mut(pos) {
+            *b = bytes;
+        }
+        self.push(wr_id, 1)
+    }
+
     /// A receive completion at `index`: receives complete in the order they were posted, so
-    /// only the oldest one may; its ID. Any other index completes nothing, and no receive is
-    /// ever skipped.
-    fn complete_next(&mut self, index: u16) -> Option<u64> {
+    /// only the oldest one may; its ID and the bytes it could take. Any other index completes
+    /// nothing, and no receive is ever skipped.
+    fn complete_next(&mut self, index: u16) -> Option<(u64, u32)> {
         if self.used() == 0 || index != self.ci {
             return None;
         }
         let pos = self.pos(index);
         self.lens[pos] = 0;
         self.ci = self.ci.wrapping_add(1);
-        Some(self.wr_ids[pos])
+        Some((self.wr_ids[pos], self.bytes.get(pos).copied().unwrap_or(0)))
     }
 }
 
@@ -608,7 +632,7 @@ impl KernelQp {
         let sq_db = Doorbell::new(dev, KERNEL_SQ_DB)?;
         let rq_db = Doorbell::new(dev, KERNEL_RQ_DB)?;
         let sq = WorkQueue::new(sq_depth)?;
-        let rq = WorkQueue::new(rq_depth)?;
+        let rq = WorkQueue::new_recv(rq_depth)?;
         Ok(try_pin_init!(Self {
             ud,
             pdn,
@@ -1054,7 +1078,7 @@ impl KernelQp {
             for (k, word) in words.iter().enumerate().rev() {
                 let _ = write64(&self.rq_ring, base + k, *word);
             }
-            rq.push(wr.wr_id(), 1);
+            rq.push_recv(wr.wr_id(), sge.map_or(0, |s| s.length));
             self.rq_db.ring(bar, head.into_raw());
         }
         Ok(())
@@ -1071,9 +1095,12 @@ impl KernelQp {
         let idx = cqe.wqe_index.get() as u16;
         let byte_len = cqe.byte_len.get();
         if hdr.queue().get() == u32::from(cqe_queue::RQ) {
-            let Some(wr_id) = self.rq.lock().complete_next(idx) else {
+            let Some((wr_id, posted)) = self.rq.lock().complete_next(idx) else {
                 return false;
             };
+            // The adapter may not claim more than the receive could take: consumers read
+            // `byte_len` bytes of their buffer.
+            let byte_len = byte_len.min(posted);
             let (opcode, flags, ex) = match op {
                 opcode::RECV_IMM => (WcOpcode::RecvRdmaWithImm, WcFlag::WithImm.into(), cqe.imm()),
                 opcode::RSP_SEND_IMM => (WcOpcode::Recv, WcFlag::WithImm.into(), cqe.imm()),
@@ -1239,7 +1266,7 @@ mod tests {
     fn receives_are_never_skipped() -> Result {
         for seed in 1..=6u64 {
             let mut rng = Rng(seed.wrapping_mul(0xd1b5_4a32_d192_ed03));
-            let mut q = WorkQueue::new(16)?;
+            let mut q = WorkQueue::new_recv(16)?;
             let mut p = Posted {
                 reqs: KVec::new(),
                 head: 0,
@@ -1249,7 +1276,8 @@ mod tests {
                 if rng.below(2) == 0 {
                     if q.has_room(1) {
                         let start = q.pi;
-                        q.push(next_id, 1);
+                        // CAST: a small test value.
+                        q.push_recv(next_id, next_id as u32);
                         p.reqs.push((start, 1, next_id), GFP_KERNEL)?;
                         next_id += 1;
                     }
@@ -1257,7 +1285,8 @@ mod tests {
                     // CAST: any index around the ring, masked to 16 bits.
                     let index = q.ci.wrapping_add(rng.below(4) as u16).wrapping_sub(1);
                     match q.complete_next(index) {
-                        Some(id) => {
+                        Some((id, bytes)) => {
+                            assert_eq!(u64::from(bytes), id);
                             assert_eq!(p.pending().first().map(|r| (r.0, r.2)), Some((index, id)));
                             p.head += 1;
                         }

@@ -14,6 +14,7 @@ use kernel::{
     prelude::*,
     rdma::{
         self,
+        umem::Blocks,
         AccessFlags,
         Umem, //
     },
@@ -64,20 +65,45 @@ const MTT_PAGE_ENTRIES: usize = PAGE_SIZE / 8;
 /// to single pages when memory is fragmented.
 const CHUNK_PAGES: usize = 16;
 
-/// Addresses taken from an iterator, counted: a table gets exactly as many as it describes
+/// A source of table entries, written in bulk.
+trait Entries {
+    /// Writes the next entries into `out`, as many as it holds and there are; returns how many.
+    fn fill(&mut self, out: &mut [u64]) -> usize;
+}
+
+/// The blocks of a user buffer, a segment at a time.
+impl<S: Iterator<Item = (u64, u64)>> Entries for Blocks<S> {
+    fn fill(&mut self, out: &mut [u64]) -> usize {
+        Blocks::fill(self, out)
+    }
+}
+
+/// The entries of an iterator, one at a time (the page addresses of a level below).
+struct Each<I>(I);
+
+impl<I: Iterator<Item = u64>> Entries for Each<I> {
+    fn fill(&mut self, out: &mut [u64]) -> usize {
+        out.iter_mut()
+            .zip(&mut self.0)
+            .map(|(slot, addr)| *slot = addr)
+            .count()
+    }
+}
+
+/// Entries taken from a source, counted: a table gets exactly as many as it describes
 /// blocks, or the registration fails (an entry left 0 would send the adapter's writes to bus
 /// address 0).
-struct Counted<I> {
-    inner: I,
+struct Counted<E> {
+    inner: E,
     taken: usize,
 }
 
-impl<I> Counted<I> {
-    fn new(inner: I) -> Self {
+impl<E: Entries> Counted<E> {
+    fn new(inner: E) -> Self {
         Self { inner, taken: 0 }
     }
 
-    /// `Ok` if exactly `count` addresses were taken.
+    /// `Ok` if exactly `count` entries were taken.
     fn check(&self, count: usize) -> Result {
         if self.taken == count {
             Ok(())
@@ -87,26 +113,22 @@ impl<I> Counted<I> {
     }
 }
 
-impl<I: Iterator<Item = u64>> Iterator for Counted<I> {
-    type Item = u64;
-
-    fn next(&mut self) -> Option<u64> {
-        let addr = self.inner.next()?;
-        self.taken += 1;
-        Some(addr)
+impl<E: Entries> Entries for Counted<E> {
+    fn fill(&mut self, out: &mut [u64]) -> usize {
+        let n = self.inner.fill(out);
+        self.taken += n;
+        n
     }
 }
 
-/// Fills a new coherent array of `len` entries (zero past the last address) from `addrs`.
+/// Fills a new coherent array of `len` entries (zero past the last one) from `entries`.
 fn filled(
     dev: &device::Device<device::Bound>,
     len: usize,
-    addrs: &mut impl Iterator<Item = u64>,
+    entries: &mut impl Entries,
 ) -> Result<Coherent<[u64]>> {
     let mut array = CoherentBox::<[u64]>::zeroed_slice(dev, len, GFP_KERNEL)?;
-    for (slot, addr) in array.iter_mut().zip(addrs) {
-        *slot = addr;
-    }
+    entries.fill(&mut array);
     Ok(array.into())
 }
 
@@ -119,11 +141,7 @@ struct Level {
 
 impl Level {
     /// Stores `count` entries from `addrs`.
-    fn new(
-        dev: &device::Device<device::Bound>,
-        count: usize,
-        addrs: impl Iterator<Item = u64>,
-    ) -> Result<Self> {
+    fn new(dev: &device::Device<device::Bound>, count: usize, addrs: impl Entries) -> Result<Self> {
         let mut addrs = Counted::new(addrs);
         let pages = count.div_ceil(MTT_PAGE_ENTRIES);
         let mut chunks = KVec::with_capacity(pages.div_ceil(CHUNK_PAGES), GFP_KERNEL)?;
@@ -193,9 +211,7 @@ impl Mtt {
         };
         let mut blocks = Counted::new(umem.dma_blocks(pgsz));
         if count <= inline_max {
-            for (slot, addr) in mtt.entries.iter_mut().zip(&mut blocks) {
-                *slot = addr;
-            }
+            blocks.fill(&mut mtt.entries);
         } else {
             let array = filled(dev, count, &mut blocks)?;
             mtt.level = 1;
@@ -229,7 +245,7 @@ impl Mtt {
         levels.push(Level::new(dev, count, umem.dma_blocks(pgsz))?, GFP_KERNEL)?;
         for _ in 1..shape.len() {
             let below = levels.last().ok_or(EINVAL)?;
-            let next = Level::new(dev, below.pages, below.page_addrs())?;
+            let next = Level::new(dev, below.pages, Each(below.page_addrs()))?;
             levels.push(next, GFP_KERNEL)?;
         }
         let top = levels
@@ -376,12 +392,14 @@ mod tests {
 
     #[test]
     fn a_table_takes_exactly_the_addresses_it_describes() {
-        let mut short = Counted::new([0x1000u64, 0x2000].into_iter());
-        assert_eq!(short.by_ref().take(3).count(), 2);
+        let mut table = [0u64; 3];
+        let mut short = Counted::new(Each([0x1000u64, 0x2000].into_iter()));
+        assert_eq!(short.fill(&mut table), 2);
         // Fewer addresses than blocks: an entry would be left 0.
         assert_eq!(short.check(3), Err(EINVAL));
-        let mut exact = Counted::new([0x1000u64, 0x2000, 0x3000].into_iter());
-        assert_eq!(exact.by_ref().take(3).count(), 3);
+        let mut exact = Counted::new(Each([0x1000u64, 0x2000, 0x3000].into_iter()));
+        assert_eq!(exact.fill(&mut table), 3);
+        assert_eq!(table, [0x1000, 0x2000, 0x3000]);
         assert_eq!(exact.check(3), Ok(()));
     }
 }

@@ -8,23 +8,14 @@ use zerocopy::{
     IntoBytes, //
 };
 
-use crate::{
-    commands::{
-        ModifyQpIwarp,
-        ModifyQpIwarpCfg, //
-    },
-    consts::IwState,
-    formats::{
-        low32,
-        MpaExt,
-        MpaFlags,
-        MpaHeader,
-        MPA_HEADER_SIZE,
-        MPA_KEY_REP,
-        MPA_KEY_REQ,
-        MPA_MAX_PRIVATE_DATA,
-        MPA_REVISION, //
-    },
+use crate::formats::{
+    low32,
+    MpaExt,
+    MpaFlags,
+    MpaHeader,
+    MPA_HEADER_SIZE,
+    MPA_MAX_PRIVATE_DATA,
+    MPA_REVISION, //
 };
 
 /// A checked MPA frame.
@@ -113,6 +104,17 @@ pub(super) fn build_frame(
 #[kunit_tests(erdma_rs_cm)]
 pub(super) mod tests {
     use super::*;
+    use crate::{
+        commands::{
+            ModifyQpIwarp,
+            ModifyQpIwarpCfg, //
+        },
+        consts::IwState,
+        formats::{
+            MPA_KEY_REP,
+            MPA_KEY_REQ, //
+        },
+    };
 
     /// A frame as erdma_rs_hw 7.1 lays it out, written by hand.
     pub(in crate::cm) fn frame(
