@@ -358,10 +358,14 @@ lane_rest() {
 	# injected through the model's test page.
 	# The RDMA device on top: attributes (ibdev.sh), contexts, MTU, GIDs, counters,
 	# port events, revocation, netdev loss and deferred probe (verbs.sh). And
-	# rmmod while ib_mad polls its CQ, on two CPUs (rmmod_race.sh).
+	# rmmod while ib_mad polls its CQ, on two CPUs (rmmod_race.sh). Then the
+	# trust boundary with the device: allocation failures one at a time in the
+	# iWARP adapter's probe and in both adapters' user verbs (failnth.sh; the
+	# RoCEv2 probe adds the RDMA core's GID and MAD registration, not the
+	# driver's), and an adapter that lies (hostile.sh).
 	guest control-plane --smp 2 --timeout 1800 \
 		--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
-		--run 'RACE_CYCLES=4 erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh rmmod_race.sh'
+		--run 'RACE_CYCLES=4 FAILNTH_PROBE=iwarp erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh rmmod_race.sh failnth.sh hostile.sh'
 	# (In lane_rest since session 27, 42 s.) Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
 	# of the issue run in three-adapters. (Repetition counts here and in
 	# rmmod_race.sh are cut for the debug kernel's time: 3 and 4 cycles.)

@@ -662,13 +662,17 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
             // CAST: the rights are a set of bits.
             access: AccessFlags::from_raw(access as u32),
         };
+        let room = match Mr::<T>::room() {
+            Ok(room) => room,
+            Err(e) => return e.to_ptr(),
+        };
         let new = if dmah.is_null() {
             dev.with_data(|dev, data| P::reg_user_mr(dev, data, pd, &req, &mut udata))
                 .unwrap_or(Err(ENODEV))
         } else {
             Err(EOPNOTSUPP)
         };
-        Mr::<T>::into_raw(new).unwrap_or_else(|e| e.to_ptr())
+        Mr::<T>::into_raw(room, new)
     }
 
     unsafe extern "C" fn get_dma_mr(
@@ -679,10 +683,14 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
         let (dev, pd) = unsafe { (device::<T>((*pd).device), Pd::<T>::from_raw(pd)) };
         // CAST: the rights are a set of bits.
         let access = AccessFlags::from_raw(access as u32);
+        let room = match Mr::<T>::room() {
+            Ok(room) => room,
+            Err(e) => return e.to_ptr(),
+        };
         let new = dev
             .with_data(|dev, data| P::get_dma_mr(dev, data, pd, access))
             .unwrap_or(Err(ENODEV));
-        Mr::<T>::into_raw(new).unwrap_or_else(|e| e.to_ptr())
+        Mr::<T>::into_raw(room, new)
     }
 
     unsafe extern "C" fn post_send(
@@ -770,13 +778,17 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
     ) -> *mut bindings::ib_mr {
         // SAFETY: The core passes a live PD of this device.
         let (dev, pd) = unsafe { (device::<T>((*pd).device), Pd::<T>::from_raw(pd)) };
+        let room = match Mr::<T>::room() {
+            Ok(room) => room,
+            Err(e) => return e.to_ptr(),
+        };
         let new = if mr_type == bindings::ib_mr_type_IB_MR_TYPE_MEM_REG {
             dev.with_data(|dev, data| P::alloc_mr(dev, data, pd, max_num_sg))
                 .unwrap_or(Err(ENODEV))
         } else {
             Err(EINVAL)
         };
-        Mr::<T>::into_raw(new).unwrap_or_else(|e| e.to_ptr())
+        Mr::<T>::into_raw(room, new)
     }
 
     unsafe extern "C" fn map_mr_sg(

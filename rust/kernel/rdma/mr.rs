@@ -42,7 +42,9 @@
 //! ```
 
 use super::Driver;
+
 use crate::{bindings, prelude::*, types::Opaque};
+use core::mem::MaybeUninit;
 
 crate::impl_flags!(
     /// Access rights of a memory region or pinned memory (`enum ib_access_flags`).
@@ -227,24 +229,37 @@ impl<T: Driver> Mr<T> {
         unsafe { (*self.ib.get()).page_size }
     }
 
-    /// Boxes a new region for the core; returns the pointer the core takes, or an error
-    /// pointer.
-    pub(crate) fn into_raw(new: Result<NewMr<T::Mr>>) -> Result<*mut bindings::ib_mr> {
-        let new = new?;
+    /// Room for a region, allocated before the driver makes it in the device: once it exists
+    /// there, nothing may fail before the core owns it (a region dropped then would leave the
+    /// device writing to memory that is freed).
+    pub(crate) fn room() -> Result<KBox<MaybeUninit<Self>>> {
+        Ok(KBox::new_uninit(GFP_KERNEL)?)
+    }
+
+    /// Puts a new region, `new`, in `room`; returns the pointer the core takes, or an error
+    /// pointer if the driver failed (and then made nothing).
+    pub(crate) fn into_raw(
+        room: KBox<MaybeUninit<Self>>,
+        new: Result<NewMr<T::Mr>>,
+    ) -> *mut bindings::ib_mr {
+        let new = match new {
+            Ok(new) => new,
+            Err(e) => return e.to_ptr(),
+        };
         let mut ib: bindings::ib_mr = pin_init::zeroed();
         ib.lkey = new.lkey;
         ib.rkey = new.rkey;
         ib.iova = new.iova;
         ib.length = new.length;
-        let this = KBox::new(
+        let this = KBox::write(
+            room,
             Self {
                 ib: Opaque::new(ib),
                 data: new.data,
             },
-            GFP_KERNEL,
-        )?;
+        );
         // INVARIANT: `ib` is at offset 0 of the `KBox<Mr<T>>` handed to the core.
-        Ok(KBox::into_raw(this).cast())
+        KBox::into_raw(this).cast()
     }
 
     /// Takes the region back from the core.

@@ -1000,7 +1000,9 @@ impl DeviceCaps {
         clamp("max_recv_wr_log2", &mut self.max_recv_wr_log2, 1, 15);
         // CQ indices are 24 bits and the owner bit needs one more.
         clamp("max_cqe_log2", &mut self.max_cqe_log2, 1, 22);
-        clamp("max_gid_log2", &mut self.max_gid_log2, 0, 15);
+        // The RDMA core gives every GID sysfs attributes in one allocation per port: 256
+        // entries (as RoCE NICs have) keep it within what kmalloc serves.
+        clamp("max_gid_log2", &mut self.max_gid_log2, 0, 8);
         clamp("max_mw_log2", &mut self.max_mw_log2, 0, 24);
         // The congestion-control algorithms of erdma_rs_hw 3.5; an unknown one is NewReno.
         if self.cc > 4 {
@@ -1064,7 +1066,7 @@ mod tests {
                 caps.max_mw_log2,
                 caps.cc
             ),
-            (22, 15, 24, 0)
+            (22, 8, 24, 0)
         );
         assert_eq!(
             &seen[..],
@@ -1073,6 +1075,7 @@ mod tests {
                 "max_ah_log2",
                 "max_recv_wr_log2",
                 "max_cqe_log2",
+                "max_gid_log2",
                 "max_mw_log2",
                 "cc"
             ]

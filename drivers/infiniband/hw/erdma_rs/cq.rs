@@ -222,9 +222,24 @@ impl Cq {
         );
     }
 
-    /// Polls a kernel CQ.
-    pub(crate) fn poll(&self, wcs: &mut [Wc]) -> usize {
-        self.kernel.as_ref().map_or(0, |k| k.poll(wcs))
+    /// Polls a kernel CQ; completions of live queue pairs for work they do not have posted are
+    /// the adapter's error, reported.
+    pub(crate) fn poll(&self, data: &IbData<'_>, wcs: &mut [Wc]) -> usize {
+        let Some(k) = &self.kernel else {
+            return 0;
+        };
+        let polled = k.poll(wcs);
+        if let Some((count, qpn, index)) = polled.stray {
+            data.hw.reports.report(
+                data.dev(),
+                fmt!(
+                    "CQ {}: {count} completion(s) for no posted work (the last: QP {qpn}, \
+                     index {index}); dropped\n",
+                    self.cqn
+                ),
+            );
+        }
+        polled.n
     }
 
     /// The ring of a kernel CQ.

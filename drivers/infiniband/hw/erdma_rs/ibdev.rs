@@ -451,13 +451,16 @@ impl<'bound> IbData<'bound> {
 
     fn free_db(&self, db: DbPages) {
         if let Err(e) = self.hw.exec(&FreeDb::new(db)) {
-            dev_warn!(
+            // The failure itself is reported (and counted) by the command queue.
+            self.hw.reports.note(
                 self.dev(),
-                "FREE_DB of pages {}/{}/{} failed: {}\n",
-                db.sq,
-                db.cdb,
-                db.rdb,
-                e.to_errno()
+                fmt!(
+                    "FREE_DB of pages {}/{}/{} failed: {}\n",
+                    db.sq,
+                    db.cdb,
+                    db.rdb,
+                    e.to_errno()
+                ),
             );
         }
     }

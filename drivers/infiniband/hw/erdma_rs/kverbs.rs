@@ -385,10 +385,11 @@ impl KernelCq {
     /// that complete nothing are passed over). Each entry's QP is looked up among the attached
     /// ones and used under this CQ's lock, so a QP being destroyed (detached first) is never
     /// used here, and its memory is freed by the destroyer, in process context.
-    pub(crate) fn poll(&self, wcs: &mut [Wc]) -> usize {
+    pub(crate) fn poll(&self, wcs: &mut [Wc]) -> Polled {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         let mut n = 0;
+        let mut stray = None;
         let mut budget = self.depth;
         while n < wcs.len() && budget > 0 {
             budget -= 1;
@@ -410,10 +411,23 @@ impl KernelCq {
             };
             if qp.complete(&entry.events, &cqe, &mut wcs[n]) {
                 n += 1;
+            } else {
+                // A live queue pair's completion for work it does not have posted.
+                let (count, ..) = stray.unwrap_or((0, 0, 0));
+                stray = Some((count + 1, qpn, cqe.wqe_index.get()));
             }
         }
-        n
+        Polled { n, stray }
     }
+}
+
+/// What [`KernelCq::poll`] found.
+pub(crate) struct Polled {
+    /// Work completions filled in.
+    pub(crate) n: usize,
+    /// Completions of live queue pairs that completed nothing (an index outside the posted
+    /// work, or inside a request): how many, and the QPN and index of the last.
+    pub(crate) stray: Option<(u32, u32, u32)>,
 }
 
 /// What the CEQ handler finds for a CQN.

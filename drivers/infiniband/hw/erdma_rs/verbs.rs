@@ -360,11 +360,11 @@ impl rdma::DeviceOps<Erdma> for DataPath {
 
     fn poll_cq(
         _dev: &rdma::Device<Erdma>,
-        _data: &IbData<'_>,
+        data: &IbData<'_>,
         cq: &rdma::Cq<Erdma>,
         wc: &mut [Wc],
     ) -> usize {
-        cq.data().poll(wc)
+        cq.data().poll(data, wc)
     }
 
     fn req_notify_cq(

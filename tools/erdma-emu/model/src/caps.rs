@@ -182,6 +182,158 @@ impl Caps {
     }
 }
 
+/// A QUERY_DEVICE field that a hostile adapter may fill with any raw value (`hostile caps`):
+/// the log2 limits, the QP blocks and the congestion-control algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapField {
+    /// log2 of the largest MR (resp0 7:0).
+    MaxMrSize,
+    /// log2 of the number of AHs (resp0 15:8).
+    MaxAh,
+    /// log2 of the deepest RQ (resp0 23:16).
+    MaxRecvWr,
+    /// log2 of the largest CQ (resp0 47:40).
+    MaxCqe,
+    /// log2 of the GID table size (resp0 51:48).
+    MaxGid,
+    /// log2 of the number of MWs (resp1 7:0).
+    MaxMw,
+    /// QP blocks (resp1 27:16).
+    QpBlocks,
+    /// Congestion-control algorithm (resp1 31:28).
+    Cc,
+}
+
+impl CapField {
+    /// Every field, in the order of the reply (resp0, then resp1, low bits first).
+    pub const ALL: [CapField; 8] = [
+        CapField::MaxMrSize,
+        CapField::MaxAh,
+        CapField::MaxRecvWr,
+        CapField::MaxCqe,
+        CapField::MaxGid,
+        CapField::MaxMw,
+        CapField::QpBlocks,
+        CapField::Cc,
+    ];
+
+    /// The field's name: the one [`Caps::check`] and the command line's `caps` keys use.
+    pub fn name(self) -> &'static str {
+        match self {
+            CapField::MaxMrSize => "max_mr_size",
+            CapField::MaxAh => "max_ah",
+            CapField::MaxRecvWr => "max_recv_wr",
+            CapField::MaxCqe => "max_cqe",
+            CapField::MaxGid => "max_gid",
+            CapField::MaxMw => "max_mw",
+            CapField::QpBlocks => "qp_blocks",
+            CapField::Cc => "cc",
+        }
+    }
+
+    /// The field named `name` (case-insensitive).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.name().eq_ignore_ascii_case(name))
+    }
+
+    /// `(response word: 0 or 1, lowest bit, width in bits)`.
+    fn position(self) -> (usize, u32, u32) {
+        match self {
+            CapField::MaxMrSize => (0, 0, 8),
+            CapField::MaxAh => (0, 8, 8),
+            CapField::MaxRecvWr => (0, 16, 8),
+            CapField::MaxCqe => (0, 40, 8),
+            CapField::MaxGid => (0, 48, 4),
+            CapField::MaxMw => (1, 0, 8),
+            CapField::QpBlocks => (1, 16, 12),
+            CapField::Cc => (1, 28, 4),
+        }
+    }
+
+    /// The largest value the field can carry (all its bits set).
+    pub fn max(self) -> u16 {
+        let (_, _, width) = self.position();
+        // CAST: widths are at most 12 bits.
+        ((1u32 << width) - 1) as u16
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Raw values that replace fields of the QUERY_DEVICE reply, bypassing [`Caps::check`]: what a
+/// hostile adapter reports. The model's own tables and limits keep the checked [`Caps`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawCaps {
+    values: [Option<u16>; CapField::ALL.len()],
+}
+
+impl RawCaps {
+    /// Every field set to `value(field)` (masked to the field's width).
+    pub fn every(value: impl Fn(CapField) -> u16) -> Self {
+        let mut r = RawCaps::default();
+        for f in CapField::ALL {
+            r.set(f, value(f));
+        }
+        r
+    }
+
+    /// Every field at its bit-width maximum (`hostile caps max`).
+    pub fn max() -> Self {
+        Self::every(CapField::max)
+    }
+
+    /// Every field 0 (`hostile caps zero`).
+    pub fn zero() -> Self {
+        Self::every(|_| 0)
+    }
+
+    /// Replaces field `f` with `value`, masked to the field's width.
+    pub fn set(&mut self, f: CapField, value: u16) {
+        self.values[f.index()] = Some(value & f.max());
+    }
+
+    /// The raw value of field `f`, if it is replaced.
+    pub fn get(&self, f: CapField) -> Option<u16> {
+        self.values[f.index()]
+    }
+
+    /// Takes every field `other` replaces.
+    pub fn merge(&mut self, other: &RawCaps) {
+        for f in CapField::ALL {
+            if let Some(v) = other.get(f) {
+                self.set(f, v);
+            }
+        }
+    }
+
+    /// Whether no field is replaced.
+    pub fn is_empty(&self) -> bool {
+        self.values.iter().all(Option::is_none)
+    }
+
+    /// The replaced fields and their values, in [`CapField::ALL`] order.
+    pub fn fields(&self) -> impl Iterator<Item = (CapField, u16)> + '_ {
+        CapField::ALL
+            .into_iter()
+            .filter_map(|f| self.get(f).map(|v| (f, v)))
+    }
+
+    /// A QUERY_DEVICE `(resp0, resp1)` with the replaced fields overwritten.
+    pub fn apply(&self, resp: (u64, u64)) -> (u64, u64) {
+        let mut words = [resp.0, resp.1];
+        for (f, v) in self.fields() {
+            let (word, shift, _) = f.position();
+            let mask = u64::from(f.max()) << shift;
+            words[word] = words[word] & !mask | u64::from(v) << shift & mask;
+        }
+        (words[0], words[1])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,5 +409,39 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(none.query_device().0 >> 24 & 0xff, 0);
+    }
+
+    #[test]
+    fn raw_caps_replace_only_their_fields() {
+        let truth = Caps::default().query_device();
+        assert_eq!(RawCaps::default().apply(truth), truth);
+        let (r0, r1) = RawCaps::max().apply(truth);
+        assert_eq!(
+            r0, 0x000f_ff00_a8ff_ffff,
+            "flags and reserved bits untouched"
+        );
+        assert_eq!(
+            r1, 0xf000_0000_ffff_00ff,
+            "lkey and reserved bits untouched"
+        );
+        let (r0, r1) = RawCaps::zero().apply(truth);
+        assert_eq!(r0, 0xa800_0000);
+        assert_eq!(r1, 0xf000_0000_0000_0000);
+        let mut one = RawCaps::default();
+        one.set(CapField::MaxGid, 0xffff);
+        assert_eq!(one.get(CapField::MaxGid), Some(15), "masked to the width");
+        assert_eq!(one.apply(truth).0, truth.0 | 0xf << 48);
+        assert_eq!(one.apply(truth).1, truth.1);
+        let mut both = RawCaps::zero();
+        both.merge(&one);
+        assert_eq!(both.fields().count(), 8);
+        assert_eq!(both.get(CapField::MaxGid), Some(15));
+        assert_eq!(both.get(CapField::Cc), Some(0));
+        for f in CapField::ALL {
+            assert_eq!(CapField::from_name(&f.name().to_uppercase()), Some(f));
+        }
+        assert_eq!(CapField::from_name("atomic"), None);
+        let maxima: Vec<u16> = CapField::ALL.iter().map(|f| f.max()).collect();
+        assert_eq!(maxima, [255, 255, 255, 255, 15, 255, 4095, 15]);
     }
 }

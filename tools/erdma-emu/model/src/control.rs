@@ -11,12 +11,19 @@
 //! fail <op> status=<n> [count=<k>|forever] [skip=<j>]
 //! delay <op> ms=<n> [count=<k>|forever] [skip=<j>]
 //! refuse-init [on|off]
-//! aeq type=<t> [subtype=<s>] data0=<d> [data1=<e>]
-//! ceq eqn=<n> cqn=<c>
+//! aeq type=<t> [subtype=<s>] data0=<d> [data1=<e>] [count=<k>]
+//! ceq eqn=<n> cqn=<c> [count=<k>]
+//! cqe cqn=<c> qpn=<q> queue=sq|rq index=<i> [status=<s>] [opcode=<o>] [byte_len=<n>]
+//!     [count=<k>]
+//! cmd-cqe index=<i> [status=<s>]
+//! hostile caps <field>=<value> ...|max|zero|off
+//! hostile alloc_db zero|beyond|kernel|off
+//! hostile aeq-on-destroy on|off
+//! hostile off
 //! stats <counter>=<value> ...
 //! clear
 //! query mtu|page_shift|eqs|cmds|init_done|dbs|gids|ahs|ahns|rules|qps|cqs|mrs|objects|ud_drops|
-//!       stats|all
+//!       hostile|stats|all
 //! ```
 //!
 //! `<op>` is a command name (`COMMON.CREATE_EQ`, `RDMA.QUERY_DEVICE`, case-insensitive), a
@@ -25,17 +32,51 @@
 //! Fault rules are checked in the order they were added. A rule that matches a command while it
 //! still has matches to skip counts the command down and lets later rules look at it; the first
 //! rule that fires decides the command's fate (fail: complete with the status without executing;
-//! delay: execute now, complete later) and uses up one of its `count`.
+//! delay: execute now, complete later) and uses up one of its `count`. A destroy command a rule
+//! fails is not executed: the object stays, and the device goes on writing its completions and
+//! events.
+//!
+//! # A hostile adapter
+//!
+//! The rest make the adapter misbehave on purpose, so that tests can check that a driver
+//! survives it. Each does bounded work and keeps the model's own state consistent:
+//!
+//! * `aeq ... count=<k>`, `ceq ... count=<k>` (k up to [`MAX_STORM`]): an event storm, k
+//!   entries at once, as fast as the EQ takes them. An EQ full of entries the driver has not
+//!   consumed refuses the rest (as for any event); the reply says how many went in
+//!   (`posted=<n>`, with a count above 1).
+//! * `cqe ...`: the adapter writes k (up to [`MAX_FORGED_CQES`], default 1) CQEs into CQ `<c>`
+//!   at its producer index exactly as it writes real ones (owner bit of the lap, CQ overflow,
+//!   the completion event of an armed CQ), naming any QPN and WQE index (unknown QPs, indices
+//!   inside or past the posted work, repeated). `opcode` defaults to SEND for `sq`, RECEIVE for
+//!   `rq`; `status` and `byte_len` to 0. Reply `written=<n>` (fewer than k: the CQ overflowed
+//!   or broke). A CQN that names no CQ is an error.
+//! * `cmd-cqe ...`: a command completion naming CMDQ SQ WQEBB `<i>` (a free slot, a command
+//!   completed already, a made-up index) with `status` (default 0), signalled like a real one
+//!   (the CMDQ EQ entry of an armed CMDQ CQ, vector 0).
+//! * `hostile ...` settings ([`HostileSettings`]) last until `hostile off` or `clear` (or a
+//!   client's disconnect, like every harness state): `caps` makes QUERY_DEVICE reply with raw
+//!   field values ([`RawCaps`], up to each field's bit width) while the model keeps using its
+//!   checked capabilities (several `caps` commands add up; `max`, `zero` set every field, `off`
+//!   none); `alloc_db` makes ALLOC_DB reply with lies ([`AllocDbLie`]) and allocate nothing;
+//!   `aeq-on-destroy on` makes DESTROY_QP and DESTROY_CQ of a live object first post an AEQE
+//!   naming it (QP fatal, type 0 / CQ error, type 3), then destroy it.
+//! * `query hostile`: `caps=<field>:<value>,...|off alloc_db=<mode> aeq_on_destroy=on|off`.
 
 use core::fmt;
 use std::time::Duration;
 
+use crate::caps::{CapField, RawCaps};
 use crate::cmdq::{Command, OpCode};
 use crate::stats::Counter;
-use crate::wire::AeqEvent;
+use crate::wire::{op, AeqEvent, CqeExtra, DataCqe, UdInfo, CQE_QTYPE_RQ, CQE_QTYPE_SQ};
 
 /// Longest accepted delay: one hour (well beyond the drivers' 15 s command timeout).
 pub const MAX_DELAY_MS: u64 = 3_600_000;
+/// Most entries one `aeq` or `ceq` command posts (the deepest EQ the model accepts).
+pub const MAX_STORM: u32 = 65536;
+/// Most CQEs one `cqe` command writes.
+pub const MAX_FORGED_CQES: u32 = 4096;
 
 /// Which commands a rule applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,6 +245,153 @@ impl FaultRules {
     }
 }
 
+/// What a hostile ALLOC_DB replies instead of pages it allocates (`hostile alloc_db`). A lie
+/// allocates nothing: a FREE_DB of its pages fails like that of any page not allocated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AllocDbLie {
+    /// No lie: real pages (`off`).
+    #[default]
+    Off,
+    /// Page 0, the register page, in every field (`zero`).
+    Zero,
+    /// The first pages beyond the end of BAR0 (`beyond`).
+    Beyond,
+    /// The page of the SQ doorbell every kernel QP shares (BAR0 0x5F000: index 95 in 4 KiB
+    /// pages) in every field (`kernel`).
+    Kernel,
+}
+
+impl AllocDbLie {
+    const NAMES: [(&'static str, AllocDbLie); 4] = [
+        ("off", AllocDbLie::Off),
+        ("zero", AllocDbLie::Zero),
+        ("beyond", AllocDbLie::Beyond),
+        ("kernel", AllocDbLie::Kernel),
+    ];
+
+    /// The mode's name in the control language.
+    pub fn name(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(_, m)| *m == self)
+            .map_or("?", |(n, _)| n)
+    }
+
+    fn parse(s: &str) -> Result<Self, String> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(s))
+            .map(|&(_, m)| m)
+            .ok_or_else(|| {
+                format!(
+                    "hostile alloc_db: unknown mode {s:?} (expected zero, beyond, kernel or off)"
+                )
+            })
+    }
+}
+
+/// A `hostile` command: one setting of [`HostileSettings`] changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hostile {
+    /// `hostile caps <field>=<value> ...|max|zero`: QUERY_DEVICE replies with these raw values
+    /// (added to the fields set before).
+    Caps(RawCaps),
+    /// `hostile caps off`: QUERY_DEVICE tells the truth again.
+    CapsOff,
+    /// `hostile alloc_db <mode>`.
+    AllocDb(AllocDbLie),
+    /// `hostile aeq-on-destroy on|off`.
+    AeqOnDestroy(bool),
+    /// `hostile off`: every setting back to the truth.
+    Off,
+}
+
+impl fmt::Display for Hostile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Hostile::Caps(raw) if *raw == RawCaps::max() => f.write_str("hostile caps max"),
+            Hostile::Caps(raw) if *raw == RawCaps::zero() => f.write_str("hostile caps zero"),
+            Hostile::Caps(raw) => {
+                f.write_str("hostile caps")?;
+                for (field, v) in raw.fields() {
+                    write!(f, " {}={v}", field.name())?;
+                }
+                Ok(())
+            }
+            Hostile::CapsOff => f.write_str("hostile caps off"),
+            Hostile::AllocDb(m) => write!(f, "hostile alloc_db {}", m.name()),
+            Hostile::AeqOnDestroy(on) => {
+                write!(
+                    f,
+                    "hostile aeq-on-destroy {}",
+                    if *on { "on" } else { "off" }
+                )
+            }
+            Hostile::Off => f.write_str("hostile off"),
+        }
+    }
+}
+
+/// How hostile a device is (harness state, like the fault rules): the lies it tells.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostileSettings {
+    /// QUERY_DEVICE fields replaced by raw values.
+    pub caps: RawCaps,
+    /// What ALLOC_DB replies.
+    pub alloc_db: AllocDbLie,
+    /// DESTROY_QP and DESTROY_CQ post an AEQE naming the object first.
+    pub aeq_on_destroy: bool,
+}
+
+impl HostileSettings {
+    /// Applies a `hostile` command.
+    pub fn apply(&mut self, h: Hostile) {
+        match h {
+            Hostile::Caps(raw) => self.caps.merge(&raw),
+            Hostile::CapsOff => self.caps = RawCaps::default(),
+            Hostile::AllocDb(m) => self.alloc_db = m,
+            Hostile::AeqOnDestroy(on) => self.aeq_on_destroy = on,
+            Hostile::Off => *self = HostileSettings::default(),
+        }
+    }
+
+    /// Whether the device tells the truth.
+    pub fn is_off(&self) -> bool {
+        *self == HostileSettings::default()
+    }
+
+    /// The `query hostile` text:
+    /// `caps=<field>:<value>,...|off alloc_db=<mode> aeq_on_destroy=on|off`.
+    pub fn report(&self) -> String {
+        let caps: Vec<String> = self
+            .caps
+            .fields()
+            .map(|(f, v)| format!("{}:{v}", f.name()))
+            .collect();
+        let caps = if caps.is_empty() {
+            "off".to_string()
+        } else {
+            caps.join(",")
+        };
+        format!(
+            "caps={caps} alloc_db={} aeq_on_destroy={}",
+            self.alloc_db.name(),
+            if self.aeq_on_destroy { "on" } else { "off" }
+        )
+    }
+}
+
+/// `cqe ...`: CQEs the adapter writes into a CQ although no work completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForgedCqes {
+    /// The CQ.
+    pub cqn: u32,
+    /// The entry (its owner bit is the CQ's business).
+    pub cqe: DataCqe,
+    /// How many copies, 1..=[`MAX_FORGED_CQES`].
+    pub count: u32,
+}
+
 /// What `query` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Query {
@@ -252,6 +440,9 @@ pub enum Query {
     /// `ud_drops=<total> no_fabric=<n> unknown_gid=<n> ...`: UD datagrams dropped, by cause
     /// ([`crate::stats::UdDrop`]). Not part of [`Query::All`].
     UdDrops,
+    /// `caps=<field>:<value>,...|off alloc_db=<mode> aeq_on_destroy=on|off`: the hostile
+    /// settings ([`HostileSettings::report`]). Not part of [`Query::All`].
+    Hostile,
     /// The 11 GET_STATS counters, `tx_reqs=<n> ...`.
     Stats,
     /// Everything above except [`Query::Gids`] (it would push the rest beyond the test page's
@@ -260,7 +451,7 @@ pub enum Query {
 }
 
 impl Query {
-    const NAMES: [(&'static str, Query); 18] = [
+    const NAMES: [(&'static str, Query); 19] = [
         ("mtu", Query::Mtu),
         ("page_shift", Query::PageShift),
         ("eqs", Query::Eqs),
@@ -277,6 +468,7 @@ impl Query {
         ("mrs", Query::Mrs),
         ("objects", Query::Objects),
         ("ud_drops", Query::UdDrops),
+        ("hostile", Query::Hostile),
         ("stats", Query::Stats),
         ("all", Query::All),
     ];
@@ -300,18 +492,36 @@ pub enum ControlCommand {
     Rule(FaultRule),
     /// `refuse-init [on|off]`: DEV_CTRL.INIT never sets INIT_DONE while on.
     RefuseInit(bool),
-    /// `aeq ...`: post an AEQE now.
-    Aeq(AeqEvent),
-    /// `ceq eqn=<n> cqn=<c>`: post a CEQE now.
+    /// `aeq ...`: post AEQEs now.
+    Aeq {
+        /// The event.
+        ev: AeqEvent,
+        /// How many copies, 1..=[`MAX_STORM`].
+        count: u32,
+    },
+    /// `ceq eqn=<n> cqn=<c> [count=<k>]`: post CEQEs now.
     Ceq {
         /// The CEQ.
         eqn: u8,
         /// The CQN in the entry (20 bits).
         cqn: u32,
+        /// How many copies, 1..=[`MAX_STORM`].
+        count: u32,
     },
+    /// `cqe ...`: write CQEs into a CQ now.
+    Cqe(ForgedCqes),
+    /// `cmd-cqe index=<i> [status=<s>]`: write a command completion now.
+    CmdCqe {
+        /// The CMDQ SQ WQEBB index it names (dword 1).
+        index: u32,
+        /// Its status.
+        status: u8,
+    },
+    /// `hostile ...`: change a hostile setting.
+    Hostile(Hostile),
     /// `stats name=value ...`: set traffic counters.
     Stats(Vec<(Counter, u64)>),
-    /// `clear`: drop every fault rule (and `refuse-init`).
+    /// `clear`: drop every fault rule, `refuse-init` and every hostile setting.
     Clear,
     /// `query <what>`.
     Query(Query),
@@ -335,12 +545,38 @@ impl fmt::Display for ControlCommand {
             ControlCommand::RefuseInit(on) => {
                 write!(f, "refuse-init {}", if *on { "on" } else { "off" })
             }
-            ControlCommand::Aeq(ev) => write!(
+            ControlCommand::Aeq { ev, count } => {
+                write!(
+                    f,
+                    "aeq type={} subtype={} data0={:#x} data1={:#x}",
+                    ev.ty, ev.subtype, ev.data0, ev.data1
+                )?;
+                write_count(f, *count)
+            }
+            ControlCommand::Ceq { eqn, cqn, count } => {
+                write!(f, "ceq eqn={eqn} cqn={cqn:#x}")?;
+                write_count(f, *count)
+            }
+            ControlCommand::Cqe(c) => write!(
                 f,
-                "aeq type={} subtype={} data0={:#x} data1={:#x}",
-                ev.ty, ev.subtype, ev.data0, ev.data1
+                "cqe cqn={} qpn={} queue={} index={} status={} opcode={} byte_len={} count={}",
+                c.cqn,
+                c.cqe.qpn,
+                if c.cqe.qtype == CQE_QTYPE_RQ {
+                    "rq"
+                } else {
+                    "sq"
+                },
+                c.cqe.wqe_index,
+                c.cqe.status,
+                c.cqe.opcode,
+                c.cqe.byte_len,
+                c.count
             ),
-            ControlCommand::Ceq { eqn, cqn } => write!(f, "ceq eqn={eqn} cqn={cqn:#x}"),
+            ControlCommand::CmdCqe { index, status } => {
+                write!(f, "cmd-cqe index={index} status={status}")
+            }
+            ControlCommand::Hostile(h) => write!(f, "{h}"),
             ControlCommand::Stats(set) => {
                 f.write_str("stats")?;
                 for &(c, v) in set {
@@ -362,6 +598,15 @@ impl ControlCommand {
             self,
             ControlCommand::Rule(_) | ControlCommand::RefuseInit(_) | ControlCommand::Stats(_)
         )
+    }
+}
+
+/// ` count=<k>` unless `count` is 1 (the default).
+fn write_count(f: &mut fmt::Formatter<'_>, count: u32) -> fmt::Result {
+    if count == 1 {
+        Ok(())
+    } else {
+        write!(f, " count={count}")
     }
 }
 
@@ -424,6 +669,17 @@ impl<'a> Args<'a> {
             .ok_or_else(|| format!("{verb}: {key}= is required"))
     }
 
+    /// `count=<k>`: 1..=`max`, 1 when absent.
+    fn count(&mut self, max: u32) -> Result<u32, String> {
+        let verb = self.verb;
+        match self.num("count", max.into())? {
+            None => Ok(1),
+            Some(0) => Err(format!("{verb}: count must be 1..={max}")),
+            // CAST: at most `max`, a u32.
+            Some(n) => Ok(n as u32),
+        }
+    }
+
     fn finish(self) -> Result<(), String> {
         match self.items.iter().find(|(_, _, used)| !used) {
             Some((k, _, _)) => Err(format!("{}: unknown argument {k}=", self.verb)),
@@ -469,6 +725,98 @@ fn parse_rule(verb: &str, words: &[&str]) -> Result<FaultRule, String> {
     })
 }
 
+/// `on` or `off`.
+fn on_off(s: &str) -> Option<bool> {
+    if s.eq_ignore_ascii_case("on") {
+        Some(true)
+    } else if s.eq_ignore_ascii_case("off") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+fn parse_hostile(words: &[&str]) -> Result<Hostile, String> {
+    let usage = "hostile: expected caps, alloc_db, aeq-on-destroy or off";
+    let Some((what, rest)) = words.split_first() else {
+        return Err(usage.into());
+    };
+    match what.to_ascii_lowercase().replace('-', "_").as_str() {
+        "off" if rest.is_empty() => Ok(Hostile::Off),
+        "off" => Err("hostile off takes no arguments".into()),
+        "caps" => parse_hostile_caps(rest),
+        "alloc_db" => match rest {
+            [mode] => AllocDbLie::parse(mode).map(Hostile::AllocDb),
+            _ => Err("hostile alloc_db takes zero, beyond, kernel or off".into()),
+        },
+        "aeq_on_destroy" => match rest {
+            [v] => on_off(v).map(Hostile::AeqOnDestroy),
+            _ => None,
+        }
+        .ok_or_else(|| "hostile aeq-on-destroy takes on or off".into()),
+        _ => Err(format!("{usage}, not {what:?}")),
+    }
+}
+
+fn parse_hostile_caps(words: &[&str]) -> Result<Hostile, String> {
+    let names: Vec<&str> = CapField::ALL.iter().map(|f| f.name()).collect();
+    match words {
+        [] => Err(format!(
+            "hostile caps: give max, zero, off or field=value ... (fields: {})",
+            names.join(", ")
+        )),
+        [w] if w.eq_ignore_ascii_case("max") => Ok(Hostile::Caps(RawCaps::max())),
+        [w] if w.eq_ignore_ascii_case("zero") => Ok(Hostile::Caps(RawCaps::zero())),
+        [w] if w.eq_ignore_ascii_case("off") => Ok(Hostile::CapsOff),
+        _ => {
+            let mut a = Args::new("hostile caps", words)?;
+            let mut raw = RawCaps::default();
+            for field in CapField::ALL {
+                if let Some(v) = a.num(field.name(), field.max().into())? {
+                    // CAST: at most the field's maximum, a u16.
+                    raw.set(field, v as u16);
+                }
+            }
+            a.finish()
+                .map_err(|e| format!("{e} (fields: {})", names.join(", ")))?;
+            Ok(Hostile::Caps(raw))
+        }
+    }
+}
+
+fn parse_cqe(words: &[&str]) -> Result<ForgedCqes, String> {
+    let mut a = Args::new("cqe", words)?;
+    let cqn = a.required("cqn", u32::MAX.into())? as u32;
+    let qpn = a.required("qpn", u32::MAX.into())? as u32;
+    let (qtype, default_opcode) = match a.raw("queue") {
+        Some(q) if q.eq_ignore_ascii_case("sq") => (CQE_QTYPE_SQ, op::SEND),
+        Some(q) if q.eq_ignore_ascii_case("rq") => (CQE_QTYPE_RQ, op::RECEIVE),
+        Some(q) => return Err(format!("cqe: queue={q} must be sq or rq")),
+        None => return Err("cqe: queue= is required (sq or rq)".into()),
+    };
+    let index = a.required("index", u32::MAX.into())? as u32;
+    let status = a.num("status", 255)?.unwrap_or(0) as u8;
+    let opcode = a.num("opcode", 255)?.map_or(default_opcode, |o| o as u8);
+    let byte_len = a.num("byte_len", u32::MAX.into())?.unwrap_or(0) as u32;
+    let count = a.count(MAX_FORGED_CQES)?;
+    a.finish()?;
+    Ok(ForgedCqes {
+        cqn,
+        cqe: DataCqe {
+            owner: false,
+            opcode,
+            qtype,
+            status,
+            wqe_index: index,
+            qpn,
+            extra: CqeExtra::None,
+            byte_len,
+            ud: UdInfo::NONE,
+        },
+        count,
+    })
+}
+
 /// Parses one command line (leading/trailing whitespace ignored).
 pub fn parse(line: &str) -> Result<ControlCommand, String> {
     let words: Vec<&str> = line.split_ascii_whitespace().collect();
@@ -499,16 +847,27 @@ pub fn parse(line: &str) -> Result<ControlCommand, String> {
                 data0: a.required("data0", u32::MAX.into())? as u32,
                 data1: a.num("data1", u32::MAX.into())?.unwrap_or(0) as u32,
             };
+            let count = a.count(MAX_STORM)?;
             a.finish()?;
-            Ok(ControlCommand::Aeq(ev))
+            Ok(ControlCommand::Aeq { ev, count })
         }
         "ceq" => {
             let mut a = Args::new("ceq", rest)?;
             let eqn = a.required("eqn", 255)? as u8;
             let cqn = a.required("cqn", 0xf_ffff)? as u32;
+            let count = a.count(MAX_STORM)?;
             a.finish()?;
-            Ok(ControlCommand::Ceq { eqn, cqn })
+            Ok(ControlCommand::Ceq { eqn, cqn, count })
         }
+        "cqe" => parse_cqe(rest).map(ControlCommand::Cqe),
+        "cmd-cqe" => {
+            let mut a = Args::new("cmd-cqe", rest)?;
+            let index = a.required("index", u32::MAX.into())? as u32;
+            let status = a.num("status", 255)?.unwrap_or(0) as u8;
+            a.finish()?;
+            Ok(ControlCommand::CmdCqe { index, status })
+        }
+        "hostile" => parse_hostile(rest).map(ControlCommand::Hostile),
         "stats" => {
             if rest.is_empty() {
                 return Err("stats: give at least one counter=value".into());
@@ -538,8 +897,8 @@ pub fn parse(line: &str) -> Result<ControlCommand, String> {
             _ => Err("query takes one item (e.g. query all)".into()),
         },
         _ => Err(format!(
-            "unknown command {verb:?} (expected fail, delay, refuse-init, aeq, ceq, stats, \
-             clear or query)"
+            "unknown command {verb:?} (expected fail, delay, refuse-init, aeq, ceq, cqe, \
+             cmd-cqe, hostile, stats, clear or query)"
         )),
     }
 }
@@ -607,27 +966,34 @@ mod tests {
         );
         assert_eq!(
             parse("aeq type=3 data0=0x10"),
-            Ok(ControlCommand::Aeq(AeqEvent {
-                ty: 3,
-                subtype: 0,
-                data0: 16,
-                data1: 0
-            }))
+            Ok(ControlCommand::Aeq {
+                ev: AeqEvent {
+                    ty: 3,
+                    subtype: 0,
+                    data0: 16,
+                    data1: 0
+                },
+                count: 1
+            })
         );
         assert_eq!(
             parse("aeq type=1 subtype=2 data0=3 data1=4"),
-            Ok(ControlCommand::Aeq(AeqEvent {
-                ty: 1,
-                subtype: 2,
-                data0: 3,
-                data1: 4
-            }))
+            Ok(ControlCommand::Aeq {
+                ev: AeqEvent {
+                    ty: 1,
+                    subtype: 2,
+                    data0: 3,
+                    data1: 4
+                },
+                count: 1
+            })
         );
         assert_eq!(
             parse("ceq eqn=1 cqn=0xfffff"),
             Ok(ControlCommand::Ceq {
                 eqn: 1,
-                cqn: 0xfffff
+                cqn: 0xfffff,
+                count: 1
             })
         );
         assert_eq!(
@@ -693,10 +1059,175 @@ mod tests {
             "query",
             "query mtu eqs",
             "query colour",
+            "aeq type=1 data0=1 count=0",
+            "aeq type=1 data0=1 count=65537",
+            "ceq eqn=1 cqn=1 count=x",
+            "cqe",
+            "cqe qpn=1 queue=sq index=0",
+            "cqe cqn=1 queue=sq index=0",
+            "cqe cqn=1 qpn=1 index=0",
+            "cqe cqn=1 qpn=1 queue=cq index=0",
+            "cqe cqn=1 qpn=1 queue=sq",
+            "cqe cqn=1 qpn=0x100000000 queue=sq index=0",
+            "cqe cqn=1 qpn=1 queue=sq index=0 status=256",
+            "cqe cqn=1 qpn=1 queue=sq index=0 opcode=256",
+            "cqe cqn=1 qpn=1 queue=sq index=0 byte_len=0x100000000",
+            "cqe cqn=1 qpn=1 queue=sq index=0 count=0",
+            "cqe cqn=1 qpn=1 queue=sq index=0 count=4097",
+            "cqe cqn=1 qpn=1 queue=sq index=0 imm=1",
+            "cmd-cqe",
+            "cmd-cqe index=0x100000000",
+            "cmd-cqe index=1 status=256",
+            "cmd-cqe index=1 count=2",
+            "hostile",
+            "hostile on",
+            "hostile off now",
+            "hostile caps",
+            "hostile caps max zero",
+            "hostile caps max cc=1",
+            "hostile caps max_cqe=256",
+            "hostile caps max_gid=16",
+            "hostile caps qp_blocks=4096",
+            "hostile caps cc=16",
+            "hostile caps atomic=1",
+            "hostile caps max_cqe=1 max_cqe=2",
+            "hostile caps max_cqe",
+            "hostile alloc_db",
+            "hostile alloc_db random",
+            "hostile alloc_db zero beyond",
+            "hostile aeq-on-destroy",
+            "hostile aeq-on-destroy maybe",
         ] {
             let e = parse(line).unwrap_err();
             assert!(!e.is_empty(), "{line:?}");
         }
+    }
+
+    #[test]
+    fn hostile_and_forging_commands_parse() {
+        let hostile = |line| match parse(line) {
+            Ok(ControlCommand::Hostile(h)) => h,
+            other => panic!("{line}: {other:?}"),
+        };
+        assert_eq!(hostile("hostile caps MAX"), Hostile::Caps(RawCaps::max()));
+        assert_eq!(hostile("HOSTILE caps zero"), Hostile::Caps(RawCaps::zero()));
+        assert_eq!(hostile("hostile caps off"), Hostile::CapsOff);
+        let mut raw = RawCaps::default();
+        raw.set(CapField::MaxCqe, 255);
+        raw.set(CapField::QpBlocks, 0xfff);
+        assert_eq!(
+            hostile("hostile caps qp_blocks=0xfff MAX_CQE=255"),
+            Hostile::Caps(raw)
+        );
+        for (line, mode) in [
+            ("hostile alloc_db zero", AllocDbLie::Zero),
+            ("hostile alloc-db BEYOND", AllocDbLie::Beyond),
+            ("hostile alloc_db kernel", AllocDbLie::Kernel),
+            ("hostile alloc_db off", AllocDbLie::Off),
+        ] {
+            assert_eq!(hostile(line), Hostile::AllocDb(mode));
+        }
+        assert_eq!(
+            hostile("hostile aeq-on-destroy on"),
+            Hostile::AeqOnDestroy(true)
+        );
+        assert_eq!(
+            hostile("hostile aeq_on_destroy OFF"),
+            Hostile::AeqOnDestroy(false)
+        );
+        assert_eq!(hostile("hostile off"), Hostile::Off);
+
+        let Ok(ControlCommand::Cqe(c)) = parse("cqe cqn=3 qpn=9 queue=SQ index=0x10") else {
+            panic!("cqe");
+        };
+        assert_eq!((c.cqn, c.count), (3, 1));
+        assert_eq!(
+            (c.cqe.qpn, c.cqe.qtype, c.cqe.wqe_index, c.cqe.opcode),
+            (9, CQE_QTYPE_SQ, 0x10, op::SEND)
+        );
+        assert_eq!((c.cqe.status, c.cqe.byte_len, c.cqe.owner), (0, 0, false));
+        let Ok(ControlCommand::Cqe(c)) =
+            parse("cqe cqn=3 qpn=9 queue=rq index=1 status=4 opcode=12 byte_len=99 count=4096")
+        else {
+            panic!("cqe");
+        };
+        assert_eq!(c.count, MAX_FORGED_CQES);
+        assert_eq!(
+            (c.cqe.qtype, c.cqe.status, c.cqe.opcode, c.cqe.byte_len),
+            (CQE_QTYPE_RQ, 4, 12, 99)
+        );
+        assert_eq!(
+            parse("cqe cqn=3 qpn=9 queue=rq index=1").map(|c| c.to_string()),
+            Ok("cqe cqn=3 qpn=9 queue=rq index=1 status=0 opcode=4 byte_len=0 count=1".to_string()),
+            "RECEIVE by default on the RQ"
+        );
+        assert_eq!(
+            parse("cmd-cqe index=0xffffffff"),
+            Ok(ControlCommand::CmdCqe {
+                index: u32::MAX,
+                status: 0
+            })
+        );
+        assert_eq!(
+            parse("aeq type=0 data0=1 count=0x10000"),
+            Ok(ControlCommand::Aeq {
+                ev: AeqEvent {
+                    ty: 0,
+                    subtype: 0,
+                    data0: 1,
+                    data1: 0
+                },
+                count: MAX_STORM
+            })
+        );
+        assert_eq!(
+            parse("ceq eqn=1 cqn=2 count=1").map(|c| c.to_string()),
+            Ok("ceq eqn=1 cqn=0x2".to_string()),
+            "count=1 is the default"
+        );
+        assert_eq!(
+            parse("query hostile"),
+            Ok(ControlCommand::Query(Query::Hostile))
+        );
+        for line in [
+            "hostile off",
+            "cqe cqn=1 qpn=1 queue=sq index=0",
+            "cmd-cqe index=0",
+        ] {
+            assert!(!parse(line).unwrap().allowed_at_startup(), "{line}");
+        }
+        let e = parse("hostile caps colour=1").unwrap_err();
+        assert!(e.contains("fields: max_mr_size, "), "{e}");
+        let e = parse("hostile caps max_gid=16").unwrap_err();
+        assert!(e.contains("above the maximum 15"), "{e}");
+    }
+
+    #[test]
+    fn hostile_settings_add_up_and_report() {
+        let mut h = HostileSettings::default();
+        assert!(h.is_off());
+        assert_eq!(h.report(), "caps=off alloc_db=off aeq_on_destroy=off");
+        for line in [
+            "hostile caps max_cqe=7",
+            "hostile caps cc=2 max_cqe=9",
+            "hostile alloc_db beyond",
+            "hostile aeq-on-destroy on",
+        ] {
+            let Ok(ControlCommand::Hostile(cmd)) = parse(line) else {
+                panic!("{line}");
+            };
+            h.apply(cmd);
+        }
+        assert_eq!(
+            h.report(),
+            "caps=max_cqe:9,cc:2 alloc_db=beyond aeq_on_destroy=on"
+        );
+        h.apply(Hostile::CapsOff);
+        assert_eq!(h.report(), "caps=off alloc_db=beyond aeq_on_destroy=on");
+        h.apply(Hostile::Caps(RawCaps::max()));
+        assert!(h.report().len() < 200, "fits the test page's reply");
+        h.apply(Hostile::Off);
+        assert!(h.is_off());
     }
 
     #[test]
@@ -742,6 +1273,23 @@ mod tests {
             "refuse-init off",
             "aeq type=3 subtype=1 data0=0x10 data1=0xffffffff",
             "ceq eqn=1 cqn=0xfffff",
+            "aeq type=0 subtype=0 data0=0x7 data1=0x0 count=65536",
+            "ceq eqn=2 cqn=0x5 count=3",
+            "cqe cqn=1 qpn=77 queue=rq index=5 status=0 opcode=4 byte_len=4294967295 count=1",
+            "cqe cqn=4294967295 qpn=0 queue=sq index=65535 status=15 opcode=255 byte_len=0 count=4096",
+            "cmd-cqe index=4660 status=3",
+            "hostile caps max",
+            "hostile caps zero",
+            "hostile caps off",
+            "hostile caps max_cqe=255 max_gid=15 qp_blocks=4095 cc=15",
+            "hostile alloc_db zero",
+            "hostile alloc_db beyond",
+            "hostile alloc_db kernel",
+            "hostile alloc_db off",
+            "hostile aeq-on-destroy on",
+            "hostile aeq-on-destroy off",
+            "hostile off",
+            "query hostile",
             "stats tx_reqs=1 rx_pps_limit_drop=18446744073709551615",
             "clear",
             "query page_shift",

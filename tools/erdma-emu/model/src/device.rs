@@ -76,7 +76,7 @@ use std::sync::Arc;
 
 use crate::caps::Caps;
 use crate::clock::{Clock, MonotonicClock};
-use crate::control::{ControlCommand, FaultRules};
+use crate::control::{ControlCommand, FaultRules, HostileSettings};
 use crate::eq::{EventQueue, EventQueues};
 use crate::extdb::DbPages;
 use crate::fabric::{Fabric, Port, Waker};
@@ -91,6 +91,7 @@ mod cmdq_ring;
 mod engine;
 mod events;
 mod harness;
+mod hostile;
 mod iwarp;
 mod iwarp_qp;
 mod objects;
@@ -274,6 +275,8 @@ struct Harness {
     test_page: TestPage,
     /// UD datagrams dropped, by cause.
     ud_drops: UdDrops,
+    /// The lies the device tells (`hostile`).
+    hostile: HostileSettings,
 }
 
 /// What an unexpected access was, for rate-limited logging.
@@ -713,6 +716,8 @@ impl Device {
 mod cmd_tests;
 #[cfg(test)]
 mod dp_tests;
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod iwarp_tests;
 #[cfg(test)]

@@ -23,15 +23,22 @@
 //!   as an adapter does; on a network nothing would come back and the requester's timer would
 //!   run out. The model sends the request back as [`Body::Lost`], so that the requester can
 //!   retransmit it when its timer fires.
-//! * iWARP (§7.1, §10.20): a QP that reaches RTS binds its connection's 4-tuple
-//!   ([`Port::bind`]); its messages ([`StreamMsg`], in [`Body::Stream`]) go to the port and QP
-//!   bound to the mirrored tuple ([`Port::send_stream`]), which the fabric writes into
-//!   [`Packet::dst_qpn`]. A tuple has at most one binding on the fabric; bindings go with their
-//!   port. A message for a tuple nobody has bound (the peer is not in RTS yet) is refused
-//!   ([`SendError::Unreachable`]): for the sender it is lost, and it retransmits it. Each message
-//!   carries its TCP sequence number and occupies [`StreamMsg::stream_len`] bytes of the
-//!   sender's sequence space. TCP acknowledgements are not stream messages: the ACK of a Send or
-//!   Write is a [`Body::Response`], as on RoCEv2.
+//! * iWARP (§7.1, §10.20): a QP that reaches RTS binds its connection ([`Port::bind`]): a
+//!   [`Binding`] of the 4-tuple, the QP's own cookie (CREATE_QP's reply, which its MPA frame
+//!   carried to the peer) and the peer's cookie (from the peer's MPA frame, handed over at
+//!   RTS). Its messages ([`StreamMsg`], in [`Body::Stream`]) go only to the QP whose binding
+//!   names it back ([`Binding::peer`]: the mirrored tuple, the two cookies swapped), which the
+//!   fabric writes into [`Packet::dst_qpn`] ([`Port::send_stream`]). The cookies are random
+//!   (32 bits each, chosen by the adapter): a QP of another guest that binds the same tuple
+//!   with cookies of its choice neither receives the stream nor can inject into it, and the
+//!   legitimate pair does not notice it. A tuple may carry several bindings, at most
+//!   [`MAX_CLAIMS`] of one port (so another port can never use up the tuple for the QP that
+//!   owns the connection); a QP holds at most one binding; bindings go with their port. A
+//!   message that no binding answers (the peer is not in RTS yet, or the cookies do not
+//!   match) is refused ([`SendError::Unreachable`]): for the sender it is lost, and it
+//!   retransmits it. Each message carries its TCP sequence number and occupies
+//!   [`StreamMsg::stream_len`] bytes of the sender's sequence space. TCP acknowledgements are
+//!   not stream messages: the ACK of a Send or Write is a [`Body::Response`], as on RoCEv2.
 //! * A [`Datagram`] (UD SEND) is addressed like a request but never answered: it carries what
 //!   the receiver needs to build the GRH area and the UD completion (addresses, traffic class,
 //!   flow label, hop limit, SL, Q_Key). Datagrams beyond [`MAX_INBOX`] are refused like requests
@@ -51,6 +58,11 @@ pub type PortId = u32;
 
 /// Most packets queued in one inbox before requests are refused.
 pub const MAX_INBOX: usize = 1 << 16;
+
+/// Most iWARP bindings one port may hold on one 4-tuple ([`Port::bind`]). A connection needs
+/// one; the bound is per port so that the bindings of other ports (other guests) on a tuple
+/// never refuse the RTS of the QP that owns the connection.
+pub const MAX_CLAIMS: usize = 4;
 
 /// How the fabric tells a device that its inbox has packets.
 pub trait Waker: Send + Sync {
@@ -162,6 +174,73 @@ impl Conn {
             src_port: self.dst_port,
             dst_ip: self.src_ip,
             dst_port: self.src_port,
+        }
+    }
+}
+
+/// What an iWARP QP binds on the fabric at RTS: its connection and the two cookies of the MPA
+/// exchange (§7.1). The fabric delivers a stream message only between two bindings that name
+/// each other ([`Binding::peer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Binding {
+    /// The 4-tuple, this end's view.
+    pub conn: Conn,
+    /// This QP's own cookie (CREATE_QP's reply; its MPA frame carried it to the peer).
+    pub cookie: u32,
+    /// The peer's cookie (from the peer's MPA frame, handed over at RTS).
+    pub peer_cookie: u32,
+}
+
+impl Binding {
+    /// The binding the peer holds: the mirrored tuple, the two cookies swapped.
+    pub fn peer(self) -> Self {
+        Binding {
+            conn: self.conn.mirror(),
+            cookie: self.peer_cookie,
+            peer_cookie: self.cookie,
+        }
+    }
+
+    /// The lowest and highest bindings of tuple `conn` in the fabric's order.
+    fn range_of(conn: Conn) -> std::ops::RangeInclusive<Self> {
+        let at = |cookie| Binding {
+            conn,
+            cookie,
+            peer_cookie: cookie,
+        };
+        at(0)..=at(u32::MAX)
+    }
+}
+
+/// Why [`Port::bind`] refused a binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindError {
+    /// The QP holds a binding already (this one): a QP holds at most one.
+    QpBound(Binding),
+    /// QP `qpn` of port `port` holds the same binding (the same tuple and the same two cookies:
+    /// messages could not tell the two apart).
+    Taken {
+        /// The port that holds it.
+        port: PortId,
+        /// The QP that holds it.
+        qpn: u32,
+    },
+    /// The port holds [`MAX_CLAIMS`] bindings on the tuple already.
+    Full,
+}
+
+impl fmt::Display for BindError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BindError::QpBound(b) => write!(f, "the QP is bound to {} already", b.conn),
+            BindError::Taken { port, qpn } => write!(
+                f,
+                "QP {qpn} of fabric port {port} holds the tuple with the same cookies"
+            ),
+            BindError::Full => write!(
+                f,
+                "this port holds {MAX_CLAIMS} bindings on the tuple already"
+            ),
         }
     }
 }
@@ -359,7 +438,8 @@ pub enum Body {
         conn: Conn,
         /// TCP sequence number of the message's first byte (the sender's SND.NXT).
         seq: u32,
-        /// The peer cookie the sender was given at RTS: the QPN it means to reach.
+        /// The peer cookie the sender was given at RTS: the cookie of the QP it means to
+        /// reach (which checks it again).
         cookie: u32,
         /// The message.
         msg: StreamMsg,
@@ -427,8 +507,19 @@ struct PortState {
 struct Inner {
     next: PortId,
     ports: BTreeMap<PortId, PortState>,
-    /// iWARP connections: 4-tuple → (port, QPN) of the QP bound to it.
-    bindings: BTreeMap<Conn, (PortId, u32)>,
+    /// iWARP bindings → (port, QPN) of the QP that holds each (ordered by tuple first).
+    bindings: BTreeMap<Binding, (PortId, u32)>,
+    /// The binding each (port, QPN) holds: one at most.
+    held: BTreeMap<(PortId, u32), Binding>,
+}
+
+impl Inner {
+    /// Removes the binding QP `qpn` of port `port` holds, if any.
+    fn unbind(&mut self, port: PortId, qpn: u32) {
+        if let Some(b) = self.held.remove(&(port, qpn)) {
+            self.bindings.remove(&b);
+        }
+    }
 }
 
 /// The network. Create one per process and attach every device.
@@ -519,7 +610,14 @@ impl Drop for Port {
         let mut inner = self.fabric.lock();
         inner.ports.remove(&self.id);
         let id = self.id;
-        inner.bindings.retain(|_, (port, _)| *port != id);
+        let qpns: Vec<u32> = inner
+            .held
+            .range((id, 0)..=(id, u32::MAX))
+            .map(|(&(_, qpn), _)| qpn)
+            .collect();
+        for qpn in qpns {
+            inner.unbind(id, qpn);
+        }
     }
 }
 
@@ -578,36 +676,70 @@ impl Port {
         }
     }
 
-    /// Binds iWARP connection `conn` (this end's view) to QP `qpn` of this port. Fails with the
-    /// current owner `(port, QPN)` if the tuple is bound already.
-    pub fn bind(&self, conn: Conn, qpn: u32) -> Result<(), (PortId, u32)> {
+    /// Binds `binding` to QP `qpn` of this port (an iWARP QP reaching RTS). Refused if the QP
+    /// holds a binding already, if another QP holds the same one, or if this port holds
+    /// [`MAX_CLAIMS`] bindings on the tuple already. Bindings of other ports on the tuple (with
+    /// other cookies) do not matter.
+    pub fn bind(&self, qpn: u32, binding: Binding) -> Result<(), BindError> {
         let mut inner = self.fabric.lock();
-        if let Some(&owner) = inner.bindings.get(&conn) {
-            return Err(owner);
+        if let Some(&b) = inner.held.get(&(self.id, qpn)) {
+            return Err(BindError::QpBound(b));
         }
-        inner.bindings.insert(conn, (self.id, qpn));
+        if let Some(&(port, qpn)) = inner.bindings.get(&binding) {
+            return Err(BindError::Taken { port, qpn });
+        }
+        let ours = inner
+            .bindings
+            .range(Binding::range_of(binding.conn))
+            .filter(|(_, &(port, _))| port == self.id)
+            .count();
+        if ours >= MAX_CLAIMS {
+            return Err(BindError::Full);
+        }
+        inner.bindings.insert(binding, (self.id, qpn));
+        inner.held.insert((self.id, qpn), binding);
         Ok(())
     }
 
-    /// Removes the binding of `conn` if QP `qpn` of this port holds it.
-    pub fn unbind(&self, conn: Conn, qpn: u32) {
-        let mut inner = self.fabric.lock();
-        if inner.bindings.get(&conn) == Some(&(self.id, qpn)) {
-            inner.bindings.remove(&conn);
-        }
+    /// Removes the binding QP `qpn` of this port holds, if any (only its own: the other
+    /// bindings on the tuple stay).
+    pub fn unbind(&self, qpn: u32) {
+        self.fabric.lock().unbind(self.id, qpn);
     }
 
-    /// The `(port, QPN)` bound to `conn`, if any.
-    pub fn bound(&self, conn: Conn) -> Option<(PortId, u32)> {
-        self.fabric.lock().bindings.get(&conn).copied()
+    /// The binding QP `qpn` of this port holds, if any.
+    pub fn binding(&self, qpn: u32) -> Option<Binding> {
+        self.fabric.lock().held.get(&(self.id, qpn)).copied()
+    }
+
+    /// The `(port, QPN)` of every binding on tuple `conn` (any port, any cookies), in the
+    /// fabric's order.
+    pub fn bound(&self, conn: Conn) -> Vec<(PortId, u32)> {
+        self.fabric
+            .lock()
+            .bindings
+            .range(Binding::range_of(conn))
+            .map(|(_, &holder)| holder)
+            .collect()
     }
 
     /// Sends an iWARP stream packet ([`Body::Stream`]) of connection `conn` (the sender's
-    /// view) to the QP bound to the mirrored tuple, filling in its QPN as the packet's
-    /// destination. Refused ([`SendError::Unreachable`]) when nobody has bound that tuple.
+    /// view) from QP [`Packet::src_qpn`], which must hold a binding on `conn`, to the QP whose
+    /// binding answers it ([`Binding::peer`]), filling in its QPN as the packet's destination.
+    /// Refused ([`SendError::Unreachable`]) when the sender holds no binding on `conn` or no
+    /// binding answers it.
     pub fn send_stream(&self, conn: Conn, mut pkt: Packet) -> Result<(), Refused> {
         pkt.src_port = self.id;
-        let Some((to, qpn)) = self.bound(conn.mirror()) else {
+        let to = {
+            let inner = self.fabric.lock();
+            inner
+                .held
+                .get(&(self.id, pkt.src_qpn))
+                .filter(|b| b.conn == conn)
+                .and_then(|b| inner.bindings.get(&b.peer()))
+                .copied()
+        };
+        let Some((to, qpn)) = to else {
             return Err(Refused {
                 why: SendError::Unreachable,
                 packet: Box::new(pkt),
@@ -711,45 +843,161 @@ mod tests {
         );
     }
 
-    #[test]
-    fn iwarp_bindings_route_by_mirrored_tuple() {
-        let f = Fabric::new();
-        let a = f.attach(Arc::new(NoWaker));
-        let b = f.attach(Arc::new(NoWaker));
-        let ca = Conn {
+    fn tuple() -> Conn {
+        Conn {
             src_ip: Ipv4Addr::new(10, 0, 0, 1),
             src_port: 40000,
             dst_ip: Ipv4Addr::new(10, 0, 0, 2),
             dst_port: 4791,
-        };
-        let pkt = |seq| Packet {
+        }
+    }
+
+    /// A stream packet of QP `qpn` on `conn`, for the peer cookie `cookie`.
+    fn stream(qpn: u32, conn: Conn, cookie: u32, seq: u32) -> Packet {
+        Packet {
             src_port: 0,
-            src_qpn: 5,
+            src_qpn: qpn,
             dst_qpn: 0,
             body: Body::Stream {
-                conn: ca,
+                conn,
                 seq,
-                cookie: 9,
+                cookie,
                 msg: StreamMsg::Terminate { status: None },
             },
+        }
+    }
+
+    #[test]
+    fn iwarp_bindings_route_by_mirrored_tuple_and_cookies() {
+        let f = Fabric::new();
+        let a = f.attach(Arc::new(NoWaker));
+        let b = f.attach(Arc::new(NoWaker));
+        let ca = tuple();
+        // QP 5 of A (cookie 0x1111) and QP 9 of B (cookie 0x2222) name each other.
+        let ba = Binding {
+            conn: ca,
+            cookie: 0x1111,
+            peer_cookie: 0x2222,
         };
-        // Nobody bound the mirror yet: refused, handed back.
-        let r = a.send_stream(ca, pkt(1)).unwrap_err();
+        assert_eq!(
+            ba.peer(),
+            Binding {
+                conn: ca.mirror(),
+                cookie: 0x2222,
+                peer_cookie: 0x1111,
+            }
+        );
+        // A QP that holds no binding sends nothing; nobody answers yet: refused, handed back.
+        let r = a.send_stream(ca, stream(5, ca, 0x2222, 1)).unwrap_err();
         assert_eq!(r.why, SendError::Unreachable);
-        assert_eq!(a.bind(ca, 5), Ok(()));
-        assert_eq!(b.bind(ca, 6), Err((a.id(), 5)), "one binding per tuple");
-        assert_eq!(b.bind(ca.mirror(), 9), Ok(()));
-        assert_eq!(a.send_stream(ca, pkt(2)), Ok(()));
+        assert_eq!(a.bind(5, ba), Ok(()));
+        assert_eq!(a.bind(5, ba.peer()), Err(BindError::QpBound(ba)));
+        assert_eq!(
+            b.bind(6, ba),
+            Err(BindError::Taken {
+                port: a.id(),
+                qpn: 5
+            }),
+            "the same tuple and cookies: ambiguous"
+        );
+        let r = a.send_stream(ca, stream(5, ca, 0x2222, 1)).unwrap_err();
+        assert_eq!(r.why, SendError::Unreachable, "the peer is not bound yet");
+        assert_eq!(b.bind(9, ba.peer()), Ok(()));
+        assert_eq!(b.binding(9), Some(ba.peer()));
+        assert_eq!(a.send_stream(ca, stream(5, ca, 0x2222, 2)), Ok(()));
         let got = b.take_inbox();
         assert_eq!((got[0].src_port, got[0].dst_qpn), (a.id(), 9));
-        // Only the owner unbinds; a port's bindings go with it.
-        a.unbind(ca.mirror(), 9);
-        assert_eq!(a.bound(ca.mirror()), Some((b.id(), 9)));
+        // The sender's binding must be on the tuple it sends on.
+        let r = a.send_stream(ca.mirror(), stream(5, ca.mirror(), 0x2222, 3));
+        assert_eq!(r.map_err(|r| r.why), Err(SendError::Unreachable));
+        // Only the holder unbinds; a port's bindings go with it.
+        a.unbind(9);
+        assert_eq!(a.bound(ca.mirror()), [(b.id(), 9)]);
         drop(b);
-        assert_eq!(a.bound(ca.mirror()), None);
-        a.unbind(ca, 5);
-        assert_eq!(a.bound(ca), None);
+        assert!(a.bound(ca.mirror()).is_empty());
+        a.unbind(5);
+        assert!(a.bound(ca).is_empty());
+        assert_eq!(a.binding(5), None);
         assert_eq!(ca.to_string(), "10.0.0.1:40000-10.0.0.2:4791");
+    }
+
+    #[test]
+    fn a_binding_that_does_not_name_the_sender_back_gets_nothing() {
+        let f = Fabric::new();
+        let (a, b, x) = (
+            f.attach(Arc::new(NoWaker)),
+            f.attach(Arc::new(NoWaker)),
+            f.attach(Arc::new(NoWaker)),
+        );
+        let ca = tuple();
+        let ba = Binding {
+            conn: ca,
+            cookie: 0xa5a5_0001,
+            peer_cookie: 0x5a5a_0002,
+        };
+        // Port X binds B's tuple first, with cookies of its own and each half of the pair.
+        for (qpn, cookie, peer_cookie) in [(1, 7, 8), (2, 7, ba.cookie), (3, ba.peer_cookie, 8)] {
+            let claim = Binding {
+                conn: ca.mirror(),
+                cookie,
+                peer_cookie,
+            };
+            assert_eq!(x.bind(qpn, claim), Ok(()));
+        }
+        // B binds its tuple all the same, and only B receives A's messages.
+        assert_eq!(b.bind(9, ba.peer()), Ok(()));
+        assert_eq!(a.bind(5, ba), Ok(()));
+        assert_eq!(a.send_stream(ca, stream(5, ca, ba.peer_cookie, 0)), Ok(()));
+        assert_eq!(b.take_inbox().len(), 1);
+        assert_eq!(x.pending(), 0);
+        // X's messages on the mirrored tuple reach nobody, whatever cookie they name.
+        for qpn in 1..=3 {
+            let r = x.send_stream(ca.mirror(), stream(qpn, ca.mirror(), ba.cookie, 0));
+            assert_eq!(r.map_err(|r| r.why), Err(SendError::Unreachable));
+        }
+        assert_eq!(a.pending(), 0);
+        assert_eq!(a.bound(ca.mirror()).len(), 4);
+        // Unbinding or dropping X takes only its own bindings.
+        x.unbind(1);
+        assert_eq!(a.bound(ca.mirror()).len(), 3);
+        drop(x);
+        assert_eq!(a.bound(ca.mirror()), [(b.id(), 9)]);
+        assert_eq!(a.send_stream(ca, stream(5, ca, ba.peer_cookie, 0)), Ok(()));
+        assert_eq!(b.take_inbox().len(), 1);
+    }
+
+    #[test]
+    fn claims_per_tuple_are_bounded() {
+        let f = Fabric::new();
+        let (a, x) = (f.attach(Arc::new(NoWaker)), f.attach(Arc::new(NoWaker)));
+        let claim = |cookie| Binding {
+            conn: tuple(),
+            cookie,
+            peer_cookie: 1,
+        };
+        for qpn in 0..MAX_CLAIMS as u32 {
+            assert_eq!(x.bind(qpn, claim(100 + qpn)), Ok(()));
+        }
+        assert_eq!(
+            x.bind(99, claim(99)),
+            Err(BindError::Full),
+            "one port holds at most MAX_CLAIMS on a tuple"
+        );
+        assert_eq!(x.binding(99), None, "nothing changed");
+        assert_eq!(x.bound(tuple()).len(), MAX_CLAIMS);
+        // Other tuples, and other ports on this one, are not affected.
+        let other = Binding {
+            conn: tuple().mirror(),
+            ..claim(99)
+        };
+        assert_eq!(x.bind(99, other), Ok(()));
+        assert_eq!(a.bind(1, claim(1)), Ok(()), "the owner still binds");
+        assert_eq!(x.bound(tuple()).len(), MAX_CLAIMS + 1);
+        // A binding released makes room again.
+        x.unbind(0);
+        assert_eq!(x.bind(100, claim(99)), Ok(()));
+        assert_eq!(x.bind(101, claim(98)), Err(BindError::Full));
+        assert!(BindError::Full.to_string().contains("4 bindings"));
     }
 
     #[test]

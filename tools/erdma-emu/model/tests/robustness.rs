@@ -850,12 +850,16 @@ fn hostile_iwarp_traffic_never_panics() {
         .map(|_| TestDriver::with(config.clone(), clock.clone(), 512, 128, 4096))
         .collect();
     let mut bufs = [0u64; 2];
-    for (d, buf) in devs.iter_mut().zip(bufs.iter_mut()) {
+    // QP 10's cookie on each device (CREATE_QP's reply: what its MPA frame would carry).
+    let mut cookies = [0u32; 2];
+    for ((d, buf), cookie) in devs.iter_mut().zip(bufs.iter_mut()).zip(cookies.iter_mut()) {
         d.attach(&f);
         assert!(d.init());
         assert_eq!(d.create_ceq(EQN, 1, 8).status, 0);
         assert_eq!(d.create_cq(1, 6).status, 0);
-        assert_eq!(d.create_qp(10, 1, 6, 4).status, 0);
+        let c = d.create_qp(10, 1, 6, 4);
+        assert_eq!(c.status, 0);
+        *cookie = c.resp0 as u32;
         *buf = d.alloc(0x4000, 0x1000);
         assert_eq!(d.reg_mr(1, 0, PDN, *buf, 0x4000, ALL_ACCESS).status, 0);
     }
@@ -921,7 +925,7 @@ fn hostile_iwarp_traffic_never_panics() {
                 // The proper connection most of the time, with a random twist now and then.
                 let other = 1 - which;
                 let mut c = IwarpConnection {
-                    cookie: 10,
+                    cookie: cookies[other],
                     dst_ip: ips[other],
                     src_ip: ips[which],
                     src_port: ports[which],
@@ -952,32 +956,12 @@ fn hostile_iwarp_traffic_never_panics() {
                 // Start over: destroy and re-create the QP, or REFLUSH it.
                 if rng.below(3) != 0 {
                     d.exec(Command::DestroyQp, |s| wire::U32Arg(10).write_fields(s));
-                    // The same buffers again (the helper would allocate new ones).
+                    // The same buffers again (create_qp would allocate new ones).
                     let q = d.dp.qps[&10].clone();
-                    let cfg = |addr| wire::QueueMttCfg {
-                        page_shift: 20,
-                        level: 0,
-                        count: 1,
-                        offset: 0,
-                        addr,
-                        more: [0; 3],
-                    };
-                    let req = wire::CreateQp {
-                        qpn: 10,
-                        sq_depth_log2: 6,
-                        rq_depth_log2: 4,
-                        pdn: PDN,
-                        send_cqn: 1,
-                        recv_cqn: 1,
-                        ext_db: false,
-                        sq: cfg(q.sq),
-                        rq: cfg(q.rq),
-                        sq_dbrec: layout::DP_HEAP - 16,
-                        rq_dbrec: layout::DP_HEAP - 24,
-                        db_pages: (0, 0),
-                        qp_type: wire::QP_TYPE_RC,
-                    };
-                    assert_eq!(d.create_qp_raw(&req).status, 0);
+                    let queues = [(q.sq, 6), (q.rq, 4)];
+                    let c = d.create_qp_on(10, 1, queues, wire::QP_TYPE_RC, PDN);
+                    assert_eq!(c.status, 0);
+                    cookies[which] = c.resp0 as u32;
                 } else {
                     d.reflush(10);
                 }
@@ -999,9 +983,15 @@ fn hostile_iwarp_traffic_never_panics() {
             pump(&mut [&mut a[0], &mut b[0]]);
         }
     }
-    // A fresh pair of QPs, properly connected, still works.
+    // A fresh pair of QPs, properly connected (each told the other's cookie), still works.
+    for (d, cookie) in devs.iter_mut().zip(cookies.iter_mut()) {
+        assert_eq!(d.create_cq(2, 6).status, 0);
+        let c = d.create_qp(20, 2, 6, 4);
+        assert_eq!(c.status, 0);
+        *cookie = c.resp0 as u32;
+    }
     let conn = |me: usize| IwarpConnection {
-        cookie: 20,
+        cookie: cookies[1 - me],
         dst_ip: ips[1 - me],
         src_ip: ips[me],
         src_port: 5000 + me as u16,
@@ -1010,8 +1000,6 @@ fn hostile_iwarp_traffic_never_panics() {
         rcv_nxt: 7,
     };
     for (i, d) in devs.iter_mut().enumerate() {
-        assert_eq!(d.create_cq(2, 6).status, 0);
-        assert_eq!(d.create_qp(20, 2, 6, 4).status, 0);
         assert_eq!(d.iwarp_rts(20, &conn(i)).status, 0);
     }
     let bbuf = devs[1].alloc(0x100, 0x100);

@@ -1689,7 +1689,7 @@ fn startup_commands_apply_at_power_on_and_after_reset_harness() {
 // Test page
 // ------------------------------------------------------------------------------------------------
 
-fn tp_command(t: &mut TestDriver, cmd: &str) -> (u32, String) {
+pub(super) fn tp_command(t: &mut TestDriver, cmd: &str) -> (u32, String) {
     let mut bytes = cmd.as_bytes().to_vec();
     bytes.push(0);
     while bytes.len() % 4 != 0 {

@@ -37,6 +37,7 @@
 use std::time::Duration;
 
 use super::cmdq_ring::{BadCommand, DelayedCqes};
+use super::hostile::Doomed;
 use super::{Device, Oddity, Protocol, Queues, WarnOnce};
 use crate::clock::Clock;
 use crate::cmdq::{
@@ -128,7 +129,12 @@ impl Device {
             return Err(Status::Unsupported);
         };
         match cmd {
-            Command::QueryDevice => Ok(self.config.caps.query_device()),
+            // A hostile adapter may report raw values; the model keeps using its checked caps.
+            Command::QueryDevice => Ok(self
+                .harness
+                .hostile
+                .caps
+                .apply(self.config.caps.query_device())),
             Command::CreateEq => {
                 let r = CreateEq::decode(req)?;
                 self.eqs()?.create_ceq(&r, io.mem).map(|()| (0, 0))
@@ -168,11 +174,19 @@ impl Device {
             // Data-path objects (device/objects.rs), on both protocols; MODIFY_QP has a layout
             // per protocol (device/iwarp.rs for iWARP).
             Command::CreateCq => self.cmd_create_cq(wire::CreateCq::decode(req)?, io),
-            Command::DestroyCq => self.cmd_destroy_cq(wire::U32Arg::decode(req)?),
+            Command::DestroyCq => {
+                let r = wire::U32Arg::decode(req)?;
+                self.before_destroy(Doomed::Cq(r.0), io);
+                self.cmd_destroy_cq(r)
+            }
             Command::RegMr => self.cmd_reg_mr(wire::RegMr::decode(req)?, io),
             Command::DeregMr => self.cmd_dereg_mr(wire::DeregMr::decode(req)?),
             Command::CreateQp => self.cmd_create_qp(wire::CreateQp::decode(req)?, io),
-            Command::DestroyQp => self.data_path().cmd_destroy_qp(wire::U32Arg::decode(req)?),
+            Command::DestroyQp => {
+                let r = wire::U32Arg::decode(req)?;
+                self.before_destroy(Doomed::Qp(r.0), io);
+                self.data_path().cmd_destroy_qp(r)
+            }
             Command::ModifyQp => match self.config.protocol {
                 Protocol::RoceV2 => self
                     .data_path()
@@ -238,6 +252,10 @@ impl Device {
         if !self.config.caps.extend_db {
             return Err(Status::Unsupported);
         }
+        if let Some([sq, cdb, rdb]) = self.alloc_db_lie(r.enable)? {
+            log::info!("ALLOC_DB: SQ page {sq}, CDB page {cdb}, RDB page {rdb} (hostile: a lie)");
+            return Ok((cmdq::alloc_db_resp0(sq, cdb, rdb), 0));
+        }
         let [sq, cdb, rdb] = self.func.dbs.alloc(r.enable)?;
         let (sq, cdb, rdb) = (sq.unwrap_or(0), cdb.unwrap_or(0), rdb.unwrap_or(0));
         log::debug!("ALLOC_DB: SQ page {sq}, CDB page {cdb}, RDB page {rdb}");
@@ -269,6 +287,38 @@ impl Device {
     // --------------------------------------------------------------------------------------------
     // Completions
     // --------------------------------------------------------------------------------------------
+
+    /// Writes a command completion that no command asked for, naming CMDQ SQ WQEBB `start`,
+    /// with `status`, and signals it like a real one: the CMDQ EQE of an armed CMDQ CQ (control
+    /// `cmd-cqe`). Fails before INIT and when the CMDQ CQ is not writable.
+    pub(super) fn forge_cmd_cqe(
+        &mut self,
+        start: u32,
+        status: u8,
+        io: &mut Io<'_>,
+    ) -> Result<(), String> {
+        let Some(q) = self.func.queues.as_mut() else {
+            return Err("device not initialized (no command queue)".into());
+        };
+        let cqe = Cqe {
+            owner: false,
+            opcode: 0,
+            qtype: CQE_QTYPE_CMDQ,
+            status,
+            start,
+            resp0: 0,
+            resp1: 0,
+        };
+        let armed = q
+            .cmdq
+            .write_cqe(cqe, io.mem)
+            .map_err(|e| format!("CMDQ CQ not writable: {e}"))?;
+        log::info!("CMDQ: forged completion naming WQEBB {start:#x}, status {status}");
+        if armed {
+            self.cmd_engine().post_cmdq_eqe(io);
+        }
+        Ok(())
+    }
 
     /// CMDQ_CQ_DB: record the CI; with ARM, the next CQE (or one already beyond the CI) produces
     /// an EQE.

@@ -3,8 +3,9 @@
 //! Running control commands ([`crate::control`]) against a device, and the test page that lets
 //! guest tests do it through BAR0.
 
+use super::hostile::storm;
 use super::{Device, Harness, Oddity, TestPage};
-use crate::control::{self, ControlCommand, FaultRules, Query};
+use crate::control::{self, ControlCommand, FaultRules, HostileSettings, Query};
 use crate::io::Io;
 use crate::regs::{test_page, test_page::Field};
 use crate::roce;
@@ -23,6 +24,7 @@ impl Harness {
                 status: 0,
             },
             ud_drops: UdDrops::default(),
+            hostile: HostileSettings::default(),
         }
     }
 }
@@ -61,15 +63,21 @@ impl Device {
                 }
                 Ok(String::new())
             }
+            ControlCommand::Hostile(setting) => {
+                h.hostile.apply(setting);
+                Ok(String::new())
+            }
             ControlCommand::Clear => {
                 h.rules.clear();
                 h.refuse_init = false;
+                h.hostile = HostileSettings::default();
                 Ok(String::new())
             }
             ControlCommand::Query(q) => Ok(self.query(q)),
-            ControlCommand::Aeq(_) | ControlCommand::Ceq { .. } => {
-                Err("this command needs the device's I/O".into())
-            }
+            ControlCommand::Aeq { .. }
+            | ControlCommand::Ceq { .. }
+            | ControlCommand::Cqe(_)
+            | ControlCommand::CmdCqe { .. } => Err("this command needs the device's I/O".into()),
         }
     }
 
@@ -77,15 +85,15 @@ impl Device {
     /// prefix) or the error; see [`control::format_reply`].
     pub fn control(&mut self, line: &str, io: &mut Io<'_>) -> Result<String, String> {
         match control::parse(line)? {
-            ControlCommand::Aeq(ev) => {
-                self.post_aeqe(ev, io).map_err(|e| format!("aeq: {e}"))?;
-                Ok(String::new())
+            ControlCommand::Aeq { ev, count } => storm("aeq", count, || self.post_aeqe(ev, io)),
+            ControlCommand::Ceq { eqn, cqn, count } => {
+                storm("ceq", count, || self.post_ceqe(eqn, cqn, io))
             }
-            ControlCommand::Ceq { eqn, cqn } => {
-                self.post_ceqe(eqn, cqn, io)
-                    .map_err(|e| format!("ceq: {e}"))?;
-                Ok(String::new())
-            }
+            ControlCommand::Cqe(forged) => self.forge_cqes(&forged, io),
+            ControlCommand::CmdCqe { index, status } => self
+                .forge_cmd_cqe(index, status, io)
+                .map(|()| String::new())
+                .map_err(|e| format!("cmd-cqe: {e}")),
             cmd => self.run_without_io(cmd),
         }
     }
@@ -122,6 +130,7 @@ impl Device {
                 format!("ahns={}", ahs.join(","))
             }
             Query::UdDrops => self.harness.ud_drops.report(),
+            Query::Hostile => self.harness.hostile.report(),
             Query::Rules => format!("rules={}", self.harness.rules.len()),
             Query::Qps => format!("qps={}", self.func.rdma.qps_view().join(",")),
             Query::Cqs => {
@@ -163,6 +172,11 @@ impl Device {
             .map(|q| self.query(q))
             .join(" "),
         }
+    }
+
+    /// The hostile settings (`hostile`).
+    pub fn hostile(&self) -> &HostileSettings {
+        &self.harness.hostile
     }
 
     /// Fault rules still active.

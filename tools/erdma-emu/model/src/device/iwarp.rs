@@ -4,10 +4,13 @@
 //!
 //! On an iWARP function (DEV_PROTO 0) the driver's own MPA connection manager sets up a TCP
 //! connection over the guest's kernel sockets and hands it to the adapter with MODIFY_QP(RTS):
-//! the 4-tuple, the peer's cookie (the model's cookie is the QPN), the congestion-control
-//! algorithm and the TCP sequence numbers to continue with. From then on the adapter owns the
-//! byte stream. The model does not put TCP on a wire; it keeps the stream's sequence numbers
-//! and moves the RC messages through the [`crate::fabric::Fabric`] by 4-tuple. Everything the
+//! the 4-tuple, the peer's cookie (the cookie the peer's CREATE_QP returned, which its MPA
+//! frame carried), the congestion-control algorithm and the TCP sequence numbers to continue
+//! with. A QP's own cookie is 32 random bits the adapter chose at CREATE_QP (`iwarp_qp`'s
+//! `Cookies`): unique among the function's QPs, never 0, and not something a guest can
+//! predict. From then on the adapter owns the byte stream. The model does not put TCP on a
+//! wire; it keeps the stream's sequence numbers and moves the RC messages through the
+//! [`crate::fabric::Fabric`] by 4-tuple and cookies. Everything the
 //! RoCEv2 RC engine does (`engine`) is reused: WQEs, SGE checks, the responder, CQEs, flushing
 //! and REFLUSH. What differs:
 //!
@@ -28,13 +31,21 @@
 //!
 //! # Binding
 //!
-//! At RTS the QP binds its 4-tuple on the fabric ([`crate::fabric::Port::bind`]); a tuple
-//! another QP holds makes the RTS fail with [`Status::Exists`]. Messages go to the QP bound to
-//! the mirrored tuple, which must be the QP the sender's peer cookie names. The binding lasts
-//! while the stream is live: a stop, a Terminate (sent or received), a broken stream, retry
-//! exceeded, DESTROY_QP, DEV_CTRL.RESET and a client's disconnect remove it (the last three also
-//! send a Terminate to a live peer). A device without a fabric binds nothing: its messages are
-//! lost.
+//! At RTS the QP binds its 4-tuple on the fabric with its own cookie and the peer cookie it was
+//! given ([`crate::fabric::Port::bind`], a [`crate::fabric::Binding`]). Messages go only to the
+//! QP whose binding names the sender back: the mirrored tuple, its own cookie the sender's peer
+//! cookie, its peer cookie the sender's own cookie. So a QP of another guest that binds a
+//! victim's tuple first (the addresses and ports are visible or guessable) takes nothing away:
+//! the victim still binds, the stream still flows between the two QPs that exchanged the
+//! cookies, and the intruder, which knows neither random cookie, neither receives the stream
+//! nor injects into it (its messages are lost, like those of a peer not bound yet). The RTS
+//! fails with [`Status::Exists`] only if the QP holds a binding already, if another QP holds
+//! the same tuple with the same two cookies, or if the function holds
+//! [`crate::fabric::MAX_CLAIMS`] bindings on the tuple already. The binding lasts while the
+//! stream is live: a stop, a Terminate (sent or received), a broken stream, retry exceeded,
+//! DESTROY_QP, DEV_CTRL.RESET and a client's disconnect remove it, and only it (the last three
+//! also send a Terminate to a live peer). A device without a fabric binds nothing: its messages
+//! are lost.
 //!
 //! # The byte stream
 //!
@@ -43,22 +54,23 @@
 //! payload or fixed body, padded to 4). It carries the sender's SND.NXT, which then advances
 //! (wrapping, as TCP does). The receiver takes it only when its sequence number equals the
 //! receiver's RCV.NXT, and advances RCV.NXT. A mismatch, or a peer cookie that is not the
-//! receiving QP's number, breaks the stream: the receiver logs it, posts AEQE type 0, sends a
-//! Terminate (the peer's oldest unanswered request completes with 1, general error) and goes to
-//! ERROR. This is how the model catches a passive side that did not reserve 28 + private-data
-//! bytes of sequence space for its MPA reply (§10.14). A Terminate is taken whatever its
-//! sequence number (it ends the stream either way).
+//! receiving QP's cookie (the fabric routes by the cookies, so only a sender whose message
+//! disagrees with its own binding could get there), breaks the stream: the receiver logs it,
+//! posts AEQE type 0, sends a Terminate (the peer's oldest unanswered request completes with
+//! 1, general error) and goes to ERROR. This is how the model catches a passive side that did
+//! not reserve 28 + private-data bytes of sequence space for its MPA reply (§10.14). A
+//! Terminate is taken whatever its sequence number (it ends the stream either way).
 //!
 //! TCP acknowledgements are not stream messages: a Send or Write is acknowledged with a
 //! [`Body::Response`] as on RoCEv2. Read Responses and atomic responses are stream messages of
 //! the responder.
 //!
-//! A message the fabric cannot deliver (nobody has bound the mirrored tuple yet: the passive
-//! side may send before the active side reached RTS; or the inbox is full) is lost: it waits,
-//! with every later message of the stream behind it, for the QP's retransmission timer
-//! ([`RETRY_TIMEOUT`]), which sends them again in order with their sequence numbers. After
-//! [`RETRY_COUNT`] retransmissions the oldest unanswered request completes with 16 (retry
-//! exceeded), the QP posts AEQE type 0 and goes to ERROR.
+//! A message the fabric cannot deliver (no binding answers it: the passive side may send
+//! before the active side reached RTS, or the sender was given a wrong peer cookie; or the
+//! inbox is full) is lost: it waits, with every later message of the stream behind it, for
+//! the QP's retransmission timer ([`RETRY_TIMEOUT`]), which sends them again in order with
+//! their sequence numbers. After [`RETRY_COUNT`] retransmissions the oldest unanswered request
+//! completes with 16 (retry exceeded), the QP posts AEQE type 0 and goes to ERROR.
 //!
 //! # Errors end the connection
 //!
@@ -70,7 +82,7 @@
 //! | bad rkey, bounds, rights, PD (Write, Read, atomic) | AEQE 2, ERROR | 3, 4, 5, 6 |
 //! | no receive WQE posted | AEQE 1, ERROR | 2 (receive WQE error) |
 //! | receive WQE malformed, too small, its SGE refused | RQE completes with 2..6, AEQE 1, ERROR | the same code |
-//! | wrong peer cookie, out of sequence | AEQE 0, ERROR | 1 |
+//! | wrong peer cookie (if it gets there), out of sequence | AEQE 0, ERROR | 1 |
 //!
 //! The requester gets AEQE type 0 (QP fatal: the upstream driver reports every AEQE but the CQ
 //! error as IB_EVENT_QP_FATAL) and goes to ERROR; its other work is flushed (15). A requester-
@@ -91,7 +103,7 @@ use super::iwarp_qp::IwConn;
 use super::objects::Qp;
 use super::{Device, RETRY_COUNT, RETRY_TIMEOUT};
 use crate::cmdq::{Request as CmdRequest, Status};
-use crate::fabric::{Body, Conn, Nak, Packet, PortId, Refused, Reply, Request, StreamMsg};
+use crate::fabric::{Binding, Body, Conn, Nak, Packet, PortId, Refused, Reply, Request, StreamMsg};
 use crate::io::Io;
 use crate::wire::{wc, IwarpConnection, IwarpState, ModifyQpIwarp, QpState};
 
@@ -115,6 +127,8 @@ pub struct IwarpQpInfo {
     pub rcv_nxt: u32,
     /// The peer cookie.
     pub cookie: u32,
+    /// This QP's own cookie (CREATE_QP's reply).
+    pub own_cookie: u32,
     /// The congestion-control algorithm.
     pub cc: u8,
     /// Messages waiting for retransmission.
@@ -132,13 +146,14 @@ fn engine_state(s: IwarpState) -> QpState {
     }
 }
 
-/// Message `msg` of QP `qpn` at `seq` of the stream of connection `tuple`, for the peer whose
-/// QP has `cookie`.
+/// Message `msg` of QP `qpn` at `seq` of the stream of connection `tuple`, for the peer QP whose
+/// cookie is `cookie`.
 fn stream_packet(qpn: u32, tuple: Conn, cookie: u32, seq: u32, msg: StreamMsg) -> Packet {
     Packet {
         src_port: 0,
         src_qpn: qpn,
-        dst_qpn: cookie,
+        // Filled in by the fabric: the QP whose binding answers the sender's.
+        dst_qpn: 0,
         body: Body::Stream {
             conn: tuple,
             seq,
@@ -205,7 +220,7 @@ fn stream_send(qp: &mut Qp, msg: StreamMsg, wire: &mut Wire<'_>) -> bool {
         Err(msg) => {
             log::info!(
                 "QP {qpn}: iWARP message at sequence {seq} on {} lost: no QP bound to {} \
-                 (retransmission {} of {RETRY_COUNT} next)",
+                 with the cookies it names (retransmission {} of {RETRY_COUNT} next)",
                 c.tuple,
                 c.tuple.mirror(),
                 retries + 1
@@ -343,7 +358,7 @@ enum Arrival {
     Stale,
     /// The peer ended the stream, whatever the sequence number.
     Terminate(Option<u8>),
-    /// The sender's peer cookie is not this QP's number: the stream is broken.
+    /// The sender's peer cookie is not this QP's cookie: the stream is broken.
     WrongCookie,
     /// Not at RCV.NXT (`expected`): the stream is broken.
     OutOfSequence { expected: u32 },
@@ -354,11 +369,13 @@ enum Arrival {
 /// Takes message `msg` at `seq` of the stream of connection `conn` (the sender's view), sent
 /// for the peer cookie `cookie`, on `qp`.
 fn stream_receive(qp: &mut Qp, conn: Conn, seq: u32, cookie: u32, msg: StreamMsg) -> Arrival {
-    let qpn = qp.qpn;
-    let Some(c) = qp
-        .iw
+    let Some(iw) = qp.iw.as_mut() else {
+        return Arrival::Stale;
+    };
+    let own = iw.cookie;
+    let Some(c) = iw
+        .conn
         .as_mut()
-        .and_then(|i| i.conn.as_mut())
         .filter(|c| c.live && c.tuple == conn.mirror())
     else {
         return Arrival::Stale;
@@ -366,7 +383,7 @@ fn stream_receive(qp: &mut Qp, conn: Conn, seq: u32, cookie: u32, msg: StreamMsg
     if let StreamMsg::Terminate { status } = msg {
         return Arrival::Terminate(status);
     }
-    if cookie != qpn {
+    if cookie != own {
         return Arrival::WrongCookie;
     }
     if seq != c.rcv_nxt {
@@ -447,8 +464,8 @@ impl DataPath<'_> {
         Ok((0, 0))
     }
 
-    /// The transition to RTS: bind the 4-tuple, take over the sequence numbers, and process
-    /// the WQEs posted so far.
+    /// The transition to RTS: bind the 4-tuple with the QP's own cookie and the peer cookie,
+    /// take over the sequence numbers, and process the WQEs posted so far.
     fn iw_bind(
         &mut self,
         qpn: u32,
@@ -462,23 +479,25 @@ impl DataPath<'_> {
             dst_ip: Ipv4Addr::from(c.dst_ip),
             dst_port: c.dst_port,
         };
-        if let Some(port) = self.wire.port {
-            if let Err((other_port, other_qpn)) = port.bind(tuple, qpn) {
-                log::warn!(
-                    "QP {qpn}: RTS refused: connection {tuple} is bound already (QP \
-                     {other_qpn} of fabric port {other_port})"
-                );
-                return Err(Status::Exists);
-            }
-        } else {
-            log::warn!("QP {qpn}: RTS on {tuple} without a fabric: its messages will be lost");
-        }
         let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return Err(Status::NotFound);
         };
         let Some(iw) = qp.iw.as_mut() else {
             return Err(Status::InvalidParam);
         };
+        let binding = Binding {
+            conn: tuple,
+            cookie: iw.cookie,
+            peer_cookie: c.cookie,
+        };
+        if let Some(port) = self.wire.port {
+            if let Err(e) = port.bind(qpn, binding) {
+                log::warn!("QP {qpn}: RTS on {tuple} refused: {e}");
+                return Err(Status::Exists);
+            }
+        } else {
+            log::warn!("QP {qpn}: RTS on {tuple} without a fabric: its messages will be lost");
+        }
         let from = iw.driver_state;
         iw.state = IwarpState::Rts;
         iw.driver_state = IwarpState::Rts;
@@ -575,7 +594,7 @@ impl DataPath<'_> {
                  hear of it"
             ),
         }
-        port.unbind(tuple, qpn);
+        port.unbind(qpn);
     }
 
     /// The peer ended the stream (Terminate received): AEQE type 0, the oldest unanswered
@@ -590,7 +609,7 @@ impl DataPath<'_> {
             return;
         };
         if let Some(port) = self.wire.port {
-            port.unbind(tuple, qpn);
+            port.unbind(qpn);
         }
         self.rdma.retransmit.remove(&qpn);
         if self.warned.dp_error() {
@@ -704,7 +723,7 @@ impl DataPath<'_> {
             Arrival::WrongCookie => {
                 log::warn!(
                     "QP {qpn}: iWARP message on {} for peer cookie {cookie} refused: the \
-                     sender's peer cookie must be this QP's number; connection terminated",
+                     sender's peer cookie must be this QP's cookie; connection terminated",
                     conn.mirror()
                 );
                 self.iw_stream_error(qpn, io);
@@ -822,6 +841,7 @@ impl Device {
         let iw = self.func.rdma.qps.get(&qpn)?.iw.as_ref()?;
         let c = iw.conn.as_ref();
         Some(IwarpQpInfo {
+            own_cookie: iw.cookie,
             state: iw.state,
             conn: c.map(|c| c.tuple),
             live: c.is_some_and(|c| c.live),
@@ -853,15 +873,22 @@ mod tests {
         }
     }
 
-    /// An RTS iWARP QP 5 whose live stream continues at sequence 100, peer cookie 6.
+    /// QP 5's own cookie.
+    const OWN: u32 = 0x5eed_0005;
+    /// The cookie of QP 5's peer.
+    const PEER: u32 = 0x5eed_0006;
+
+    /// An RTS iWARP QP 5 (cookie [`OWN`]) whose live stream continues at sequence 100, peer
+    /// cookie [`PEER`].
     fn iwarp_qp() -> Qp {
         let mut qp = Qp::for_test(5);
         qp.iw = Some(Box::new(Iwarp {
+            cookie: OWN,
             state: IwarpState::Rts,
             driver_state: IwarpState::Rts,
             conn: Some(IwConn {
                 tuple: tuple(),
-                cookie: 6,
+                cookie: PEER,
                 cc: 0,
                 snd_nxt: 100,
                 rcv_nxt: 0,
@@ -896,6 +923,12 @@ mod tests {
             stats: &mut stats,
         };
         let mut qp = iwarp_qp();
+        let ours_binding = Binding {
+            conn: tuple(),
+            cookie: OWN,
+            peer_cookie: PEER,
+        };
+        ours.bind(5, ours_binding).unwrap();
         let len = read_response(0).stream_len();
         assert!(
             stream_send(&mut qp, read_response(1), &mut wire),
@@ -911,9 +944,17 @@ mod tests {
         assert!(matches!(stream_timer(&mut qp), StreamTimer::Resend));
         assert_eq!(stream_resend(&mut qp, &mut wire), Some(100), "still nobody");
         assert_eq!(conn(&mut qp).backlog.len(), 2);
-        peer.bind(tuple().mirror(), 6).unwrap();
+        // The mirrored tuple with other cookies answers nothing.
+        let wrong = Binding {
+            cookie: 6,
+            ..ours_binding.peer()
+        };
+        peer.bind(7, wrong).unwrap();
         assert!(matches!(stream_timer(&mut qp), StreamTimer::Resend));
-        assert_eq!(qp.retries, 2);
+        assert_eq!(stream_resend(&mut qp, &mut wire), Some(100), "not the peer");
+        peer.bind(6, ours_binding.peer()).unwrap();
+        assert!(matches!(stream_timer(&mut qp), StreamTimer::Resend));
+        assert_eq!(qp.retries, 3);
         assert_eq!(stream_resend(&mut qp, &mut wire), None);
         assert!(conn(&mut qp).backlog.is_empty());
         assert_eq!(qp.retries, 0, "everything delivered: the count starts over");
@@ -933,33 +974,33 @@ mod tests {
         let from = tuple().mirror();
         let len = read_response(1).stream_len();
         assert_eq!(
-            stream_receive(&mut qp, from, 0, 5, read_response(1)),
+            stream_receive(&mut qp, from, 0, OWN, read_response(1)),
             Arrival::Deliver(read_response(1))
         );
         assert_eq!(conn(&mut qp).rcv_nxt, len);
         assert_eq!(
-            stream_receive(&mut qp, from, 0, 5, read_response(2)),
+            stream_receive(&mut qp, from, 0, OWN, read_response(2)),
             Arrival::OutOfSequence { expected: len }
         );
         assert_eq!(
-            stream_receive(&mut qp, from, len, 6, read_response(2)),
+            stream_receive(&mut qp, from, len, PEER, read_response(2)),
             Arrival::WrongCookie
         );
         assert_eq!(conn(&mut qp).rcv_nxt, len, "nothing taken");
         assert_eq!(
-            stream_receive(&mut qp, tuple(), len, 5, read_response(2)),
+            stream_receive(&mut qp, tuple(), len, OWN, read_response(2)),
             Arrival::Stale,
             "another connection's"
         );
         let term = StreamMsg::Terminate { status: Some(3) };
         assert_eq!(
-            stream_receive(&mut qp, from, 999, 6, term),
+            stream_receive(&mut qp, from, 999, PEER, term),
             Arrival::Terminate(Some(3)),
             "whatever its sequence number and cookie"
         );
         conn(&mut qp).live = false;
         assert_eq!(
-            stream_receive(&mut qp, from, len, 5, read_response(2)),
+            stream_receive(&mut qp, from, len, OWN, read_response(2)),
             Arrival::Stale,
             "ended"
         );

@@ -1,20 +1,83 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The iWARP part of a QP (erdma_rs_hw 7.1): the adapter's and the driver's view of its state,
-//! and the connection handed over at RTS with its stream's sequence numbers and backlog. The
-//! object tables hold it in the QP; the iWARP engine (`iwarp`) works on it.
+//! The iWARP part of a QP (erdma_rs_hw 7.1): its cookie, the adapter's and the driver's view of
+//! its state, and the connection handed over at RTS with its stream's sequence numbers and
+//! backlog. The object tables hold it in the QP; the iWARP engine (`iwarp`) works on it.
+//!
+//! # Cookies
+//!
+//! CREATE_QP answers with the QP's cookie (§3.5), which the driver's MPA frame carries to the
+//! peer (§7.1) and the peer hands back to its adapter at RTS. The fabric delivers a stream
+//! message only between two QPs whose bindings name each other by these cookies, and the
+//! receiver checks the cookie the sender names again, so a cookie must be something a guest
+//! cannot predict: 32 random bits per QP ([`Cookies`]), unique among the function's QPs,
+//! never 0. (A QPN would not do: the driver chooses it, and another guest can guess it.)
 
-use std::collections::VecDeque;
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeSet, VecDeque};
+use std::hash::BuildHasher;
 
 use crate::fabric::{Conn, StreamMsg};
 use crate::wire::IwarpState;
+
+/// Random cookies drawn before falling back to the next free value after the last one drawn
+/// (only a function holding a large share of all 2^32 values could need it).
+const COOKIE_DRAWS: usize = 16;
+
+/// The cookies of a function's iWARP QPs: 32 random bits each (SipHash of a counter, keyed
+/// from the operating system's randomness through [`RandomState`], so neither predictable from
+/// the cookies a guest sees nor shared between functions), unique among the live ones, never
+/// 0. A clone draws the same values as the original.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Cookies {
+    keys: RandomState,
+    /// Values drawn so far (the counter the keys hash).
+    drawn: u64,
+    /// The cookies of the live QPs.
+    live: BTreeSet<u32>,
+}
+
+impl Cookies {
+    /// The next 32 random bits.
+    fn next(&mut self) -> u32 {
+        let h = self.keys.hash_one(self.drawn);
+        self.drawn = self.drawn.wrapping_add(1);
+        // Fold the hash's two halves. CAST: both are 32 bits wide after the shift and mask.
+        ((h >> 32) ^ (h & u64::from(u32::MAX))) as u32
+    }
+
+    /// A cookie for a new QP: random, nonzero, not live; it is live from now on.
+    pub fn draw(&mut self) -> u32 {
+        let mut cookie = 0;
+        for _ in 0..COOKIE_DRAWS {
+            cookie = self.next();
+            if cookie != 0 && self.live.insert(cookie) {
+                return cookie;
+            }
+        }
+        // Every draw collided: the next free value after the last one. The live set is far
+        // smaller than 2^32 - 1 (one cookie per QP), so this ends.
+        loop {
+            cookie = cookie.wrapping_add(1);
+            if cookie != 0 && self.live.insert(cookie) {
+                return cookie;
+            }
+        }
+    }
+
+    /// The QP of `cookie` is gone: the value may be drawn again.
+    pub fn release(&mut self, cookie: u32) {
+        self.live.remove(&cookie);
+    }
+}
 
 /// A QP's connection as handed over at RTS.
 #[derive(Clone, Debug)]
 pub(super) struct IwConn {
     /// The 4-tuple, this end's view.
     pub tuple: Conn,
-    /// The peer's cookie (its QPN).
+    /// The peer's cookie (from its MPA frame): the messages this QP sends name it, and the
+    /// fabric delivers them only to the QP whose own cookie it is.
     pub cookie: u32,
     /// Congestion-control algorithm (recorded only).
     pub cc: u8,
@@ -31,6 +94,9 @@ pub(super) struct IwConn {
 /// The iWARP part of a QP.
 #[derive(Clone, Debug)]
 pub(super) struct Iwarp {
+    /// This QP's own cookie (CREATE_QP's reply, from [`Cookies`]): a stream message must name
+    /// it to be taken.
+    pub cookie: u32,
     /// The adapter's state.
     pub state: IwarpState,
     /// The state the driver last set (transitions are judged from it).
@@ -40,9 +106,10 @@ pub(super) struct Iwarp {
 }
 
 impl Iwarp {
-    /// A new QP: IDLE.
-    pub fn new() -> Self {
+    /// A new QP with cookie `cookie`: IDLE.
+    pub fn new(cookie: u32) -> Self {
         Iwarp {
+            cookie,
             state: IwarpState::Idle,
             driver_state: IwarpState::Idle,
             conn: None,
@@ -63,5 +130,45 @@ impl Iwarp {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_are_random_nonzero_and_unique_among_the_live() {
+        let mut c = Cookies::default();
+        let drawn: Vec<u32> = (0..4096).map(|_| c.draw()).collect();
+        let set: BTreeSet<u32> = drawn.iter().copied().collect();
+        assert_eq!(set.len(), drawn.len(), "no duplicates");
+        assert!(!set.contains(&0));
+        assert!(
+            drawn.iter().filter(|&&x| x < 1 << 20).count() < 16,
+            "not small numbers: about 4096 / 4096 = 1 of them is expected below 2^20"
+        );
+        // Two functions draw different sequences.
+        let mut other = Cookies::default();
+        let theirs: Vec<u32> = (0..16).map(|_| other.draw()).collect();
+        assert_ne!(theirs[..], drawn[..16]);
+        // A released cookie may come again; a live one never does.
+        c.release(drawn[0]);
+        assert!(!c.live.contains(&drawn[0]));
+        assert_eq!(c.live.len(), 4095);
+    }
+
+    #[test]
+    fn cookies_skip_live_values_when_every_draw_collides() {
+        let mut c = Cookies::default();
+        // Make the next COOKIE_DRAWS draws (and 0, and the value after the last) live.
+        let mut probe = c.clone();
+        let next: Vec<u32> = (0..COOKIE_DRAWS).map(|_| probe.next()).collect();
+        let last = next[COOKIE_DRAWS - 1];
+        c.live.extend(next.iter().copied());
+        c.live.insert(last.wrapping_add(1));
+        let cookie = c.draw();
+        assert_eq!(cookie, last.wrapping_add(2).max(1));
+        assert!(c.live.contains(&cookie));
     }
 }

@@ -2,8 +2,11 @@
 
 //! iWARP data-path tests: two iWARP functions on one fabric, connected the way the driver's
 //! MPA connection manager hands a TCP connection over (MODIFY_QP to RTS with the 4-tuple, the
-//! peer cookie and the sequence numbers).
+//! peer cookie and the sequence numbers). Each side learns the peer's cookie from the peer's
+//! CREATE_QP reply, as the MPA exchange carries it; a third function plays the guest that
+//! tries to take the connection over.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -11,13 +14,13 @@ use crate::caps::Caps;
 use crate::clock::ManualClock;
 use crate::cmdq::{Command, Status};
 use crate::device::{DeviceConfig, Protocol, RETRY_COUNT, RETRY_TIMEOUT};
-use crate::fabric::{Conn, Fabric, Request, StreamMsg};
+use crate::fabric::{Conn, Fabric, Request, StreamMsg, MAX_CLAIMS};
 use crate::regs;
 use crate::testing::dp::{fabric, pump, Wqe, ALL_ACCESS, EQN, PDN};
 use crate::testing::TestDriver;
 use crate::wire::{
     self, access, op, wc, AeqEvent, CqeExtra, DataCqe, IwarpConnection, IwarpState, CQE_QTYPE_RQ,
-    CQE_QTYPE_SQ, QP_TYPE_UD,
+    CQE_QTYPE_SQ, QP_TYPE_RC, QP_TYPE_UD,
 };
 
 const CQ: u32 = 1;
@@ -55,23 +58,36 @@ fn iw_config(atomic: bool) -> DeviceConfig {
 }
 
 /// An iWARP function on `clock`, INIT, CEQ, CQ 1, QP `qpn`, MR 1 (64 KiB, all rights); returns
-/// the driver and the MR's buffer.
-fn iw_dev(clock: &Arc<ManualClock>, f: &Arc<Fabric>, qpn: u32, atomic: bool) -> (TestDriver, u64) {
+/// the driver, the MR's buffer and the QP's cookie (CREATE_QP's reply).
+fn iw_dev(
+    clock: &Arc<ManualClock>,
+    f: &Arc<Fabric>,
+    qpn: u32,
+    atomic: bool,
+) -> (TestDriver, u64, u32) {
     let mut d = TestDriver::with(iw_config(atomic), clock.clone(), 512, 128, 4096);
     d.attach(f);
     assert!(d.init());
     assert_eq!(d.create_ceq(EQN, 1, 8).status, 0);
     assert_eq!(d.create_cq(CQ, 6).status, 0);
-    assert_eq!(d.create_qp(qpn, CQ, 8, 6).status, 0);
+    let cookie = create_qp(&mut d, qpn);
     let buf = d.alloc(0x1_0000, 0x1000);
     assert_eq!(d.reg_mr(1, 0, PDN, buf, 0x1_0000, ALL_ACCESS).status, 0);
-    (d, buf)
+    (d, buf, cookie)
 }
 
-/// A's connection (active side): to B, its socket's sequence numbers after the MPA exchange.
-fn conn_a() -> IwarpConnection {
+/// CREATE_QP `qpn` on CQ 1; returns its cookie.
+fn create_qp(d: &mut TestDriver, qpn: u32) -> u32 {
+    let c = d.create_qp(qpn, CQ, 8, 6);
+    assert_eq!(c.status, 0);
+    u32::try_from(c.resp0).expect("the cookie is resp0 31:0, the rest 0")
+}
+
+/// A's connection (active side): to B (whose QP's cookie is `peer`), its socket's sequence
+/// numbers after the MPA exchange.
+fn conn_a(peer: u32) -> IwarpConnection {
     IwarpConnection {
-        cookie: QB,
+        cookie: peer,
         dst_ip: IP_B,
         src_ip: IP_A,
         src_port: PORT_A,
@@ -81,10 +97,11 @@ fn conn_a() -> IwarpConnection {
     }
 }
 
-/// B's connection (passive side), with the MPA reply's sequence space reserved.
-fn conn_b() -> IwarpConnection {
+/// B's connection (passive side, to A whose QP's cookie is `peer`), with the MPA reply's
+/// sequence space reserved.
+fn conn_b(peer: u32) -> IwarpConnection {
     IwarpConnection {
-        cookie: QA,
+        cookie: peer,
         dst_ip: IP_A,
         src_ip: IP_B,
         src_port: PORT_B,
@@ -100,29 +117,51 @@ struct Pair {
     b: TestDriver,
     buf_a: u64,
     buf_b: u64,
+    /// QA's cookie.
+    cookie_a: u32,
+    /// QB's cookie.
+    cookie_b: u32,
 }
 
 impl Pair {
     fn new(atomic: bool) -> Self {
         let clock = Arc::new(ManualClock::new());
         let f = fabric();
-        let (a, buf_a) = iw_dev(&clock, &f, QA, atomic);
-        let (b, buf_b) = iw_dev(&clock, &f, QB, atomic);
+        let (a, buf_a, cookie_a) = iw_dev(&clock, &f, QA, atomic);
+        let (b, buf_b, cookie_b) = iw_dev(&clock, &f, QB, atomic);
         Pair {
             clock,
             a,
             b,
             buf_a,
             buf_b,
+            cookie_a,
+            cookie_b,
         }
     }
 
     /// Both sides to RTS, the passive side first (as iw_accept does).
     fn connected(atomic: bool) -> Self {
         let mut p = Pair::new(atomic);
-        assert_eq!(p.b.iwarp_rts(QB, &conn_b()).status, 0);
-        assert_eq!(p.a.iwarp_rts(QA, &conn_a()).status, 0);
+        assert_eq!(p.b.iwarp_rts(QB, &p.conn_b()).status, 0);
+        assert_eq!(p.a.iwarp_rts(QA, &p.conn_a()).status, 0);
         p
+    }
+
+    /// A's connection, with B's cookie.
+    fn conn_a(&self) -> IwarpConnection {
+        conn_a(self.cookie_b)
+    }
+
+    /// B's connection, with A's cookie.
+    fn conn_b(&self) -> IwarpConnection {
+        conn_b(self.cookie_a)
+    }
+
+    /// A third iWARP function on the pair's fabric (the intruder), with QP `qpn`.
+    fn intruder(&self, qpn: u32) -> (TestDriver, u64, u32) {
+        let f = self.a.dev.port().expect("attached").fabric().clone();
+        iw_dev(&self.clock, &f, qpn, true)
     }
 
     fn pump(&mut self) {
@@ -198,7 +237,7 @@ fn both_dead(p: &Pair) {
 #[test]
 fn iwarp_rc_only_ud_refused_without_leftovers() {
     let clock = Arc::new(ManualClock::new());
-    let (mut d, _) = iw_dev(&clock, &fabric(), QA, true);
+    let (mut d, _, _) = iw_dev(&clock, &fabric(), QA, true);
     assert_eq!(
         d.create_ud_qp(11, CQ, 8, 6, PDN).status,
         Status::Unsupported.code()
@@ -210,8 +249,8 @@ fn iwarp_rc_only_ud_refused_without_leftovers() {
     );
     // The QPN is free: an RC QP takes it.
     assert_eq!(d.create_qp(11, CQ, 8, 6).status, 0);
-    // The cookie is the QPN.
-    assert_eq!(d.create_qp(12, CQ, 8, 6).resp0, 12);
+    // The cookie is not the QPN (see cookies_are_random_unique_and_not_the_qpn).
+    assert_ne!(d.create_qp(12, CQ, 8, 6).resp0, 12);
     assert_eq!(
         d.control("query qps"),
         Ok("qps=10:IDLE,11:IDLE,12:IDLE".into())
@@ -238,6 +277,7 @@ fn iwarp_rc_only_ud_refused_without_leftovers() {
 #[test]
 fn iwarp_invalid_transitions_are_refused_and_change_nothing() {
     let mut p = Pair::new(true);
+    let ca = p.conn_a();
     let d = &mut p.a;
     let inval = Status::InvalidParam.code();
     // From IDLE: CLOSING, TERMINATE, IDLE and unknown states are refused.
@@ -255,15 +295,15 @@ fn iwarp_invalid_transitions_are_refused_and_change_nothing() {
     // IDLE -> RTR -> RTS is fine; then RTS -> RTS, RTR, IDLE are not.
     assert_eq!(d.iwarp_state(QA, IwarpState::Rtr).status, 0);
     assert_eq!(state(d, QA), IwarpState::Rtr);
-    assert_eq!(d.iwarp_rts(QA, &conn_a()).status, 0);
-    assert_eq!(d.iwarp_rts(QA, &conn_a()).status, inval);
+    assert_eq!(d.iwarp_rts(QA, &ca).status, 0);
+    assert_eq!(d.iwarp_rts(QA, &ca).status, inval);
     assert_eq!(d.iwarp_state(QA, IwarpState::Rtr).status, inval);
     assert_eq!(d.iwarp_state(QA, IwarpState::Idle).status, inval);
     let info = d.dev.iwarp_qp(QA).unwrap();
     assert_eq!((info.state, info.live), (IwarpState::Rts, true));
     // RTS -> ERROR; then ERROR -> RTS, ERROR -> CLOSING are refused.
     assert_eq!(d.iwarp_state(QA, IwarpState::Error).status, 0);
-    assert_eq!(d.iwarp_rts(QA, &conn_a()).status, inval);
+    assert_eq!(d.iwarp_rts(QA, &ca).status, inval);
     assert_eq!(d.iwarp_state(QA, IwarpState::Closing).status, inval);
     assert_eq!(d.iwarp_state(QA, IwarpState::Error).status, inval);
     assert_eq!(state(d, QA), IwarpState::Error);
@@ -294,7 +334,7 @@ fn iwarp_stop_form_with_garbage_after_word_8_is_accepted() {
             }),
             A_SND.wrapping_add(StreamMsg::Terminate { status: None }.stream_len()),
             B_SND,
-            QB
+            p.cookie_b
         ),
         "the garbage was not read"
     );
@@ -310,25 +350,40 @@ fn iwarp_stop_form_with_garbage_after_word_8_is_accepted() {
 }
 
 #[test]
-fn iwarp_duplicate_tuple_is_refused() {
+fn claims_per_tuple_are_bounded() {
     let mut p = Pair::connected(true);
-    assert_eq!(p.a.create_qp(11, CQ, 8, 6).status, 0);
+    // QA holds A's tuple; more QPs of A may claim it, each with its own cookie, up to
+    // MAX_CLAIMS in all: they take nothing from QA's connection.
+    let last = QA + MAX_CLAIMS as u32;
+    for qpn in QA + 1..last {
+        create_qp(&mut p.a, qpn);
+        assert_eq!(p.a.iwarp_rts(qpn, &p.conn_a()).status, 0, "QP {qpn}");
+    }
+    create_qp(&mut p.a, last);
     assert_eq!(
-        p.a.iwarp_rts(11, &conn_a()).status,
+        p.a.iwarp_rts(last, &p.conn_a()).status,
         Status::Exists.code(),
-        "same device"
+        "one claim too many"
     );
-    assert_eq!(state(&p.a, 11), IwarpState::Idle, "nothing changed");
-    // Another device on the same fabric cannot bind it either.
-    assert_eq!(p.b.create_qp(21, CQ, 8, 6).status, 0);
-    assert_eq!(p.b.iwarp_rts(21, &conn_a()).status, Status::Exists.code());
-    // Once QP 10 is gone, the tuple is free.
+    assert_eq!(state(&p.a, last), IwarpState::Idle, "nothing changed");
+    // Another function's claims on the tuple count on their own.
+    create_qp(&mut p.b, 21);
+    assert_eq!(p.b.iwarp_rts(21, &p.conn_a()).status, 0);
+    // The connection still carries data, between QA and QB only.
+    p.b.post_recv(QB, p.buf_b, 0x100, stag(1));
+    p.a.send_wqe(QA, &Wqe::send_inline(b"still ours"));
+    p.pump();
+    assert_eq!(rq(&p.b.poll_all(CQ)), [(op::RECEIVE, wc::SUCCESS)]);
+    assert_eq!(p.b.peek(p.buf_b, 10), b"still ours");
+    assert_eq!(sq(&p.a.poll_all(CQ)), [(op::SEND, wc::SUCCESS)]);
+    // A claim that goes (its QP destroyed) makes room for another.
     assert_eq!(
-        p.a.exec(Command::DestroyQp, |s| wire::U32Arg(QA).write_fields(s))
+        p.a.exec(Command::DestroyQp, |s| wire::U32Arg(QA + 1).write_fields(s))
             .status,
         0
     );
-    assert_eq!(p.a.iwarp_rts(11, &conn_a()).status, 0);
+    assert_eq!(p.a.iwarp_rts(last, &p.conn_a()).status, 0);
+    assert_eq!(state(&p.b, QB), IwarpState::Rts, "QB did not hear of it");
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -344,14 +399,15 @@ fn iwarp_rts_binds_then_send_recv() {
     let s = p.a.send_wqe(QA, &Wqe::send(&[sge(p.buf_a, 8)]));
     p.pump();
     assert!(p.a.poll_all(CQ).is_empty() && p.b.poll_all(CQ).is_empty());
-    assert_eq!(p.b.iwarp_rts(QB, &conn_b()).status, 0);
+    assert_eq!(p.b.iwarp_rts(QB, &p.conn_b()).status, 0);
     assert_eq!(
         p.b.control("query qps"),
         Ok(format!(
-            "qps=20:RTS:10.0.0.2:4791-10.0.0.1:40000:snd={B_SND}:rcv={A_SND}:cookie=10"
+            "qps=20:RTS:10.0.0.2:4791-10.0.0.1:40000:snd={B_SND}:rcv={A_SND}:cookie={}",
+            p.cookie_a
         ))
     );
-    assert_eq!(p.a.iwarp_rts(QA, &conn_a()).status, 0);
+    assert_eq!(p.a.iwarp_rts(QA, &p.conn_a()).status, 0);
     p.pump();
     let ca = p.a.poll_all(CQ);
     assert_eq!(sq(&ca), [(op::SEND, wc::SUCCESS)]);
@@ -374,9 +430,9 @@ fn iwarp_rts_binds_then_send_recv() {
     assert_eq!(
         p.a.control("query queues"),
         Ok(format!(
-            "queues=q10:RTS:1/1:0:0:0:10.0.0.1:40000-10.0.0.2:4791:snd={}:rcv={B_SND}:cookie=20,\
+            "queues=q10:RTS:1/1:0:0:0:10.0.0.1:40000-10.0.0.2:4791:snd={}:rcv={B_SND}:cookie={},\
              c1:1/0:-:-",
-            a.snd_nxt
+            a.snd_nxt, p.cookie_b
         ))
     );
     // The other way (B's stream wraps through 0), solicited with immediate.
@@ -542,7 +598,7 @@ fn iwarp_atomics_without_the_capability_fail_and_terminate() {
 fn iwarp_send_before_the_peer_is_bound_is_retransmitted() {
     let mut p = Pair::new(true);
     // The passive side reaches RTS and sends at once; the active side is not bound yet.
-    assert_eq!(p.b.iwarp_rts(QB, &conn_b()).status, 0);
+    assert_eq!(p.b.iwarp_rts(QB, &p.conn_b()).status, 0);
     p.b.send_wqe(QB, &Wqe::send_inline(b"early"));
     p.pump();
     let b = p.b.dev.iwarp_qp(QB).unwrap();
@@ -554,14 +610,14 @@ fn iwarp_send_before_the_peer_is_bound_is_retransmitted() {
             .next()
             .unwrap(),
         format!(
-            "queues=q20:RTS:1/1:1:1:0:10.0.0.2:4791-10.0.0.1:40000:snd={}:rcv=1000:cookie=10",
-            b.snd_nxt
+            "queues=q20:RTS:1/1:1:1:0:10.0.0.2:4791-10.0.0.1:40000:snd={}:rcv=1000:cookie={}",
+            b.snd_nxt, p.cookie_a
         ),
         "one request unanswered, one message waiting for retransmission"
     );
     // A reaches RTS and posts its receive; nothing arrives before B's timer fires.
     p.a.post_recv(QA, p.buf_a, 0x100, stag(1));
-    assert_eq!(p.a.iwarp_rts(QA, &conn_a()).status, 0);
+    assert_eq!(p.a.iwarp_rts(QA, &p.conn_a()).status, 0);
     p.pump();
     assert!(p.a.poll_all(CQ).is_empty());
     p.clock.advance(RETRY_TIMEOUT / 2);
@@ -581,7 +637,7 @@ fn iwarp_send_before_the_peer_is_bound_is_retransmitted() {
 #[test]
 fn iwarp_peer_never_bound_retry_exceeded() {
     let mut p = Pair::new(true);
-    assert_eq!(p.b.iwarp_rts(QB, &conn_b()).status, 0);
+    assert_eq!(p.b.iwarp_rts(QB, &p.conn_b()).status, 0);
     p.b.send_wqe(QB, &Wqe::send_inline(b"x"));
     p.b.send_wqe(QB, &Wqe::send_inline(b"y"));
     p.pump();
@@ -598,7 +654,7 @@ fn iwarp_peer_never_bound_retry_exceeded() {
     let b = p.b.dev.iwarp_qp(QB).unwrap();
     assert_eq!((b.state, b.live, b.backlog), (IwarpState::Error, false, 0));
     // Unbound: A's RTS on the mirror tuple now finds nobody.
-    assert_eq!(p.a.iwarp_rts(QA, &conn_a()).status, 0);
+    assert_eq!(p.a.iwarp_rts(QA, &p.conn_a()).status, 0);
     assert!(p
         .a
         .dev
@@ -610,31 +666,37 @@ fn iwarp_peer_never_bound_retry_exceeded() {
             dst_ip: Ipv4Addr::from(IP_A),
             dst_port: PORT_A,
         })
-        .is_none());
+        .is_empty());
 }
 
 #[test]
 fn iwarp_wrong_peer_cookie_is_refused() {
     let mut p = Pair::new(true);
-    assert_eq!(p.b.iwarp_rts(QB, &conn_b()).status, 0);
-    // A was told the wrong cookie (another QPN than B's).
+    assert_eq!(p.b.iwarp_rts(QB, &p.conn_b()).status, 0);
+    // A was told a wrong cookie: B's QPN (what the cookie used to be).
     let wrong = IwarpConnection {
-        cookie: QB + 1,
-        ..conn_a()
+        cookie: QB,
+        ..p.conn_a()
     };
     assert_eq!(p.a.iwarp_rts(QA, &wrong).status, 0);
     p.b.post_recv(QB, p.buf_b, 0x100, stag(1));
     p.a.send_wqe(QA, &Wqe::send_inline(b"to whom"));
     p.pump();
-    assert!(
-        rq(&p.b.poll_all(CQ)) == [(op::RECEIVE, wc::FLUSHED)],
-        "not delivered"
-    );
-    assert_eq!(p.b.peek(p.buf_b, 7), [0; 7]);
-    assert_eq!(sq(&p.a.poll_all(CQ)), [(op::SEND, wc::GENERAL)]);
+    // B's binding does not answer A's (it names A's cookie, A names another one): A's message
+    // is lost and retransmitted until A gives up, as with a peer that never reached RTS.
+    for _ in 0..RETRY_COUNT {
+        p.tick();
+        assert!(p.a.poll_all(CQ).is_empty(), "completed too early");
+    }
+    p.tick();
+    assert_eq!(sq(&p.a.poll_all(CQ)), [(op::SEND, wc::RETRY_EXCEEDED)]);
     assert_eq!(aeqes(&mut p.a), [(0, QA)]);
-    assert_eq!(aeqes(&mut p.b), [(0, QB)]);
-    both_dead(&p);
+    // B never got it: nothing placed, RCV.NXT where it was, its stream intact.
+    assert!(p.b.poll_all(CQ).is_empty(), "not delivered");
+    assert_eq!(p.b.peek(p.buf_b, 7), [0; 7]);
+    let b = p.b.dev.iwarp_qp(QB).unwrap();
+    assert_eq!((b.state, b.live, b.rcv_nxt), (IwarpState::Rts, true, A_SND));
+    assert!(aeqes(&mut p.b).is_empty());
 }
 
 #[test]
@@ -644,10 +706,10 @@ fn iwarp_forgotten_mpa_reply_reservation_breaks_the_stream() {
     // the kernel will still send the MPA reply in.
     let forgot = IwarpConnection {
         snd_nxt: B_SOCKET_SND,
-        ..conn_b()
+        ..p.conn_b()
     };
     assert_eq!(p.b.iwarp_rts(QB, &forgot).status, 0);
-    assert_eq!(p.a.iwarp_rts(QA, &conn_a()).status, 0);
+    assert_eq!(p.a.iwarp_rts(QA, &p.conn_a()).status, 0);
     p.a.post_recv(QA, p.buf_a, 0x100, stag(1));
     p.b.send_wqe(QB, &Wqe::send_inline(b"hello"));
     p.pump();
@@ -729,13 +791,15 @@ fn iwarp_device_reset_unbinds_and_tells_the_peer() {
     assert_eq!(state(&p.b, QB), IwarpState::Error);
     // A's tuple is free again: after a new INIT, a new QP binds it.
     assert!(p.a.dev.qps().is_empty());
-    let (mut a2, _) = {
+    let (mut a2, _, peer) = {
         let f = p.a.dev.port().unwrap().fabric().clone();
         let clock = p.clock.clone();
+        let peer = p.cookie_b;
         drop(p);
-        iw_dev(&clock, &f, QA, true)
+        let (d, buf, _) = iw_dev(&clock, &f, QA, true);
+        (d, buf, peer)
     };
-    assert_eq!(a2.iwarp_rts(QA, &conn_a()).status, 0);
+    assert_eq!(a2.iwarp_rts(QA, &conn_a(peer)).status, 0);
     // And a device that goes away (a client's disconnect ends in Device::reset, then the port
     // stays; dropping the device drops its port and bindings).
     a2.dev.reset();
@@ -749,5 +813,185 @@ fn iwarp_device_reset_unbinds_and_tells_the_peer() {
             dst_ip: Ipv4Addr::from(IP_B),
             dst_port: PORT_B,
         })
-        .is_none());
+        .is_empty());
+}
+
+// ------------------------------------------------------------------------------------------------
+// Cookies and intruders
+// ------------------------------------------------------------------------------------------------
+
+/// Runs due work on every driver after one retransmission timeout, then the fabric.
+fn tick_all(clock: &ManualClock, drivers: &mut [&mut TestDriver]) {
+    clock.advance(RETRY_TIMEOUT);
+    for d in drivers.iter_mut() {
+        d.run_due();
+    }
+    pump(drivers);
+}
+
+#[test]
+fn cookies_are_random_unique_and_not_the_qpn() {
+    let clock = Arc::new(ManualClock::new());
+    let f = fabric();
+    let (mut d, _, first) = iw_dev(&clock, &f, QA, true);
+    // Many QPs, all on QA's queue buffers (the model reads them only when they are used).
+    let q = d.dp.qps[&QA].clone();
+    let create = |d: &mut TestDriver, qpn| {
+        let c = d.create_qp_on(qpn, CQ, [(q.sq, 8), (q.rq, 6)], QP_TYPE_RC, PDN);
+        assert_eq!(c.status, 0, "QP {qpn}");
+        u32::try_from(c.resp0).expect("32 bits")
+    };
+    let qpns = 11..2011u32;
+    let mut live: BTreeMap<u32, u32> = qpns.clone().map(|n| (n, create(&mut d, n))).collect();
+    live.insert(QA, first);
+    let unique = |live: &BTreeMap<u32, u32>| live.values().collect::<BTreeSet<_>>().len();
+    assert_eq!(unique(&live), live.len(), "no duplicates");
+    assert!(live.iter().all(|(&qpn, &c)| c != 0 && c != qpn));
+    assert!(
+        live.values().filter(|&&c| c < 1 << 20).count() < 16,
+        "not small numbers (about 1 of 2000 random ones is below 2^20)"
+    );
+    // Destroyed and created again: other cookies, still unique among the live QPs.
+    for qpn in qpns.clone().step_by(2) {
+        let c = d.exec(Command::DestroyQp, |s| wire::U32Arg(qpn).write_fields(s));
+        assert_eq!(c.status, 0);
+        let old = live[&qpn];
+        let new = create(&mut d, qpn);
+        assert_ne!(
+            new, old,
+            "QP {qpn}: the cookie is not a function of the QPN"
+        );
+        live.insert(qpn, new);
+    }
+    assert_eq!(unique(&live), live.len());
+    assert!(live.values().all(|&c| c != 0));
+    // Another function's QP of the same number has another cookie.
+    let (_, _, theirs) = iw_dev(&clock, &f, QA, true);
+    assert_ne!(theirs, first);
+    // A RoCEv2 function answers with the QPN, as before.
+    let mut roce = TestDriver::new(DeviceConfig::default());
+    roce.dp_setup(1);
+    assert_eq!(roce.create_cq(CQ, 6).status, 0);
+    let c = roce.create_qp(QA, CQ, 8, 6);
+    assert_eq!((c.status, c.resp0), (0, u64::from(QA)));
+}
+
+#[test]
+fn a_tuple_claimed_first_by_another_port_does_not_capture_the_stream() {
+    let mut p = Pair::new(true);
+    const QX: u32 = 30;
+    let (mut x, buf_x, _) = p.intruder(QX);
+    // Before the victims reach RTS, the intruder binds the tuple B will bind, naming A's QPN
+    // as the peer cookie (what the cookie used to be), and A's tuple, naming B's QPN.
+    let as_b = IwarpConnection {
+        cookie: QA,
+        ..p.conn_b()
+    };
+    assert_eq!(x.iwarp_rts(QX, &as_b).status, 0);
+    create_qp(&mut x, QX + 1);
+    let as_a = IwarpConnection {
+        cookie: QB,
+        ..p.conn_a()
+    };
+    assert_eq!(x.iwarp_rts(QX + 1, &as_a).status, 0);
+    x.post_recv(QX, buf_x, 0x100, stag(1));
+    x.post_recv(QX + 1, buf_x + 0x100, 0x100, stag(1));
+    // The victims still reach RTS and move data both ways.
+    assert_eq!(p.b.iwarp_rts(QB, &p.conn_b()).status, 0);
+    assert_eq!(p.a.iwarp_rts(QA, &p.conn_a()).status, 0);
+    p.a.post_recv(QA, p.buf_a, 0x100, stag(1));
+    p.b.post_recv(QB, p.buf_b, 0x100, stag(1));
+    p.a.send_wqe(QA, &Wqe::send_inline(b"for B only"));
+    p.b.send_wqe(QB, &Wqe::send_inline(b"for A only"));
+    p.a.poke(p.buf_a + 0x200, b"tagged");
+    p.a.send_wqe(
+        QA,
+        &Wqe::write(stag(1), p.buf_b + 0x800, &[sge(p.buf_a + 0x200, 6)]),
+    );
+    pump(&mut [&mut p.a, &mut p.b, &mut x]);
+    let ca = p.a.poll_all(CQ);
+    assert_eq!(sq(&ca), [(op::SEND, wc::SUCCESS), (op::WRITE, wc::SUCCESS)]);
+    assert_eq!(rq(&ca), [(op::RECEIVE, wc::SUCCESS)]);
+    assert_eq!(p.a.peek(p.buf_a, 10), b"for A only");
+    let cb = p.b.poll_all(CQ);
+    assert_eq!(sq(&cb), [(op::SEND, wc::SUCCESS)]);
+    assert_eq!(rq(&cb), [(op::RECEIVE, wc::SUCCESS)]);
+    assert_eq!(p.b.peek(p.buf_b, 10), b"for B only");
+    assert_eq!(p.b.peek(p.buf_b + 0x800, 6), b"tagged");
+    // The intruder got nothing: no CQE, no data, its sequence numbers where it set them.
+    assert!(x.poll_all(CQ).is_empty());
+    assert_eq!(x.peek(buf_x, 0x200), [0; 0x200]);
+    for (qpn, c) in [(QX, &as_b), (QX + 1, &as_a)] {
+        let i = x.dev.iwarp_qp(qpn).unwrap();
+        assert_eq!(
+            (i.state, i.live, i.rcv_nxt),
+            (IwarpState::Rts, true, c.rcv_nxt),
+            "QP {qpn}"
+        );
+    }
+    assert!(aeqes(&mut x).is_empty());
+    assert!(aeqes(&mut p.a).is_empty() && aeqes(&mut p.b).is_empty());
+    let (a, b) = (p.a.dev.iwarp_qp(QA).unwrap(), p.b.dev.iwarp_qp(QB).unwrap());
+    assert_eq!((a.rcv_nxt, b.rcv_nxt), (b.snd_nxt, a.snd_nxt));
+    // The intruder's claims go with its QPs; the victims' bindings stay.
+    drop(x);
+    let port = p.a.dev.port().unwrap();
+    let tuple_a = Conn {
+        src_ip: Ipv4Addr::from(IP_A),
+        src_port: PORT_A,
+        dst_ip: Ipv4Addr::from(IP_B),
+        dst_port: PORT_B,
+    };
+    assert_eq!(port.bound(tuple_a), [(port.id(), QA)]);
+    assert_eq!(port.bound(tuple_a.mirror()).len(), 1);
+}
+
+#[test]
+fn a_stream_packet_with_a_guessed_cookie_is_refused() {
+    let mut p = Pair::connected(true);
+    const QX: u32 = 30;
+    let (mut x, buf_x, _) = p.intruder(QX);
+    // The intruder knows the tuple, the QPNs and A's RCV.NXT, and tries B's side of the
+    // connection with a guessed peer cookie: A's QPN, then even A's real cookie. Neither is
+    // enough: A's binding names B's cookie, which the intruder's QPs do not have.
+    x.poke(buf_x, b"forged!!");
+    for (qpn, guess) in [(QX, QA), (QX + 1, p.cookie_a)] {
+        if qpn != QX {
+            create_qp(&mut x, qpn);
+        }
+        let forged = IwarpConnection {
+            cookie: guess,
+            ..p.conn_b()
+        };
+        assert_eq!(x.iwarp_rts(qpn, &forged).status, 0);
+        x.send_wqe(qpn, &Wqe::write(stag(1), p.buf_a + 0x800, &[sge(buf_x, 8)]));
+        x.send_wqe(qpn, &Wqe::send_inline(b"forged"));
+    }
+    p.a.post_recv(QA, p.buf_a, 0x100, stag(1));
+    pump(&mut [&mut p.a, &mut p.b, &mut x]);
+    let untouched = |p: &mut Pair| {
+        assert_eq!(p.a.peek(p.buf_a + 0x800, 8), [0; 8], "no Write landed");
+        assert_eq!(p.a.peek(p.buf_a, 8), [0; 8], "no Send landed");
+        assert!(p.a.poll_all(CQ).is_empty());
+        assert!(aeqes(&mut p.a).is_empty());
+        let a = p.a.dev.iwarp_qp(QA).unwrap();
+        assert_eq!((a.state, a.live, a.rcv_nxt), (IwarpState::Rts, true, B_SND));
+    };
+    untouched(&mut p);
+    // The intruder's messages find no QP that answers them: retransmitted until it gives up.
+    for _ in 0..=RETRY_COUNT {
+        tick_all(&p.clock, &mut [&mut p.a, &mut p.b, &mut x]);
+        untouched(&mut p);
+    }
+    let cx = x.poll_all(CQ);
+    assert_eq!(cx.len(), 4);
+    assert!(cx
+        .iter()
+        .all(|c| c.status == wc::RETRY_EXCEEDED || c.status == wc::FLUSHED));
+    // The victims' connection carries on.
+    p.b.send_wqe(QB, &Wqe::send_inline(b"genuine"));
+    p.pump();
+    assert_eq!(rq(&p.a.poll_all(CQ)), [(op::RECEIVE, wc::SUCCESS)]);
+    assert_eq!(p.a.peek(p.buf_a, 7), b"genuine");
+    assert_eq!(sq(&p.b.poll_all(CQ)), [(op::SEND, wc::SUCCESS)]);
 }

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use super::iwarp_qp::Iwarp;
+use super::iwarp_qp::{Cookies, Iwarp};
 use super::Protocol;
 use crate::caps::Caps;
 use crate::cmdq::{AddressVector, Status};
@@ -155,6 +155,8 @@ pub(super) struct Rdma {
     pub mrs: BTreeMap<u32, Mr>,
     /// When the retransmission timer of a QP with lost requests fires (on the device's clock).
     pub retransmit: BTreeMap<u32, Duration>,
+    /// The cookies of the iWARP QPs (CREATE_QP's reply).
+    pub cookies: Cookies,
 }
 
 /// Reads `count` u64 entries at `addr` (a level-1 queue MTT).
@@ -328,6 +330,9 @@ impl Rdma {
                 String::new()
             }
         );
+        // An iWARP QP's cookie names it to its peer and authenticates its stream (§7.1):
+        // random, drawn once every check passed. A RoCEv2 QP answers with its QPN.
+        let cookie = if iwarp { self.cookies.draw() } else { r.qpn };
         let wq = |buf, depth| Wq {
             buf,
             depth,
@@ -356,20 +361,22 @@ impl Rdma {
                 held: VecDeque::new(),
                 lost: BTreeMap::new(),
                 retries: 0,
-                iw: iwarp.then(|| Box::new(Iwarp::new())),
+                iw: iwarp.then(|| Box::new(Iwarp::new(cookie))),
                 kernel: !r.ext_db
                     && r.sq.page_shift == wire::KERNEL_QUEUE_PAGE_SHIFT
                     && r.rq.page_shift == wire::KERNEL_QUEUE_PAGE_SHIFT,
             },
         );
-        // The cookie (iWARP MPA exchange) is the QPN.
-        Ok((u64::from(r.qpn), 0))
+        Ok((u64::from(cookie), 0))
     }
 
-    /// Removes QP `qpn` and its retransmission timer.
+    /// Removes QP `qpn`, its retransmission timer and its cookie.
     pub(super) fn remove_qp(&mut self, qpn: u32) -> Option<Qp> {
         let qp = self.qps.remove(&qpn)?;
         self.retransmit.remove(&qpn);
+        if let Some(iw) = &qp.iw {
+            self.cookies.release(iw.cookie);
+        }
         Some(qp)
     }
 

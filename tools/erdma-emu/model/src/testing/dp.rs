@@ -475,10 +475,23 @@ impl TestDriver {
         qp_type: u8,
         pdn: u32,
     ) -> Cqe {
-        let sq_depth = 1u32 << sq_log2;
-        let rq_depth = 1u32 << rq_log2;
-        let sq = self.alloc(u64::from(sq_depth) * 32, 0x1000);
-        let rq = self.alloc(u64::from(rq_depth) * 32, 0x1000);
+        let sq = self.alloc(u64::from(1u32 << sq_log2) * 32, 0x1000);
+        let rq = self.alloc(u64::from(1u32 << rq_log2) * 32, 0x1000);
+        self.create_qp_on(qpn, cqn, [(sq, sq_log2), (rq, rq_log2)], qp_type, pdn)
+    }
+
+    /// CREATE_QP `qpn` of `qp_type` in PD `pdn` on CQ `cqn`, its SQ and RQ `(address, log2 of
+    /// the depth)` contiguous buffers (level 0, 1 MiB pages). The model reads a queue only when
+    /// it is used, so QPs may share buffers: a test that needs many QPs, or the same QP again,
+    /// does not use up the test memory.
+    pub fn create_qp_on(
+        &mut self,
+        qpn: u32,
+        cqn: u32,
+        [(sq, sq_log2), (rq, rq_log2)]: [(u64, u32); 2],
+        qp_type: u8,
+        pdn: u32,
+    ) -> Cqe {
         let cfg = |addr| QueueMttCfg {
             page_shift: 20,
             level: 0,

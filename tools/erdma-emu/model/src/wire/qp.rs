@@ -383,7 +383,8 @@ impl ModifyQpIwarp {
 /// MODIFY_QP (RDMA/3), iWARP layout, words @12..@36: the connection handed over at RTS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IwarpConnection {
-    /// The peer's cookie from its MPA frame (@12, host order): the model's QPN of the peer.
+    /// The peer's cookie from its MPA frame (@12, host order): the cookie the peer's CREATE_QP
+    /// returned.
     pub cookie: u32,
     /// Destination IPv4 address (@16, big-endian on the wire).
     pub dst_ip: [u8; 4],

@@ -338,6 +338,12 @@ ibdev_of() {
 }
 
 # gid_index IBDEV IPV4: the index of the RoCEv2 GID of IPV4 on port 1.
+# ib_of BDF: the RDMA device of BDF, once registered.
+ib_of() {
+	_io_nd=$(netdev_of "$(mac_of "$1")") || return 1
+	wait_for 10 sh -c "rdma link show | grep -q ' netdev $_io_nd '" || return 1
+	ibdev_of "$_io_nd"
+}
 gid_index() { find_gid "$1" "$2" && echo "$GID"; }
 
 # find_gid IBDEV IPV4: as gid_index, into $GID (no subshell).
@@ -826,6 +832,24 @@ load_driver() {
 	else
 		tap_skip "modprobe $ERDMA_DRIVER" "$ERDMA_DRIVER drives the adapters already and stays: $ERDMA_SAFE_WHY"
 	fi
+}
+
+# py_points PREFIX SCRIPT ARGS...: runs the Python script SCRIPT (beside this
+# library) with ARGS and turns each TAP point it prints ("ok N - ...", "not
+# ok N - ...") into one of this test, named PREFIX and its description; any
+# other line it prints becomes a diagnostic.
+py_points() {
+	_pp_prefix=$1 _pp_script=$2
+	shift 2
+	python3 "$(dirname "$0")/$_pp_script" "$@" >/tmp/erdma-py-points.$$ 2>&1
+	while read -r _pp_line; do
+		case "$_pp_line" in
+		"ok "[0-9]*" - "*) tap_ok "$_pp_prefix${_pp_line#ok * - }" ;;
+		"not ok "[0-9]*" - "*) tap_not_ok "$_pp_prefix${_pp_line#not ok * - }" ;;
+		*) tap_diag "$_pp_line" ;;
+		esac
+	done </tmp/erdma-py-points.$$
+	rm -f /tmp/erdma-py-points.$$
 }
 
 # ---- undoing what a test changed -----------------------------------------------

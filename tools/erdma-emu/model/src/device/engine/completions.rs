@@ -87,7 +87,13 @@ impl Cq {
 impl DataPath<'_> {
     /// Writes a CQE into CQ `cqn` (see [`Cq::post`]) and posts what it asks for: the CEQE of
     /// an armed CQ, the AEQE of an overflow.
-    fn post_cqe(&mut self, cqn: u32, cqe: DataCqe, solicited: bool, io: &mut Io<'_>) {
+    pub(in crate::device) fn post_cqe(
+        &mut self,
+        cqn: u32,
+        cqe: DataCqe,
+        solicited: bool,
+        io: &mut Io<'_>,
+    ) {
         let Some(cq) = self.rdma.cqs.get_mut(&cqn) else {
             if self.warned.first(Oddity::MissingCq, u64::from(cqn)) {
                 log::warn!(

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Systematic allocation failures in a driver's paths (fail-nth sweeps).
+
+Usage: failnth.py probe DRIVER BDF
+       failnth.py verbs IBDEV roce|iwarp [GID_INDEX]
+
+The kernel's fault injection (Documentation/fault-injection) fails the n-th
+allocation of the calling task that its filters let through, when n is
+written to /proc/thread-self/fail-nth; reading the file back says whether the
+n-th point was reached (0) or not. failnth.sh sets the filters (failslab and
+fail_page_alloc, sleeping allocations included, and a stack filter that
+requires the driver's code among the callers), and this script sweeps each
+operation: n = 1, 2, ... until the operation completes without reaching its
+n-th point. Every injected failure must end in an error the caller sees
+(errno), with nothing left behind, and the next attempt must work.
+
+  probe: the function is unbound from DRIVER and bound again through sysfs,
+         the bind failing at each point; after each failure the function must
+         be unbound.
+  verbs: through pyverbs (the stock provider) on IBDEV: user context, PD, CQ,
+         MR, RC QP, and on RoCEv2 a QP moved to RTS (by GID, to itself).
+         (Address handles are the kernel's only: uverbs has no AH verbs for
+         these devices.)
+
+Prints TAP points ("ok N - ..."), one per operation, with the number of
+points swept; exits 1 if one failed. A kernel report ends the guest (the
+harness's panic_on_warn), which fails the scenario.
+"""
+
+import errno
+import os
+import sys
+import time
+
+# Every sweep stops here at the latest: an operation with more points than
+# this is reported as not finished (a loop in the driver, or a new path).
+MAX_POINTS = 400
+# The probe: every point up to here, then every PROBE_STRIDE-th.
+PROBE_DENSE = 120
+PROBE_STRIDE = 64
+
+results = []
+
+
+def tap(name, ok, detail):
+    results.append(ok)
+    print(f"{'ok' if ok else 'not ok'} {len(results)} - {name}: {detail}", flush=True)
+
+
+class FailNth:
+    """The calling thread's fail-nth file."""
+
+    def __init__(self):
+        self.fd = os.open("/proc/thread-self/fail-nth", os.O_RDWR)
+
+    def arm(self, n):
+        os.pwrite(self.fd, str(n).encode(), 0)
+
+    def reached(self):
+        """Whether the armed point was reached (and failed); disarms."""
+        left = int(os.pread(self.fd, 32, 0).decode().strip() or "0")
+        if left:
+            os.pwrite(self.fd, b"0", 0)
+        return left == 0
+
+
+def sweep(name, attempt, after_failure=None, dense=None, stride=1):
+    """Runs `attempt()` with the n-th point failing, n = 1, 2, ... until the
+    operation completes without reaching its n-th point; `attempt` raises
+    (OSError or a pyverbs error) on failure and cleans up what it made on
+    success. With `dense`, every point up to `dense`, then every `stride`-th,
+    and, once a step passes the end, every point back to the last one reached
+    (so the operation's own first and last points are all swept, and the
+    middle is sampled). Prints a TAP point."""
+    fn = FailNth()
+    failures = {}
+    swept = 0
+    reached = 0  # the highest point that failed
+    n = 1
+    back = None  # points still to sweep one by one after a step passed the end
+    while swept < MAX_POINTS:
+        fn.arm(n)
+        err = None
+        try:
+            attempt()
+        except Exception as ex:  # pyverbs raises its own error types
+            err = ex
+        hit = fn.reached()
+        swept += 1
+        if not hit:
+            if err is not None:
+                tap(name, False, f"failed without an injected fault at point {n}: {err}")
+                return
+            if back is None and n - 1 > reached:
+                # A step went past the end: the points around the last one
+                # reached that the steps passed over.
+                low = reached + 1 if dense is None or reached <= dense else max(reached - stride + 1, dense + 1)
+                back = [i for i in range(low, n) if i != reached]
+            elif back is not None:
+                # Past the end: the points after this one are too.
+                back = [i for i in back if i < n]
+            if not back:
+                how = f"{swept - 1} points failed cleanly ({summary(failures)})"
+                if dense is not None and reached > dense:
+                    how += f" of {reached}: every one to {dense}, every {stride}th after, and the last ones"
+                tap(name, True, how + ", then it worked")
+                return
+            n = back.pop(0)
+            continue
+        reached = max(reached, n)
+        if err is None:
+            # The failure was absorbed (a retry, a fallback): allowed, the
+            # operation worked.
+            failures["absorbed"] = failures.get("absorbed", 0) + 1
+        else:
+            code = getattr(err, "errno", None) or getattr(err, "error_code", None)
+            key = errno.errorcode.get(abs(code), str(code)) if isinstance(code, int) else type(err).__name__
+            failures[key] = failures.get(key, 0) + 1
+        if after_failure is not None:
+            problem = after_failure(err)
+            if problem:
+                tap(name, False, f"after the failure at point {n}: {problem}")
+                return
+        if back is not None:
+            if not back:
+                back = None
+                n = reached + 1
+            else:
+                n = back.pop(0)
+        elif dense is not None and n >= dense:
+            n += stride
+        else:
+            n += 1
+    tap(name, False, f"still reaching new points after {MAX_POINTS} attempts")
+
+
+def summary(failures):
+    return ", ".join(f"{k} {v}" for k, v in sorted(failures.items())) or "none"
+
+
+def sweep_probe(driver, bdf):
+    drv = f"/sys/bus/pci/drivers/{driver}"
+    dev = f"{drv}/{bdf}"
+
+    def unbind():
+        if os.path.exists(dev):
+            with open(f"{drv}/unbind", "w") as f:
+                f.write(bdf)
+
+    def bind():
+        # The write is the probe: it runs in this thread.
+        fd = os.open(f"{drv}/bind", os.O_WRONLY)
+        try:
+            os.write(fd, bdf.encode())
+        finally:
+            os.close(fd)
+
+    def attempt():
+        unbind()
+        bind()
+
+    def after_failure(err):
+        if err is not None and os.path.exists(dev):
+            return f"the bind failed ({err}) but {bdf} is bound"
+        return None
+
+    # The RDMA core's registration has hundreds of points (sysfs, counters, the
+    # MAD layer): sampled, after every point of the driver's own start.
+    sweep(f"probe of {bdf} by {driver}", attempt, after_failure, dense=PROBE_DENSE, stride=PROBE_STRIDE)
+    if not os.path.exists(dev):
+        bind()
+
+
+def sweep_verbs(ibdev, proto, gid_index):
+    import pyverbs.enums as e
+    from pyverbs.addr import AHAttr, GlobalRoute
+    from pyverbs.cq import CQ
+    from pyverbs.device import Context
+    from pyverbs.mr import MR
+    from pyverbs.pd import PD
+    from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+
+    port = 1
+    sweep(f"{ibdev}: user context", lambda: Context(name=ibdev).close())
+    ctx = Context(name=ibdev)
+    sweep(f"{ibdev}: PD", lambda: PD(ctx).close())
+    pd = PD(ctx)
+    sweep(f"{ibdev}: CQ", lambda: CQ(ctx, 64, None, None, 0).close())
+    cq = CQ(ctx, 64, None, None, 0)
+    access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+    sweep(f"{ibdev}: MR of 64 KiB", lambda: MR(pd, 64 * 1024, access).close())
+    cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=1, max_recv_sge=1)
+    init = QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)
+    sweep(f"{ibdev}: RC QP", lambda: QP(pd, init).close())
+    if proto == "roce":
+        gid = ctx.query_gid(port, gid_index)
+        ah_attr = AHAttr(port_num=port, is_global=1, gr=GlobalRoute(dgid=gid, sgid_index=gid_index))
+
+        def to_rts():
+            qp = QP(pd, init, QPAttr(port_num=port))
+            try:
+                attr = QPAttr(port_num=port)
+                attr.path_mtu = e.IBV_MTU_1024
+                attr.max_dest_rd_atomic = 1
+                attr.max_rd_atomic = 1
+                attr.min_rnr_timer = 12
+                attr.timeout = 14
+                attr.retry_cnt = 7
+                attr.rnr_retry = 7
+                attr.dest_qp_num = qp.qp_num
+                attr.ah_attr = ah_attr
+                qp.to_rts(attr)
+            finally:
+                qp.close()
+        # The points of the QP's creation come first (swept above as well),
+        # then those of its moves.
+        sweep(f"{ibdev}: RC QP created and moved to RTS", to_rts)
+    for o in (cq, pd, ctx):
+        o.close()
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "probe":
+        sweep_probe(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) in (4, 5) and sys.argv[1] == "verbs" and sys.argv[3] in ("roce", "iwarp"):
+        sweep_verbs(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) == 5 else 0)
+    else:
+        sys.exit(__doc__)
+    # Work the kernel deferred (freeing after RCU, ...) settles before the
+    # caller checks for leaks.
+    time.sleep(1)
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
