@@ -325,6 +325,22 @@ lane_ours() {
 	guest three-adapters --smp 1 --timeout 1200 \
 		--dev proto=roce --dev proto=iwarp --dev proto=roce,version=0 \
 		--run 'erdma_rs/run_tests.sh probe.sh'
+	# (Back in lane_ours since session 29, with the doctests: lane_rest ended
+	# 100 s after it once control-plane gained failnth.sh and hostile.sh.)
+	# Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
+	# of the issue run in three-adapters. (Repetition counts here and in
+	# rmmod_race.sh are cut for the debug kernel's time: 3 and 4 cycles.)
+	guest two-guests-one-model --smp 1 --timeout 1200 --kmemleak none \
+		--dev proto=roce --dev proto=iwarp --guest 0 --guest 1 \
+		--run 'CYCLES=3 erdma_rs/run_tests.sh probe.sh'
+	# The kernel crate's doctests (its `# Examples`, ours of kernel::rdma and
+	# kernel::net included), which boots leave out by default
+	# (kernel/configs/erdma_rs_debug.config): this boot runs them alone,
+	# without debugobjects (an upstream example's stack timer is "not
+	# annotated" there).
+	guest doctests --smp 1 --timeout 600 \
+		--append "kunit.filter_glob=rust_doctests_kernel no_debug_objects" \
+		--dev proto=roce --run 'erdma_rs/run_tests.sh doctests.sh'
 }
 lane_rest() {
 	host_tests
@@ -366,20 +382,6 @@ lane_rest() {
 	guest control-plane --smp 2 --timeout 1800 \
 		--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
 		--run 'RACE_CYCLES=4 FAILNTH_PROBE=iwarp erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh rmmod_race.sh failnth.sh hostile.sh'
-	# (In lane_rest since session 27, 42 s.) Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
-	# of the issue run in three-adapters. (Repetition counts here and in
-	# rmmod_race.sh are cut for the debug kernel's time: 3 and 4 cycles.)
-	guest two-guests-one-model --smp 1 --timeout 1200 --kmemleak none \
-		--dev proto=roce --dev proto=iwarp --guest 0 --guest 1 \
-		--run 'CYCLES=3 erdma_rs/run_tests.sh probe.sh'
-	# The kernel crate's doctests (its `# Examples`, ours of kernel::rdma and
-	# kernel::net included), which boots leave out by default
-	# (kernel/configs/erdma_rs_debug.config): this boot runs them alone,
-	# without debugobjects (an upstream example's stack timer is "not
-	# annotated" there).
-	guest doctests --smp 1 --timeout 600 \
-		--append "kunit.filter_glob=rust_doctests_kernel no_debug_objects" \
-		--dev proto=roce --run 'erdma_rs/run_tests.sh doctests.sh'
 	# rdma_cm on iWARP between two guests (issue 11): the connection manager's
 	# MPA over the guests' TCP, then the adapters' streams through one model
 	# process: rdma_cm's tools, every perftest tool with -R and NVMe over RDMA,
