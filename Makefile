@@ -9,6 +9,8 @@
 #                 lints, guest tests; ends with "N passed, N failed"
 #   make bench    control- and data-path figures of erdma_rs, the upstream C
 #                 erdma and rdma_rxe in one guest; table in out/bench/results.txt
+#   make fuzz     coverage-guided fuzzing of the device model, at least 10^7
+#                 executions; table in out/fuzz/results.txt
 #   make package  Debian packages for an ECS instance in out/package
 #                 (Documentation/infiniband/erdma_rs_ecs.rst)
 #
@@ -38,12 +40,12 @@ KERNEL_FLAVOR ?= debug
 export KERNEL_FLAVOR
 EMU := $(CARGO_TARGET_DIR)/release/erdma-emu
 
-.PHONY: all demo check bench package setup model kernel module rootfs vm rustfmt clippy clean help
+.PHONY: all demo check bench fuzz package setup model kernel module rootfs vm rustfmt clippy clean help
 
 all: setup model kernel
 
 help:
-	@sed -n '3,25p' Makefile
+	@sed -n '3,27p' Makefile
 
 setup:
 	@scripts/setup.sh
@@ -84,6 +86,10 @@ check:
 # Not part of check: about 10 minutes of measurements (scripts/bench.sh).
 bench:
 	@scripts/bench.sh
+
+# Not part of check (which runs scripts/fuzz.sh --smoke): the model's fuzz targets, 10^7 executions (scripts/fuzz.sh).
+fuzz:
+	@scripts/fuzz.sh
 
 # Debian packages for an ECS instance in out/package (scripts/package.sh;
 # Documentation/infiniband/erdma_rs_ecs.rst).

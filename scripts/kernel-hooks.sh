@@ -127,7 +127,7 @@ edit_rust_net() {
 
 # rust/kernel/workqueue/owned.rs (work queues a driver allocates) in kernel::workqueue.
 edit_rust_workqueue() {
-	insert_before "$1" '^/// A kernel work queue\.$' 'mod owned;\npub use owned::OwnedQueue;\n'
+	insert_before "$1" '^/// A kernel work queue\.$' 'mod owned;\npub use owned::{cancel_delayed_sync, OwnedQueue};\n'
 }
 
 # The headers package (make bindeb-pkg) also carries what an out-of-tree Rust

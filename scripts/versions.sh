@@ -10,6 +10,9 @@ KERNEL_PKG_VERSION=7.3.4-1~bpo13+1
 BINDGEN_VERSION=0.72.1
 LLVM_MAJOR=19
 
+# cargo-fuzz from crates.io for make fuzz (scripts/fuzz.sh), run on the nightly toolchain.
+CARGO_FUZZ_VERSION=0.13.2
+
 # QEMU with vfio-user-pci: qemu-system-x86 from trixie-backports, any 11.1.x.
 QEMU_SERIES=11.1
 

@@ -107,6 +107,8 @@ host_tests() {
 	}
 	say "model-test: $np passed, $nf failed"
 	cd "$TOP"
+	# The model's fuzz targets, a few seconds each (make fuzz runs them long).
+	step model-fuzz "$TOP/scripts/fuzz.sh" --smoke || true
 	# The host scripts' own unit tests (the bench table's verdicts).
 	step scripts-test python3 -m unittest discover -s "$TOP/scripts" -p 'test_*.py' -v || true
 	step kernel-rustfmtcheck "$TOP/scripts/build-kernel.sh" --rustfmtcheck || true
@@ -296,19 +298,21 @@ lane_ours() {
 	# rdma-core's pyverbs suite (pyverbs.sh), kernel consumers posting every
 	# opcode (kverbs.sh), librdmacm's tools (cm.sh) and NVMe over RDMA
 	# (nvmeof.sh), and the adapters handed over between the drivers
-	# (handover.sh). Ours runs all of rdma-core's suite.
+	# (handover.sh). Ours runs all of rdma-core's suite. Last, the adapters
+	# fail under traffic, user and NVMe over RDMA (dead.sh: a fatal error the
+	# driver recovers from, then both adapters gone).
 	guest data-path --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
 		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-		--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh handover.sh'
+		--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh handover.sh dead.sh'
 	# rdma_cm on iWARP (issue 11): librdmacm's tools, perftest -R and NVMe over
 	# RDMA between two iWARP adapters of one guest, connected by the driver's
 	# own connection manager (MPA over the guest's TCP), a hostile MPA peer on
 	# both sides of a connection and rmmod with connections in use
 	# (iwarp_mpa.sh); and a kernel QP in ERROR posted to from softirq and
-	# under a spinlock (kverbs.sh).
+	# under a spinlock (kverbs.sh). Last, the adapters fail (dead.sh).
 	guest iwarp-cm --smp 1 --timeout 1800 --memory 2G \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on \
-		--run "export CM_PROTO=iwarp; erdma_rs/run_tests.sh $IWARP_TESTS kverbs.sh"
+		--run "export CM_PROTO=iwarp; erdma_rs/run_tests.sh $IWARP_TESTS kverbs.sh dead.sh"
 	# RC traffic, rdma_cm and NVMe over RDMA between two guests through one
 	# model process.
 	guest two-guests-data-path --smp 1 --timeout 2400 --memory 2G --kmemleak none \

@@ -1,19 +1,24 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Which drivers hold the PCI devices of an ID.
+//! Which drivers hold the PCI devices of an ID, and a driver letting go of its device to have it
+//! probed again.
 //!
 //! Two drivers can claim the same device ID (an in-tree driver and a replacement for it). The
 //! one that is loaded second binds nothing while the first holds every device; it can ask who
 //! holds them and say so, rather than load and do nothing.
 //!
+//! A driver that finds its device failed can start over with it: [`Device::reprobe_later`].
+//!
 //! C header: [`include/linux/pci.h`](srctree/include/linux/pci.h)
 
-use super::Vendor;
+use super::{Device, Vendor};
 use crate::{
     alloc::{flags::GFP_KERNEL, KVec},
-    bindings,
+    bindings, device,
     prelude::*,
     str::{CStr, CString},
+    sync::aref::ARef,
+    workqueue,
 };
 
 /// A PCI device of a given ID, as it was when it was looked at.
@@ -124,5 +129,48 @@ pub fn holders(vendor: Vendor, device: u32) -> Result<KVec<Holder>> {
             unsafe { bindings::pci_dev_put(pdev) };
             return Err(e);
         }
+    }
+}
+
+impl Device<device::Bound> {
+    /// Has the driver core unbind the device's driver and probe for a driver again
+    /// (`device_reprobe()`), from a work item of its own: for a driver that finds its device in
+    /// a state only starting over cures (it stopped answering, or reported a fatal error).
+    ///
+    /// Returns at once. The work holds a reference to the device, not to the driver: the
+    /// driver's unbind and probe run in it under the device lock, as for a sysfs unbind and
+    /// bind, and the work's own code is the kernel's, so the driver's module may go meanwhile
+    /// (its unbind then runs from the module's removal instead). A driver may call this from
+    /// any of its own work items, but not from one its unbind waits for: that unbind runs in
+    /// the new work.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::{
+    ///     device::Bound,
+    ///     pci,
+    ///     prelude::*, //
+    /// };
+    ///
+    /// // The device reads all-ones: it is gone; unbind and let the probe say what it finds.
+    /// fn start_over(pdev: &pci::Device<Bound>) {
+    ///     if let Err(e) = pdev.reprobe_later() {
+    ///         dev_err!(pdev, "cannot queue the reprobe: {:?}\n", e);
+    ///     }
+    /// }
+    /// ```
+    pub fn reprobe_later(&self) -> Result {
+        let dev: ARef<Device> = self.into();
+        workqueue::system_long().try_spawn(GFP_KERNEL, move || {
+            let raw: &device::Device = dev.as_ref();
+            // SAFETY: `raw` is a valid device, held by the reference this work owns; the work
+            // runs in process context and holds no device lock, as `device_reprobe()` needs.
+            let ret = unsafe { bindings::device_reprobe(raw.as_raw()) };
+            if ret != 0 {
+                dev_err!(raw, "reprobe failed: {}\n", ret);
+            }
+        })?;
+        Ok(())
     }
 }

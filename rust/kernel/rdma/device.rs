@@ -201,6 +201,21 @@ impl<T: Driver> Device<T> {
         NonNull::new(ndev).map(|ndev| unsafe { ARef::from_raw(ndev.cast()) })
     }
 
+    /// Tells every consumer that the device failed (`IB_EVENT_DEVICE_FATAL`): the kernel's
+    /// clients through their event handlers, and each user context through its asynchronous
+    /// event file. What it had posted will not complete by the device; a driver that can
+    /// complete it (as flushed) should, and then unregister or recover. Any context.
+    pub fn report_fatal(&self) {
+        let ev = bindings::ib_event {
+            device: self.as_raw(),
+            element: bindings::ib_event__bindgen_ty_1 { port_num: 1 },
+            event: bindings::ib_event_type_IB_EVENT_DEVICE_FATAL,
+        };
+        // SAFETY: The device is valid; the core copies the event into work of its own
+        // (allocated atomically), so `ev` need not outlive the call.
+        unsafe { bindings::ib_dispatch_event(&ev) };
+    }
+
     /// Associates `ndev` with `port`, or detaches the port's network device (`None`). The core
     /// holds a reference to the associated device.
     pub fn set_netdev(&self, port: u32, ndev: Option<&NetDevice>) -> Result {

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Work queues a driver allocates and owns.
+//! Work queues a driver allocates and owns, and delayed work a driver cancels.
 
-use super::Queue;
+use super::{HasDelayedWork, Queue, Work, WorkItem};
 use crate::{
     bindings,
-    prelude::*, //
+    prelude::*,
+    sync::Arc, //
 };
 use core::{
     ops::Deref,
@@ -74,4 +75,68 @@ impl Drop for OwnedQueue {
         // SAFETY: The queue is owned; this is its last use. Work queued on it runs first.
         unsafe { bindings::destroy_workqueue(self.wq.as_ptr()) };
     }
+}
+
+/// Cancels the delayed work of `item` and waits for a run of it in progress to finish
+/// (`cancel_delayed_work_sync()`); returns whether a queued run was cancelled.
+///
+/// A run cancelled before it started gives back the reference to `item` its queueing took (an
+/// `Arc` queued as work owns one), so nothing leaks. Queueing the item while this runs fails,
+/// so work that queues itself again stops too; an owner that also keeps it from being queued
+/// afterwards (a flag its run checks) knows, once this returns, that none of it runs any more.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     impl_has_delayed_work, new_delayed_work,
+///     prelude::*,
+///     sync::Arc,
+///     workqueue::{self, cancel_delayed_sync, DelayedWork, WorkItem},
+/// };
+///
+/// #[pin_data]
+/// struct Tick {
+///     #[pin]
+///     work: DelayedWork<Tick>,
+/// }
+///
+/// impl_has_delayed_work! {
+///     impl HasDelayedWork<Self> for Tick { self.work }
+/// }
+///
+/// impl WorkItem for Tick {
+///     type Pointer = Arc<Tick>;
+///
+///     fn run(this: Arc<Tick>) {
+///         // Every second, until cancelled.
+///         let _ = workqueue::system().enqueue_delayed(this, kernel::time::msecs_to_jiffies(1000));
+///     }
+/// }
+///
+/// let tick = Arc::pin_init(pin_init!(Tick { work <- new_delayed_work!("Tick::work") }), GFP_KERNEL)?;
+/// let _ = workqueue::system().enqueue_delayed(tick.clone(), kernel::time::msecs_to_jiffies(1000));
+/// assert!(cancel_delayed_sync(&tick));
+/// # Ok::<(), Error>(())
+/// ```
+pub fn cancel_delayed_sync<T, const ID: u64>(item: &Arc<T>) -> bool
+where
+    T: HasDelayedWork<T, ID> + WorkItem<ID, Pointer = Arc<T>>,
+{
+    let ptr = Arc::as_ptr(item).cast_mut();
+    // SAFETY: `ptr` points to a live `T`, which `item` keeps alive.
+    let work = unsafe { Work::raw_get(T::raw_get_work(ptr)) };
+    // SAFETY: By the safety requirements of `HasDelayedWork`, the `work_struct` is the `work`
+    // field of a `delayed_work`.
+    let dwork = unsafe { crate::container_of!(work, bindings::delayed_work, work) };
+    // SAFETY: `dwork` is a valid delayed work item, initialised when `T` was; this function
+    // may sleep, as its callers know from its name.
+    let cancelled = unsafe { bindings::cancel_delayed_work_sync(dwork) };
+    if cancelled {
+        // SAFETY: The cancelled queueing held a reference taken by `Arc::into_raw()` (the
+        // `RawWorkItem` implementation of `Arc`), which its run would have given back; it will
+        // never run.
+        drop(unsafe { Arc::from_raw(ptr) });
+    }
+    cancelled
 }

@@ -451,6 +451,11 @@ impl Cmdq {
                 }
                 return Ok(outcome);
             }
+            if state.disabled {
+                // The adapter failed (or another command timed out) meanwhile.
+                state.slots.abandon(slot);
+                return Err(ENODEV);
+            }
             if budget.spent() {
                 state.slots.abandon(slot);
                 state.disabled = true;
@@ -598,9 +603,16 @@ impl Cmdq {
         Ok(io_read!(&self.sq, [try: word]))
     }
 
-    /// Whether a command timeout has disabled the queue.
+    /// Whether a command timeout, or [`Cmdq::fail`], has disabled the queue.
     pub(crate) fn is_disabled(&self) -> bool {
         self.state.lock().disabled
+    }
+
+    /// Disables the queue because the adapter failed: every command waited for, and every
+    /// later one, fails with `ENODEV` at once rather than after [`TIMEOUT`].
+    pub(crate) fn fail(&self) {
+        self.state.lock().disabled = true;
+        self.done.notify_all();
     }
 
     /// The doorbell that arms the completion ring for one event.

@@ -82,6 +82,8 @@ pub(crate) struct Cq {
     kernel: Option<Arc<KernelCq>>,
     /// Shared so that a failed DESTROY_CQ can keep it ([`crate::hw::Hw::strand`]).
     user: Option<Arc<UserCq>>,
+    /// Its consumer's events, for work that completes a failed adapter's work.
+    pub(crate) events: kernel::rdma::CqEvents,
 }
 
 impl Cq {
@@ -192,6 +194,7 @@ impl Cq {
             eqn,
             kernel,
             user,
+            events: setup.events(),
         };
         setup.set_cqe(depth);
         if let Err(e) = udata.respond(&CreateCqResp { cqn, depth }) {
@@ -228,7 +231,7 @@ impl Cq {
         let Some(k) = &self.kernel else {
             return 0;
         };
-        let polled = k.poll(wcs);
+        let polled = k.poll(wcs, data.hw.failed());
         if let Some((count, qpn, index)) = polled.stray {
             data.hw.reports.report(
                 data.dev(),
@@ -255,6 +258,6 @@ impl Cq {
         report_missed: bool,
     ) -> Result<bool> {
         let k = self.kernel.as_ref().ok_or(EINVAL)?;
-        Ok(k.arm(&data.hw.bar, solicited, report_missed))
+        Ok(k.arm(&data.hw.bar, solicited, report_missed, data.hw.failed()))
     }
 }

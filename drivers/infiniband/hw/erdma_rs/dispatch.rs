@@ -83,6 +83,16 @@ impl<Q: QpSink, C: CqSink> Dispatch<Q, C> {
         let index = usize::try_from(eqn.checked_sub(1).ok_or(EINVAL)?)?;
         Ok(self.ceq_cqs.get(index).ok_or(EINVAL)?.as_ref().get_ref())
     }
+
+    /// The adapter failed: every completion queue gets a completion event, as from its CEQ
+    /// (under its table's lock), so that its consumer polls, and finds its work flushed.
+    pub(crate) fn wake_all(&self) {
+        for cqs in &self.ceq_cqs {
+            for cq in cqs.lock().values() {
+                cq.completion();
+            }
+        }
+    }
 }
 
 impl<Q: QpSink, C: CqSink> AsyncSink for Dispatch<Q, C> {

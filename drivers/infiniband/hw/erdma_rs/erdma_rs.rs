@@ -94,6 +94,7 @@ mod cq;
 mod dispatch;
 mod eq;
 mod formats;
+mod health;
 mod hw;
 mod ibdev;
 mod ids;
@@ -184,7 +185,9 @@ struct Ceq<'bound> {
 /// ring; then a function reset; then the common interrupt. The rings of the AEQ and the command
 /// queue go with the last reference to [`Hw`].
 struct Running<'bound> {
-    /// The RDMA device, unregistered first.
+    /// Looks at the adapter's health while it is registered; stopped first.
+    watchdog: Option<Arc<health::Watchdog>>,
+    /// The RDMA device, unregistered next.
     ib: Option<IbDevice<'bound>>,
     hw: Arc<Hw<'bound>>,
     ceqs: KVec<Ceq<'bound>>,
@@ -193,6 +196,9 @@ struct Running<'bound> {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
+        if let Some(w) = self.watchdog.take() {
+            health::Watchdog::stop(&w);
+        }
         // Unregistering closes every user context and destroys every object, by command.
         self.ib = None;
         // With the command queue disabled, nothing can be destroyed by command: the reset
@@ -301,6 +307,14 @@ impl ErdmaDriver {
         let bar: Bar0<'bound> = pdev.iomap_region_sized(0, c"erdma_rs/bar0")?;
 
         let version = bar.read(regs::VERSION).version().get();
+        if version == u32::MAX {
+            dev_err!(
+                pdev,
+                "VERSION reads all-ones: the function does not answer (gone, or its device \
+                 model died)\n"
+            );
+            return Err(ENODEV);
+        }
         if version == 0 {
             dev_err!(pdev, "VERSION reads 0: non-functional function\n");
             return Err(ENODEV);
@@ -350,6 +364,7 @@ impl ErdmaDriver {
             },
         )?;
         let mut running = Running {
+            watchdog: None,
             ib: None,
             hw: hw.clone(),
             ceqs: KVec::new(),
@@ -461,6 +476,9 @@ impl ErdmaDriver {
             if caps.atomic { "on" } else { "off" }
         );
         dev_info!(pdev, "registered RDMA device {}\n", ib.name());
+        if let Some(period) = health::period_ms(module_parameters::health_check_ms.value()) {
+            running.watchdog = Some(health::Watchdog::start(ib.device(), period)?);
+        }
         running.ib = Some(ib);
 
         Ok(running)
@@ -582,6 +600,10 @@ module! {
         mpa_reply_timeout_ms: u32 {
             default: 10000,
             description: "iWARP: how long a connection waits for TCP, then for the peer's MPA reply, in ms (100 to 600000; the upstream driver's 10 s by default)",
+        },
+        health_check_ms: u32 {
+            default: 1000,
+            description: "How often the driver looks at each adapter's health, in ms (100 to 60000; 0: never): a failed adapter is reported to its consumers (IB_EVENT_DEVICE_FATAL), its kernel work flushed, and the function probed again",
         },
         mpa_request_timeout_ms: u32 {
             default: 20000,

@@ -3,6 +3,11 @@
 //! The adapter as the driver drives it: its registers, its command queue and its event queues,
 //! whose events go to the objects they name through [`crate::dispatch`].
 
+use core::sync::atomic::{
+    AtomicBool,
+    Ordering, //
+};
+
 use kernel::{
     device, fmt,
     io::Io,
@@ -63,6 +68,34 @@ pub(crate) struct Hw<'bound> {
     /// The memory of objects whose teardown command failed ([`Hw::strand`]).
     #[pin]
     stranded: Mutex<KVec<KBox<dyn Send + 'bound>>>,
+    /// Set once the adapter is found failed ([`Hw::fail`]); never cleared (a recovery starts
+    /// over with a new `Hw`).
+    failed: AtomicBool,
+}
+
+/// How an adapter failed, as [`Hw::check`] finds it (erdma_rs_hw 2.5).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Failure {
+    /// Its registers read all-ones: the function is gone (surprise removal, or the device
+    /// model died), and nothing it had will complete.
+    Gone,
+    /// `DEV_STATUS.init_done` dropped while running: the adapter reports that it lost its
+    /// initialisation (a fatal error of its own); a reset brings it back.
+    Halted,
+    /// A command got no answer within the command queue's timeout while the registers still
+    /// answer: the adapter's firmware stopped.
+    Hung,
+}
+
+impl Failure {
+    /// What the log says.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Failure::Gone => "the adapter does not answer (its registers read all-ones)",
+            Failure::Halted => "the adapter reports a fatal error (DEV_STATUS lost init_done)",
+            Failure::Hung => "the adapter stopped completing commands",
+        }
+    }
 }
 
 impl<'bound> Hw<'bound> {
@@ -83,6 +116,7 @@ impl<'bound> Hw<'bound> {
             aeq <- kernel::new_spinlock_irq!(aeq),
             reports: DeviceReports::new(),
             stranded <- kernel::new_mutex!(KVec::new()),
+            failed: AtomicBool::new(false),
         }? Error))
     }
 
@@ -128,6 +162,35 @@ impl<'bound> Hw<'bound> {
             INIT_POLL_INTERVAL.as_millis() * i64::from(INIT_POLL_TRIES)
         );
         Err(ETIMEDOUT)
+    }
+
+    /// Looks at the adapter's health: `None` while it works, otherwise how it failed.
+    pub(crate) fn check(&self) -> Option<Failure> {
+        let status = self.bar.read(regs::DEV_STATUS);
+        if status.into_raw() == u32::MAX {
+            Some(Failure::Gone)
+        } else if !status.init_done() {
+            Some(Failure::Halted)
+        } else if self.cmdq.is_disabled() {
+            Some(Failure::Hung)
+        } else {
+            None
+        }
+    }
+
+    /// Marks the adapter failed: commands fail at once from now on, and kernel queue pairs'
+    /// work completes as flushed, by the driver ([`Hw::failed`]). Returns whether this call
+    /// marked it (the first).
+    pub(crate) fn fail(&self) -> bool {
+        let first = !self.failed.swap(true, Ordering::SeqCst);
+        self.reports.silence();
+        self.cmdq.fail();
+        first
+    }
+
+    /// Whether the adapter was found failed: nothing posted to it will complete by it.
+    pub(crate) fn failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
     }
 
     /// Keeps `memory`, which belonged to an object whose DESTROY (or DEREG_MR) failed, after

@@ -339,7 +339,14 @@ impl KernelCq {
     }
 
     /// Arms the CQ (erdma_rs_hw 4.4); with `report_missed`, whether completions already wait.
-    pub(crate) fn arm(&self, bar: &Bar0<'_>, solicited: bool, report_missed: bool) -> bool {
+    /// Once the adapter `failed`, work still posted counts as waiting: the driver completes it.
+    pub(crate) fn arm(
+        &self,
+        bar: &Bar0<'_>,
+        solicited: bool,
+        report_missed: bool,
+        failed: bool,
+    ) -> bool {
         let mut st = self.state.lock();
         let value = CqDoorbell::zeroed()
             .with_seq(low64(st.arm_sn.into()))
@@ -351,7 +358,13 @@ impl KernelCq {
             .into_raw();
         st.arm_sn = st.arm_sn.wrapping_add(1);
         self.doorbell.ring(bar, value);
-        report_missed && self.cqe(st.ci).is_some()
+        report_missed
+            && (self.cqe(st.ci).is_some()
+                || (failed
+                    && st
+                        .qps
+                        .values()
+                        .any(|e| e.kernel.as_ref().is_some_and(|qp| qp.has_work()))))
     }
 
     /// Lets the queue pair of `node` complete work through this CQ.
@@ -385,7 +398,10 @@ impl KernelCq {
     /// that complete nothing are passed over). Each entry's QP is looked up among the attached
     /// ones and used under this CQ's lock, so a QP being destroyed (detached first) is never
     /// used here, and its memory is freed by the destroyer, in process context.
-    pub(crate) fn poll(&self, wcs: &mut [Wc]) -> Polled {
+    ///
+    /// Once the adapter `failed`, the work still posted by the attached queue pairs follows
+    /// as flushed, completed by the driver ([`KernelQp::flush_into`]).
+    pub(crate) fn poll(&self, wcs: &mut [Wc], failed: bool) -> Polled {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         let mut n = 0;
@@ -415,6 +431,14 @@ impl KernelCq {
                 // A live queue pair's completion for work it does not have posted.
                 let (count, ..) = stray.unwrap_or((0, 0, 0));
                 stray = Some((count + 1, qpn, cqe.wqe_index.get()));
+            }
+        }
+        if failed {
+            for entry in st.qps.values() {
+                let (Some(qp), Some(rest)) = (entry.kernel.as_ref(), wcs.get_mut(n..)) else {
+                    continue;
+                };
+                n += qp.flush_into(&entry.events, rest);
             }
         }
         Polled { n, stray }
@@ -589,6 +613,24 @@ impl WorkQueue {
             self.ci = self.ci.wrapping_add(1);
         }
         Some(self.wr_ids[pos])
+    }
+
+    /// The oldest request posted and not completed, completed as flushed by the driver (the
+    /// adapter failed, so none will complete by it); its ID.
+    fn flush_next(&mut self) -> Option<u64> {
+        while self.used() > 0 {
+            let pos = self.pos(self.ci);
+            let len = self.lens[pos];
+            if len == 0 {
+                // Not the start of a request (the consumer index always is): step over it.
+                self.ci = self.ci.wrapping_add(1);
+                continue;
+            }
+            self.lens[pos] = 0;
+            self.ci = self.ci.wrapping_add(len.into());
+            return Some(self.wr_ids[pos]);
+        }
+        None
     }
 
     /// Records receive `wr_id` (room checked) that can take `bytes`; returns the producer
@@ -1098,6 +1140,38 @@ impl KernelQp {
         Ok(())
     }
 
+    /// Fills `wcs` with flushed completions of what is posted and not completed, the send
+    /// queue's first: the adapter failed, and the driver completes the work in its place, so
+    /// that consumers waiting for it (a drain, a ULP's teardown) get it back. Returns how many.
+    fn flush_into(&self, events: &QpEvents, wcs: &mut [Wc]) -> usize {
+        let mut n = 0;
+        for (q, opcode) in [(&self.sq, WcOpcode::Send), (&self.rq, WcOpcode::Recv)] {
+            let mut q = q.lock();
+            while let Some(wc) = wcs.get_mut(n) {
+                let Some(wr_id) = q.flush_next() else {
+                    break;
+                };
+                wc.set(
+                    events,
+                    wr_id,
+                    WcStatus::WrFlushErr,
+                    opcode,
+                    0,
+                    0,
+                    WcFlags::empty(),
+                    0,
+                );
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Whether work is posted and not completed.
+    fn has_work(&self) -> bool {
+        self.sq.lock().used() > 0 || self.rq.lock().used() > 0
+    }
+
     /// Turns a CQE of this QP into a work completion; false for one that completes nothing
     /// (an index the queue does not hold).
     fn complete(&self, events: &QpEvents, cqe: &Cqe, wc: &mut Wc) -> bool {
@@ -1269,6 +1343,50 @@ mod tests {
             // Everything completed again completes nothing.
             for r in 0..p.head {
                 assert_eq!(q.complete_at(p.reqs[r].0), None);
+            }
+        }
+        Ok(())
+    }
+
+    /// Once the adapter failed, the driver flushes what is left: after random posts and
+    /// random completions (at good and hostile indices), `flush_next` gives back exactly the
+    /// requests still pending, oldest first, each once, and leaves the queue empty.
+    #[test]
+    fn a_failed_adapters_work_flushes_exactly_what_is_pending() -> Result {
+        for seed in 1..=6u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x94d0_49bb_1331_11eb));
+            let mut q = WorkQueue::new(32)?;
+            let mut p = Posted {
+                reqs: KVec::new(),
+                head: 0,
+            };
+            let mut next_id = 0u64;
+            for _ in 0..rng.below(200) {
+                // CAST: 1 to 4.
+                let len = (1 + rng.below(4)) as u8;
+                if rng.below(3) > 0 && q.has_room(len.into()) {
+                    let start = q.pi;
+                    q.push(next_id, len);
+                    p.reqs.push((start, len, next_id), GFP_KERNEL)?;
+                    next_id += 1;
+                } else {
+                    // CAST: any index around the ring, masked to 16 bits.
+                    let index = q.ci.wrapping_add(rng.below(40) as u16).wrapping_sub(4);
+                    if let Some(id) = q.complete_at(index) {
+                        let k = p.pending().iter().position(|r| r.2 == id).ok_or(EINVAL)?;
+                        p.head += k + 1;
+                    }
+                }
+                p.check(&q);
+            }
+            for &(_, _, id) in p.pending() {
+                assert_eq!(q.flush_next(), Some(id));
+            }
+            assert_eq!(q.flush_next(), None);
+            assert_eq!(q.used(), 0);
+            // And a flushed request never completes again.
+            for r in &p.reqs {
+                assert_eq!(q.complete_at(r.0), None);
             }
         }
         Ok(())

@@ -15,6 +15,7 @@ use kernel::{
             udp_sport, //
         },
         AccessFlags,
+        CqEvents,
         QpAttr,
         QpAttrBit,
         QpAttrMask,
@@ -165,6 +166,9 @@ pub(crate) struct QpHw {
 pub(crate) struct Reflusher {
     qp: Arc<KernelQp>,
     dev: Arc<dyn DeviceRef>,
+    /// The queue pair's CQs (send, receive): woken when the device is out of reach and the
+    /// adapter failed, so that their consumers poll the flushed work ([`crate::health`]).
+    cqs: [CqEvents; 2],
     #[pin]
     work: Work<Reflusher>,
     /// Cleared, under the lock, before the queue pair is destroyed: no REFLUSH may name its
@@ -184,18 +188,26 @@ impl WorkItem for Reflusher {
         let live = this.live.lock();
         // Not if the queue pair left ERROR (RESET) since the post asked.
         if *live && this.qp.in_error() {
-            this.dev.with(&mut |data| data.reflush(&this.qp.reflush()));
+            let reached = this.dev.with(&mut |data| data.reflush(&this.qp.reflush()));
+            // Unregistering (a drain in a consumer's teardown): no command can run; a failed
+            // adapter's work completes as the driver flushes it, when the consumers poll.
+            if !reached {
+                for cq in &this.cqs {
+                    cq.completion();
+                }
+            }
         }
         drop(live);
     }
 }
 
 impl Reflusher {
-    fn new(qp: Arc<KernelQp>, dev: Arc<dyn DeviceRef>) -> Result<Arc<Self>> {
+    fn new(qp: Arc<KernelQp>, dev: Arc<dyn DeviceRef>, cqs: [CqEvents; 2]) -> Result<Arc<Self>> {
         Arc::pin_init(
             try_pin_init!(Self {
                 qp,
                 dev,
+                cqs,
                 work <- new_work!("erdma_rs::qp::Reflusher::work"),
                 live <- new_mutex!(true),
             }),
@@ -384,7 +396,11 @@ impl Qp {
             (Some(k), None)
         };
         let reflusher = match &kernel {
-            Some(k) => Some(Reflusher::new(k.clone(), dev_ref()?)?),
+            Some(k) => Some(Reflusher::new(
+                k.clone(),
+                dev_ref()?,
+                [scq.data().events.clone(), rcq.data().events.clone()],
+            )?),
             None => None,
         };
 
@@ -621,7 +637,13 @@ impl Qp {
             let qpn = self.hw.qpn;
             cmd.av = address_vector(&attr.ah_attr(), |fl| udp_sport(fl, qpn, dest_qpn))?;
         }
-        data.hw.exec(&cmd)?;
+        if let Err(e) = data.hw.exec(&cmd) {
+            // A failed adapter has stopped every queue pair: stopping one succeeds, and its
+            // kernel work completes as flushed, by the driver (a drain must not fail).
+            if !(data.hw.failed() && matches!(next, QpState::Err | QpState::Reset)) {
+                return Err(e);
+            }
+        }
         if let Some(k) = &self.hw.kernel {
             k.set_state(next);
             if mask.contains(QpAttrBit::Qkey) {
@@ -654,7 +676,11 @@ impl Qp {
         let next = attr.state().ok_or(EINVAL)?;
         let dev = data.iw().ok_or(EINVAL)?;
         let mut shadow = self.shadow.lock();
-        let modified = iw.modify(&dev, next);
+        let modified = match iw.modify(&dev, next) {
+            // As for RoCEv2 queue pairs: a failed adapter has stopped them all.
+            Err(_) if data.hw.failed() && next == QpState::Err => Ok(()),
+            m => m,
+        };
         if let Some(k) = &self.hw.kernel {
             if modified.is_ok() {
                 k.iw_state_changed(next);

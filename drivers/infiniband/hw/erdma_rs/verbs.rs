@@ -532,4 +532,9 @@ impl<'bound> IbDevice<'bound> {
     pub(crate) fn name(&self) -> &CStr {
         self.0.device().name()
     }
+
+    /// The registered device.
+    pub(crate) fn device(&self) -> &rdma::Device<Erdma> {
+        self.0.device()
+    }
 }

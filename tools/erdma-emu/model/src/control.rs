@@ -23,7 +23,7 @@
 //! stats <counter>=<value> ...
 //! clear
 //! query mtu|page_shift|eqs|cmds|init_done|dbs|gids|ahs|ahns|rules|qps|cqs|mrs|objects|ud_drops|
-//!       hostile|stats|all
+//!       hostile|memory|stats|all
 //! ```
 //!
 //! `<op>` is a command name (`COMMON.CREATE_EQ`, `RDMA.QUERY_DEVICE`, case-insensitive), a
@@ -443,6 +443,13 @@ pub enum Query {
     /// `caps=<field>:<value>,...|off alloc_db=<mode> aeq_on_destroy=on|off`: the hostile
     /// settings ([`HostileSettings::report`]). Not part of [`Query::All`].
     Hostile,
+    /// `rss=<bytes>|unknown hwm=<bytes>|unknown ceiling=<bytes> inflight=<bytes>
+    /// held=<bytes>`: the serving process's resident memory now and at its peak (VmRSS, VmHWM;
+    /// the server reads them, the model alone cannot), the documented ceiling of the model's
+    /// memory per adapter ([`crate::device::MEMORY_CEILING`]), and what this function holds of
+    /// its bounded buffers now (the port's window, requests held for receive WQEs). Not part
+    /// of [`Query::All`].
+    Memory,
     /// The 11 GET_STATS counters, `tx_reqs=<n> ...`.
     Stats,
     /// Everything above except [`Query::Gids`] (it would push the rest beyond the test page's
@@ -451,7 +458,7 @@ pub enum Query {
 }
 
 impl Query {
-    const NAMES: [(&'static str, Query); 19] = [
+    const NAMES: [(&'static str, Query); 20] = [
         ("mtu", Query::Mtu),
         ("page_shift", Query::PageShift),
         ("eqs", Query::Eqs),
@@ -469,6 +476,7 @@ impl Query {
         ("objects", Query::Objects),
         ("ud_drops", Query::UdDrops),
         ("hostile", Query::Hostile),
+        ("memory", Query::Memory),
         ("stats", Query::Stats),
         ("all", Query::All),
     ];
@@ -525,6 +533,20 @@ pub enum ControlCommand {
     Clear,
     /// `query <what>`.
     Query(Query),
+    /// `fatal`: the function fails as on a fatal error of its own: it drops every queue and
+    /// object, `DEV_STATUS` reads 0 (INIT_DONE clear), nothing is fetched, completed or
+    /// signalled, until the driver resets it (`DEV_CTRL.RESET`).
+    Fatal,
+    /// `gone`: the function is gone, as if surprise-removed: BAR0 and BAR2 read all-ones,
+    /// writes go nowhere, and it neither signals nor touches guest memory again, until a
+    /// power-on reset of the whole function (a new VM). What a guest sees of a device model
+    /// that died (QEMU's vfio-user proxy fails the accesses: all-ones), without the process
+    /// dying.
+    Gone,
+    /// `die`: the process serving the adapters exits at once (SIGKILL), as if killed: every
+    /// adapter it serves stops answering. For tests of a dead device; only through the
+    /// control socket or a test page that was switched on.
+    Die,
 }
 
 impl fmt::Display for Query {
@@ -586,6 +608,9 @@ impl fmt::Display for ControlCommand {
             }
             ControlCommand::Clear => f.write_str("clear"),
             ControlCommand::Query(q) => write!(f, "query {q}"),
+            ControlCommand::Fatal => f.write_str("fatal"),
+            ControlCommand::Gone => f.write_str("gone"),
+            ControlCommand::Die => f.write_str("die"),
         }
     }
 }
@@ -892,13 +917,16 @@ pub fn parse(line: &str) -> Result<ControlCommand, String> {
             Ok(ControlCommand::Stats(set))
         }
         "clear" => no_args(ControlCommand::Clear),
+        "fatal" => no_args(ControlCommand::Fatal),
+        "gone" => no_args(ControlCommand::Gone),
+        "die" => no_args(ControlCommand::Die),
         "query" => match rest {
             [what] => Query::parse(what).map(ControlCommand::Query),
             _ => Err("query takes one item (e.g. query all)".into()),
         },
         _ => Err(format!(
             "unknown command {verb:?} (expected fail, delay, refuse-init, aeq, ceq, cqe, \
-             cmd-cqe, hostile, stats, clear or query)"
+             cmd-cqe, hostile, stats, clear, query, fatal, gone or die)"
         )),
     }
 }

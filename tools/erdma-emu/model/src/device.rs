@@ -82,6 +82,7 @@ use crate::extdb::DbPages;
 use crate::fabric::{Fabric, Port, Waker};
 use crate::io::Io;
 use crate::pci::{self, ConfigSpace};
+use crate::ratelimit::{RateLimit, Verdict};
 use crate::regs::{self, Bar0Area, Doorbell, Reg, RegSlot};
 use crate::roce::{AhTable, GidTable};
 use crate::stats::{TrafficCounters, UdDrops};
@@ -101,7 +102,19 @@ mod registers;
 mod transport;
 
 use cmdq_ring::{CmdRing, DelayedCqes};
-pub use engine::{MAX_HELD, MAX_MESSAGE, RETRY_COUNT, RETRY_TIMEOUT};
+pub use engine::{
+    MAX_BACKLOG_BYTES, MAX_HELD, MAX_HELD_BYTES, MAX_MESSAGE, PENDING_COST, PORT_WINDOW, QP_WINDOW,
+    RETRY_COUNT, RETRY_TIMEOUT,
+};
+pub use objects::MAX_QUEUE_PAGES;
+
+/// The documented ceiling of the model's memory per adapter (function) with the default
+/// capabilities (`qp_blocks=4`, `max_ah=16`), in bytes: what every bounded buffer together
+/// may hold ([`PORT_WINDOW`] of its own requests and their answers, [`MAX_HELD_BYTES`] held
+/// for receive WQEs, [`crate::fabric::MAX_INBOX_BYTES`] in its inbox, [`MAX_QUEUE_PAGES`] page
+/// list entries, the object tables at their largest) with room to spare. The worst case a
+/// guest user can build stays below it (`tests/memory_ceiling.rs`; README "Limits").
+pub const MEMORY_CEILING: u64 = 160 << 20;
 pub use iwarp::{IwarpQpInfo, AE_QP_FATAL, AE_RQ_ERROR};
 use pci_function::PciFunction;
 pub use registers::{AdminQueues, DbSpaceWrite, InitProblem, RingConfig};
@@ -277,6 +290,10 @@ struct Harness {
     ud_drops: UdDrops,
     /// The lies the device tells (`hostile`).
     hostile: HostileSettings,
+    /// A `die` asked the serving process to exit.
+    exit_requested: bool,
+    /// `gone`: the BARs read all-ones and take no writes, until [`Device::reset`].
+    gone: bool,
 }
 
 /// What an unexpected access was, for rate-limited logging.
@@ -307,66 +324,143 @@ enum Oddity {
     UdSourceGid,
 }
 
-/// Remembers which odd accesses were already logged, so that a guest cannot flood the log.
-#[derive(Clone, Debug, Default)]
+/// What a guest-triggerable log line is about: each kind has its own [`RateLimit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LogKind {
+    /// A refused or failed command, an INIT refused.
+    Command,
+    /// A data-path error: malformed WQE, refused key, bad doorbell PI, broken stream, a
+    /// malformed or unexpected packet.
+    DataPath,
+    /// An event (AEQE, CEQE, CMDQ EQE or CQE) the device could not deliver and dropped.
+    Event,
+    /// An odd access: a register hole, a doorbell before INIT or for nothing.
+    Access,
+    /// An informational line a guest's action causes (a lost request, a connection that ended,
+    /// an MTU, a GID, a CEQ): rate-limited like the warnings.
+    Note,
+}
+
+impl LogKind {
+    const ALL: [LogKind; 5] = [
+        LogKind::Command,
+        LogKind::DataPath,
+        LogKind::Event,
+        LogKind::Access,
+        LogKind::Note,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            LogKind::Command => "command",
+            LogKind::DataPath => "data-path",
+            LogKind::Event => "dropped-event",
+            LogKind::Access => "odd-access",
+            LogKind::Note => "informational",
+        }
+    }
+}
+
+/// The log's rate limits of a device, so that a guest cannot flood the log: every line a guest
+/// can trigger asks first. Odd accesses are logged once per kind and offset (and at most
+/// [`WarnOnce::LIMIT`] distinct ones per reset); every kind of line is also limited to
+/// [`WarnOnce::BURST`] lines per [`WarnOnce::INTERVAL`] on the device's clock, the first
+/// line after a quiet spell reporting how many were suppressed. The limits survive resets
+/// (a guest can reset its function as often as it likes).
+#[derive(Clone, Debug)]
 struct WarnOnce {
     seen: HashSet<(Oddity, u64)>,
     saturated: bool,
-    /// Failed commands logged at warning level so far.
-    cmd_errors: u32,
-    /// Data-path errors logged at warning level so far.
-    dp_errors: u32,
+    clock: Arc<dyn Clock>,
+    limits: [RateLimit; LogKind::ALL.len()],
+}
+
+impl Default for WarnOnce {
+    fn default() -> Self {
+        Self::new(Arc::new(MonotonicClock::new()))
+    }
 }
 
 impl WarnOnce {
     /// Distinct (kind, offset) pairs remembered; beyond that, odd accesses are no longer logged.
     const LIMIT: usize = 1024;
-    /// Failed commands logged as warnings; later ones are logged at debug level.
-    const CMD_ERROR_LIMIT: u32 = 100;
+    /// Lines of one kind logged per [`WarnOnce::INTERVAL`].
+    pub(crate) const BURST: u32 = 20;
+    /// The rate limits' interval.
+    pub(crate) const INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
-    /// Whether a failed command should be logged as a warning (rate limit).
-    fn cmd_error(&mut self) -> bool {
-        match self.cmd_errors {
-            n if n < Self::CMD_ERROR_LIMIT => {
-                self.cmd_errors += 1;
+    /// Rate limits on `clock`.
+    fn new(clock: Arc<dyn Clock>) -> Self {
+        WarnOnce {
+            seen: HashSet::new(),
+            saturated: false,
+            clock,
+            limits: LogKind::ALL.map(|_| RateLimit::new(Self::BURST, Self::INTERVAL)),
+        }
+    }
+
+    /// Forgets which odd accesses were logged (a reset), keeping the rate limits.
+    fn forget_seen(&mut self) {
+        self.seen.clear();
+        self.saturated = false;
+    }
+
+    /// Whether a line of `kind` may be logged now; the first one after suppressed lines first
+    /// logs how many there were.
+    fn allow(&mut self, kind: LogKind) -> bool {
+        let now = self.clock.now();
+        let limit = &mut self.limits[kind as usize];
+        match limit.check(now) {
+            Verdict::Log { suppressed } => {
+                if suppressed > 0 {
+                    log::warn!(
+                        "{suppressed} {} line(s) suppressed (at most {} per {:?})",
+                        kind.name(),
+                        limit.burst(),
+                        limit.interval()
+                    );
+                }
                 true
             }
-            n if n == Self::CMD_ERROR_LIMIT => {
-                self.cmd_errors += 1;
-                log::warn!("many failed commands; further ones are logged at debug level");
-                false
-            }
-            _ => false,
+            Verdict::Quiet => false,
         }
+    }
+
+    /// Whether a failed command should be logged as a warning (rate limit; callers log the
+    /// rest at debug level).
+    fn cmd_error(&mut self) -> bool {
+        self.allow(LogKind::Command)
     }
 
     /// Whether a data-path error (a guest mistake that may repeat per packet) should be logged
     /// as a warning (rate limit).
     fn dp_error(&mut self) -> bool {
-        match self.dp_errors {
-            n if n < Self::CMD_ERROR_LIMIT => {
-                self.dp_errors += 1;
-                true
-            }
-            n if n == Self::CMD_ERROR_LIMIT => {
-                self.dp_errors += 1;
-                log::warn!("many data-path errors; further ones are logged at debug level");
-                false
-            }
-            _ => false,
-        }
+        self.allow(LogKind::DataPath)
     }
 
-    /// Whether `(what, key)` is new and should be logged.
+    /// Whether a dropped event should be logged as a warning (rate limit).
+    fn event_drop(&mut self) -> bool {
+        self.allow(LogKind::Event)
+    }
+
+    /// Whether an informational line a guest caused should be logged (rate limit).
+    fn note(&mut self) -> bool {
+        self.allow(LogKind::Note)
+    }
+
+    /// Whether `(what, key)` is new and should be logged (and the odd-access rate limit lets
+    /// it).
     fn first(&mut self, what: Oddity, key: u64) -> bool {
         if self.seen.len() >= Self::LIMIT {
             if !self.saturated {
                 self.saturated = true;
-                log::warn!("too many unexpected accesses; no longer logging them");
+                if self.allow(LogKind::Access) {
+                    log::warn!("too many unexpected accesses; no longer logging them");
+                }
             }
             return false;
         }
-        self.seen.insert((what, key))
+        self.seen.insert((what, key)) && self.allow(LogKind::Access)
     }
 }
 
@@ -381,6 +475,8 @@ pub struct Device {
     warned: WarnOnce,
     /// The fabric attachment (none: requests fail with "retry exceeded").
     port: Option<Arc<Port>>,
+    /// Where `query memory` reads the serving process's resident memory.
+    process_memory: Option<Arc<dyn crate::io::ProcessMemory>>,
 }
 
 impl Device {
@@ -396,9 +492,10 @@ impl Device {
             func: Function::power_on(&config),
             harness: Harness::power_on(),
             config,
+            warned: WarnOnce::new(clock.clone()),
             clock,
-            warned: WarnOnce::default(),
             port: None,
+            process_memory: None,
         };
         dev.apply_startup();
         dev
@@ -409,8 +506,9 @@ impl Device {
     /// (fault rules, ...) is kept: see [`Device::reset_harness`].
     pub fn reset(&mut self) {
         self.pci.reset();
+        self.harness.gone = false;
         self.power_on_function();
-        self.warned = WarnOnce::default();
+        self.warned.forget_seen();
     }
 
     /// Returns the function to power-on: requests held for receive WQEs are answered with
@@ -426,6 +524,11 @@ impl Device {
     pub fn attach_fabric(&mut self, fabric: &Arc<Fabric>, waker: Arc<dyn Waker>) {
         self.port = Some(fabric.attach(waker));
         self.publish_gids();
+    }
+
+    /// Lets `query memory` report the serving process's resident memory through `probe`.
+    pub fn set_process_memory(&mut self, probe: Arc<dyn crate::io::ProcessMemory>) {
+        self.process_memory = Some(probe);
     }
 
     /// The fabric port, if attached.
@@ -518,6 +621,10 @@ impl Device {
 
     /// Reads BAR2. QEMU emulates the MSI-X table and PBA itself, so this reads 0.
     pub fn bar2_read(&mut self, offset: u64, data: &mut [u8]) {
+        if self.harness.gone {
+            data.fill(0xff);
+            return;
+        }
         data.fill(0);
         self.pci.bar2_access(offset, data.len(), &mut self.warned);
     }
@@ -533,6 +640,10 @@ impl Device {
 
     /// Reads BAR0 at `offset`. Never fails: see the module documentation for the semantics.
     pub fn bar0_read(&mut self, offset: u64, data: &mut [u8]) {
+        if self.harness.gone {
+            data.fill(0xff);
+            return;
+        }
         data.fill(0);
         // Doorbell spaces are write-only and read 0.
         match self.bar0_area_of(offset, data.len(), "read") {
@@ -544,6 +655,9 @@ impl Device {
 
     /// Writes BAR0 at `offset`. Never fails: see the module documentation for the semantics.
     pub fn bar0_write(&mut self, offset: u64, data: &[u8], io: &mut Io<'_>) {
+        if self.harness.gone {
+            return;
+        }
         match self.bar0_area_of(offset, data.len(), "write") {
             Some(Bar0Area::Registers) => self.reg_write(offset, data, io),
             Some(Bar0Area::TestPage) => {
@@ -622,30 +736,47 @@ impl Device {
             log::warn!("DEV_CTRL: unknown bits {unknown:#x} ignored");
         }
         if value & regs::DEV_CTRL_RESET != 0 {
-            if value & regs::DEV_CTRL_INIT != 0 {
+            if value & regs::DEV_CTRL_INIT != 0 && self.warned.first(Oddity::DevCtrlBits, 1) {
                 log::warn!("DEV_CTRL: RESET and INIT written together; RESET wins");
             }
             self.power_on_function();
             self.func.regs.set_reset_done();
             // Interrupts raised before the reset must not reach the next driver instance.
             io.irq.cancel_pending();
-            log::info!("function reset (DEV_CTRL.RESET)");
+            if self.warned.note() {
+                log::info!("function reset (DEV_CTRL.RESET)");
+            }
         } else if value & regs::DEV_CTRL_INIT != 0 {
             self.init();
         }
     }
 
+    /// `fatal`: the function fails as on a fatal error of its own (erdma_rs_hw 2.5): every
+    /// queue and object goes, as on a reset, but DEV_STATUS reads 0 (INIT_DONE clear, no
+    /// RESET_DONE); doorbells are ignored and nothing is signalled until `DEV_CTRL.RESET`.
+    fn fatal(&mut self, io: &mut Io<'_>) {
+        self.power_on_function();
+        io.irq.cancel_pending();
+        log::warn!("function failed (control: fatal): DEV_STATUS 0 until DEV_CTRL.RESET");
+    }
+
     /// `DEV_CTRL.INIT`: latch the admin queues if what was programmed is usable.
     fn init(&mut self) {
         if self.func.regs.initialized() {
-            log::warn!("DEV_CTRL.INIT while already initialized, ignored (write RESET first)");
+            if self.warned.first(Oddity::DevCtrlBits, 2) {
+                log::warn!("DEV_CTRL.INIT while already initialized, ignored (write RESET first)");
+            }
             return;
         }
         if self.harness.refuse_init {
-            log::info!("DEV_CTRL.INIT refused (fault injection: refuse-init), INIT_DONE stays 0");
+            if self.warned.note() {
+                log::info!(
+                    "DEV_CTRL.INIT refused (fault injection: refuse-init), INIT_DONE stays 0"
+                );
+            }
             return;
         }
-        if let Some(admin) = self.func.regs.latch_admin() {
+        if let Some(admin) = self.func.regs.latch_admin(&mut self.warned) {
             self.func.queues = Some(Queues::new(admin));
         }
     }

@@ -282,7 +282,8 @@ impl EventQueues {
             eq: EventQueue::new(r.ring, depth, u16::from(r.vector)),
             dbrec: r.dbrec,
         });
-        log::info!(
+        // The device logs the command at info level, rate-limited (it is the guest's to repeat).
+        log::debug!(
             "CEQ {} created: ring {:#x}, {depth} entries, vector {}",
             r.eqn,
             r.ring,
@@ -307,7 +308,7 @@ impl EventQueues {
                 ceq.eq.vector()
             );
         }
-        log::info!("CEQ {} destroyed", r.eqn);
+        log::debug!("CEQ {} destroyed", r.eqn);
         Ok(())
     }
 

@@ -16,7 +16,8 @@
 //!   touches another device's state, and nobody holds two device locks.
 //! * Each inbox is a FIFO and each device handles its inbox in order, so messages between two
 //!   QPs arrive in the order they were sent (RC ordering).
-//! * Requests beyond [`MAX_INBOX`] queued packets are refused ([`SendError::Congested`], with
+//! * Requests beyond [`MAX_INBOX`] queued packets or [`MAX_INBOX_BYTES`] are refused
+//!   ([`SendError::Congested`], with
 //!   the packet handed back in [`Refused`]: for the requester it is lost, and it retransmits
 //!   it later). Responses are never refused: they are bounded by the requests.
 //! * A responder that cannot take a request (no such QP, or one not able to receive) drops it,
@@ -59,6 +60,22 @@ pub type PortId = u32;
 /// Most packets queued in one inbox before requests are refused.
 pub const MAX_INBOX: usize = 1 << 16;
 
+/// Most bytes queued in one inbox (payload plus [`PACKET_COST`] a packet) before requests and
+/// datagrams are refused (responses are not: the requests they answer were counted).
+pub const MAX_INBOX_BYTES: u64 = 32 << 20;
+
+/// What a queued packet costs besides its payload (its header and bookkeeping), for
+/// [`MAX_INBOX_BYTES`].
+pub const PACKET_COST: u64 = 256;
+
+/// Largest payload one packet carries: longer RC messages travel in segments of this size
+/// (the last one shorter), each answered on its own.
+pub const SEGMENT: u64 = 64 << 10;
+
+/// Most packets one [`Port::take_inbox`] hands out (the rest wait for the next call), so that
+/// a device handles its inbox in bounded pieces.
+pub const INBOX_BATCH: usize = 1024;
+
 /// Most iWARP bindings one port may hold on one 4-tuple ([`Port::bind`]). A connection needs
 /// one; the bound is per port so that the bindings of other ports (other guests) on a tuple
 /// never refuse the RTS of the QP that owns the connection.
@@ -95,13 +112,21 @@ pub enum AtomicOp {
     },
 }
 
-/// An RC request.
+/// An RC request. A message longer than [`SEGMENT`] bytes travels as several requests, one
+/// per segment, each answered on its own: Send segments carry their offset in the message
+/// (the receive WQE is consumed by the last), Write segments their own remote address, Read
+/// requests ask for at most a segment each.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
-    /// SEND, SEND_WITH_IMM, SEND_WITH_INV: consumes an RQE.
+    /// SEND, SEND_WITH_IMM, SEND_WITH_INV: consumes an RQE (with its last segment).
     Send {
-        /// Payload.
+        /// Payload (this segment's, at most [`SEGMENT`] bytes).
         data: Vec<u8>,
+        /// Offset of this segment in the message.
+        offset: u64,
+        /// The message's last segment (it carries the immediate, the rkey to invalidate and
+        /// the SE flag, and completes the receive WQE).
+        last: bool,
         /// Immediate (network order) for SEND_WITH_IMM.
         imm: Option<[u8; 4]>,
         /// rkey to invalidate (SEND_WITH_INV).
@@ -111,12 +136,17 @@ pub enum Request {
     },
     /// WRITE, WRITE_WITH_IMM (the latter consumes an RQE).
     Write {
-        /// Remote address.
+        /// Remote address (of this segment).
         addr: u64,
         /// rkey.
         rkey: u32,
-        /// Payload.
+        /// Payload (this segment's, at most [`SEGMENT`] bytes).
         data: Vec<u8>,
+        /// Offset of this segment in the message (the last segment's offset plus its length is
+        /// the byte count a WRITE_WITH_IMM completes with).
+        offset: u64,
+        /// The message's last segment (it carries the immediate and the SE flag).
+        last: bool,
         /// Immediate (network order) for WRITE_WITH_IMM.
         imm: Option<[u8; 4]>,
         /// SE flag.
@@ -500,6 +530,8 @@ pub struct Refused {
 struct PortState {
     gids: Vec<Gid>,
     inbox: VecDeque<Packet>,
+    /// Bytes queued in the inbox (payload plus [`PACKET_COST`] each).
+    inbox_bytes: u64,
     waker: Arc<dyn Waker>,
 }
 
@@ -557,6 +589,7 @@ impl Fabric {
             PortState {
                 gids: Vec::new(),
                 inbox: VecDeque::new(),
+                inbox_bytes: 0,
                 waker,
             },
         );
@@ -581,9 +614,13 @@ impl Fabric {
             let Some(port) = inner.ports.get_mut(&to) else {
                 return Err(refused(SendError::Unreachable, pkt));
             };
-            if is_request && port.inbox.len() >= MAX_INBOX {
+            let bytes = pkt.payload_len() as u64 + PACKET_COST;
+            if is_request
+                && (port.inbox.len() >= MAX_INBOX || port.inbox_bytes + bytes > MAX_INBOX_BYTES)
+            {
                 return Err(refused(SendError::Congested, pkt));
             }
+            port.inbox_bytes += bytes;
             port.inbox.push_back(pkt);
             port.waker.clone()
         };
@@ -749,14 +786,20 @@ impl Port {
         self.fabric.deliver(to, pkt, true)
     }
 
-    /// Takes every queued packet, oldest first.
+    /// Takes the queued packets, oldest first, at most [`INBOX_BATCH`] of them.
     pub fn take_inbox(&self) -> VecDeque<Packet> {
-        self.fabric
-            .lock()
-            .ports
-            .get_mut(&self.id)
-            .map(|p| std::mem::take(&mut p.inbox))
-            .unwrap_or_default()
+        let mut inner = self.fabric.lock();
+        let Some(p) = inner.ports.get_mut(&self.id) else {
+            return VecDeque::new();
+        };
+        let n = p.inbox.len().min(INBOX_BATCH);
+        let batch: VecDeque<Packet> = p.inbox.drain(..n).collect();
+        let bytes: u64 = batch
+            .iter()
+            .map(|pkt| pkt.payload_len() as u64 + PACKET_COST)
+            .sum();
+        p.inbox_bytes = p.inbox_bytes.saturating_sub(bytes);
+        batch
     }
 
     /// Number of queued packets.
@@ -1006,6 +1049,8 @@ mod tests {
             id: 0,
             req: Request::Send {
                 data: vec![0; n],
+                offset: 0,
+                last: true,
                 imm: None,
                 inv: None,
                 solicited: false,
@@ -1021,6 +1066,8 @@ mod tests {
                 addr: 0,
                 rkey: 0,
                 data: vec![0; 5],
+                offset: 0,
+                last: true,
                 imm: None,
                 solicited: false,
             },

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The device's view of the outside world: guest memory (DMA) and MSI-X interrupts.
+//! The device's view of the outside world: guest memory (DMA), MSI-X interrupts, and the
+//! memory of the process that serves it ([`ProcessMemory`], for `query memory`).
 //!
 //! The model never touches guest memory or interrupt lines directly; the transport (the
 //! vfio-user server) implements these traits, and tests use `crate::testing` (the `testing`
@@ -101,4 +102,12 @@ impl<'a> Io<'a> {
     pub fn new(mem: &'a mut dyn GuestMemory, irq: &'a mut dyn IrqSink) -> Self {
         Io { mem, irq }
     }
+}
+
+/// The resident memory of the process that serves the device, as its host reads it (the
+/// server: `/proc/self/status`). The model never looks itself (it is a pure library); without
+/// one, `query memory` says `unknown`.
+pub trait ProcessMemory: Send + Sync + fmt::Debug {
+    /// `(VmRSS, VmHWM)` in bytes, if known.
+    fn resident(&self) -> Option<(u64, u64)>;
 }

@@ -19,6 +19,7 @@
 //! * [`wire`]: data-path formats: QP/CQ/MR commands, WQEs, RQEs, CQEs, doorbell values.
 //! * [`mtt`]: address translation for queues and MRs.
 //! * [`fabric`]: the in-process network connecting devices (RC messages by GID and QPN).
+//! * [`ratelimit`]: rate limits of the log lines a guest can trigger.
 //! * [`control`]: the fault-injection and inspection language (control socket, test page).
 //! * [`caps`]: the capabilities reported by QUERY_DEVICE.
 //! * [`io`], [`clock`]: the traits through which the device reaches guest memory, interrupts
@@ -43,6 +44,7 @@ pub mod fabric;
 pub mod io;
 pub mod mtt;
 pub mod pci;
+pub mod ratelimit;
 pub mod regs;
 pub mod roce;
 pub mod stats;
@@ -54,4 +56,4 @@ pub use caps::Caps;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use device::{AdminQueues, Device, DeviceConfig, Protocol, RingConfig};
 pub use eq::PostError;
-pub use io::{GuestMemory, Io, IrqSink, MemError, MemErrorKind};
+pub use io::{GuestMemory, Io, IrqSink, MemError, MemErrorKind, ProcessMemory};

@@ -144,6 +144,11 @@ impl QueueBuf {
         })
     }
 
+    /// Number of pages held (what the queue covers).
+    pub fn pages(&self) -> usize {
+        self.pages.len()
+    }
+
     /// Size of the queue in bytes.
     pub fn size(&self) -> u64 {
         self.size

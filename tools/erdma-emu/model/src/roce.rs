@@ -189,7 +189,7 @@ impl GidTable {
                 let entry = GidEntry { net_type, gid };
                 let old = self.add(r.index, entry)?;
                 match old {
-                    Some(old) if old != entry => log::info!(
+                    Some(old) if old != entry => log::debug!(
                         "GID {} = {} ({net_type}), replacing {} ({})",
                         r.index,
                         entry.addr(),
@@ -197,12 +197,12 @@ impl GidTable {
                         old.net_type
                     ),
                     Some(_) => log::debug!("GID {} re-added unchanged", r.index),
-                    None => log::info!("GID {} = {} ({net_type})", r.index, entry.addr()),
+                    None => log::debug!("GID {} = {} ({net_type})", r.index, entry.addr()),
                 }
             }
             GidOp::Delete => {
                 let old = self.delete(r.index)?;
-                log::info!("GID {} deleted (was {})", r.index, old.addr());
+                log::debug!("GID {} deleted (was {})", r.index, old.addr());
             }
         }
         Ok(())

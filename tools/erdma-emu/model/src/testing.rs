@@ -21,6 +21,9 @@ use crate::wire::{AeqEvent, Eqe, EQE_SIZE};
 pub struct VecMemory {
     base: u64,
     bytes: Vec<u8>,
+    /// `(start, len)`: a range that reads as zeros and drops writes, backed by nothing (for
+    /// tests that move more data than they could allocate).
+    void: Option<(u64, u64)>,
 }
 
 impl VecMemory {
@@ -29,7 +32,23 @@ impl VecMemory {
         VecMemory {
             base,
             bytes: vec![0; size],
+            void: None,
         }
+    }
+
+    /// Makes `[start, start + len)` (outside the backing bytes) read as zeros and drop writes.
+    pub fn set_void(&mut self, start: u64, len: u64) {
+        self.void = Some((start, len));
+    }
+
+    /// Whether `[gpa, gpa + len)` lies in the void range.
+    fn in_void(&self, gpa: u64, len: usize) -> bool {
+        self.void.is_some_and(|(start, n)| {
+            gpa >= start
+                && gpa
+                    .checked_add(len as u64)
+                    .is_some_and(|end| end <= start.saturating_add(n))
+        })
     }
 
     /// Guest-physical address of the first byte.
@@ -72,12 +91,19 @@ impl VecMemory {
 
 impl GuestMemory for VecMemory {
     fn read(&self, gpa: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        if self.in_void(gpa, buf.len()) {
+            buf.fill(0);
+            return Ok(());
+        }
         let r = self.range(gpa, buf.len())?;
         buf.copy_from_slice(&self.bytes[r]);
         Ok(())
     }
 
     fn write(&mut self, gpa: u64, data: &[u8]) -> Result<(), MemError> {
+        if self.in_void(gpa, data.len()) {
+            return Ok(());
+        }
         let r = self.range(gpa, data.len())?;
         self.bytes[r].copy_from_slice(data);
         Ok(())

@@ -112,6 +112,9 @@ impl ServerBackend for Backend {
                 VFIO_PCI_BAR0_REGION_INDEX => {
                     let mut io = Io::new(&mut st.mem, &mut st.irqs);
                     st.device.bar0_write(offset, data, &mut io);
+                    if st.device.take_exit_request() {
+                        crate::signals::die_soon();
+                    }
                     delayed_work = st.device.next_deadline().is_some();
                 }
                 VFIO_PCI_BAR2_REGION_INDEX => st.device.bar2_write(offset, data),

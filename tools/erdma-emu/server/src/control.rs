@@ -130,7 +130,11 @@ pub fn execute(line: &str, targets: &[Target]) -> String {
     let result = {
         let st = &mut *lock(&target.state);
         let mut io = Io::new(&mut st.mem, &mut st.irqs);
-        st.device.control(command, &mut io)
+        let result = st.device.control(command, &mut io);
+        if st.device.take_exit_request() {
+            crate::signals::die_soon();
+        }
+        result
     };
     target.timer.kick();
     let reply = control::format_reply(&result);

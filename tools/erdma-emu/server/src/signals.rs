@@ -59,3 +59,27 @@ pub fn name(sig: libc::c_int) -> &'static str {
         _ => "signal",
     }
 }
+
+/// Ends the process at once with SIGKILL, as if killed from outside (the control language's
+/// `die`): no destructor runs, every adapter it serves stops answering, and QEMU's vfio-user
+/// proxy fails the guests' accesses from then on.
+pub fn die() -> ! {
+    log::logger().flush();
+    // SAFETY: `kill` with this process's own ID and a valid signal has no memory effects.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    // SIGKILL cannot be caught or blocked; should it not arrive, abort.
+    std::process::abort()
+}
+
+/// [`die`] a moment from now, from a thread of its own: the access that asked for it (a test
+/// page's `die`) is answered first. (QEMU 11.1's vfio-user proxy trips an assertion of its own,
+/// `error_setv: *errp == NULL`, when the server goes away while it waits for the answer to a
+/// region write: that would end the guest, not test it.)
+pub fn die_soon() {
+    let _ = std::thread::Builder::new()
+        .name("die".into())
+        .spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            die()
+        });
+}

@@ -11,6 +11,31 @@ use erdma_model::{Device, DeviceConfig};
 use crate::guest_mem::MappedMemory;
 use crate::irqs::EventFdIrqs;
 
+/// The process's resident memory from `/proc/self/status` (what `query memory` reports).
+#[derive(Debug)]
+pub struct ProcStatus;
+
+impl ProcStatus {
+    /// `(VmRSS, VmHWM)` in bytes from the text of a `/proc/<pid>/status` file.
+    pub fn parse(status: &str) -> Option<(u64, u64)> {
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().strip_suffix("kB"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|kib| kib * 1024)
+        };
+        Some((field("VmRSS:")?, field("VmHWM:")?))
+    }
+}
+
+impl erdma_model::ProcessMemory for ProcStatus {
+    fn resident(&self) -> Option<(u64, u64)> {
+        Self::parse(&std::fs::read_to_string("/proc/self/status").ok()?)
+    }
+}
+
 /// Everything one device owns: the model and its connection to the VM.
 pub struct DeviceState {
     /// The device model.
@@ -26,8 +51,10 @@ pub struct DeviceState {
 impl DeviceState {
     /// A device at power-on with no client.
     pub fn new(config: DeviceConfig) -> Self {
+        let mut device = Device::new(config);
+        device.set_process_memory(Arc::new(ProcStatus));
         DeviceState {
-            device: Device::new(config),
+            device,
             mem: MappedMemory::new(),
             irqs: EventFdIrqs::new(),
             warned_fdless_map: false,
@@ -53,4 +80,30 @@ pub type SharedState = Arc<Mutex<DeviceState>>;
 /// reports; the state is still used rather than wedging the device.
 pub fn lock(state: &Mutex<DeviceState>) -> MutexGuard<'_, DeviceState> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use erdma_model::ProcessMemory;
+
+    #[test]
+    fn proc_status_gives_the_resident_memory() {
+        let text = "Name:\terdma-emu\nVmHWM:\t    2048 kB\nVmRSS:\t    1024 kB\n";
+        assert_eq!(ProcStatus::parse(text), Some((1 << 20, 2 << 20)));
+        assert_eq!(ProcStatus::parse("VmRSS: 1 kB\n"), None, "no VmHWM");
+        let (rss, hwm) = ProcStatus.resident().expect("Linux has /proc/self/status");
+        assert!(rss > 0 && hwm >= rss);
+        let mut st = DeviceState::new(DeviceConfig::default());
+        let st = &mut st;
+        let mut io = erdma_model::Io::new(&mut st.mem, &mut st.irqs);
+        let reply = st
+            .device
+            .control("query memory", &mut io)
+            .expect("query memory");
+        assert!(
+            reply.starts_with("rss=") && !reply.contains("unknown"),
+            "{reply}"
+        );
+    }
 }

@@ -65,10 +65,15 @@ pub fn run(state: &SharedState, timer: &Timer) {
         let wait = {
             let st = &mut *lock(state);
             let mut io = Io::new(&mut st.mem, &mut st.irqs);
-            // Packets from the fabric, then delayed completions.
+            // Packets from the fabric, then delayed completions, each a bounded batch; the
+            // lock is let go between batches.
             st.device.run_fabric(&mut io);
             st.device.run_due(&mut io);
-            st.device.time_until_deadline()
+            if st.device.fabric_pending() > 0 {
+                Some(Duration::ZERO)
+            } else {
+                st.device.time_until_deadline()
+            }
         };
         match wait {
             Some(d) if d.is_zero() => continue,

@@ -1570,6 +1570,59 @@ mod tests {
         assert!(is_closed(&s) && io.unexpected == 1 && io.closed == 1);
     }
 
+    /// A valid frame in random pieces, on both sides.
+    #[test]
+    fn frames_split_anywhere_read_the_same() {
+        // Property: however TCP splits a peer's valid frame (private data of any length the
+        // core can report, any bytes), the machine reads exactly that frame: nothing before
+        // its last byte, then one event with the private data as sent, on either side.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..200 {
+            let active = round % 2 == 0;
+            // CAST: at most 255.
+            let len = (next() % (MAX_REPORTED_PRIVATE_DATA as u64 + 1)) as usize;
+            let mut pd = KVec::new();
+            for _ in 0..len {
+                // CAST: a byte.
+                pd.push(next() as u8, GFP_KERNEL).unwrap();
+            }
+            let wire = Wire::new(TcpState::Established);
+            let mut io = FakeIo::new();
+            let (frame, mut s) = if active {
+                let s = step(&mut io, connecting(&wire), Event::Socket).0;
+                assert!(matches!(s, State::AwaitReply { .. }));
+                (reply(0x22, OWN_CC, &pd), s)
+            } else {
+                (request(0x22, OWN_CC, &pd), awaiting_request(&wire))
+            };
+            let mut at = 0;
+            while at < frame.len() {
+                // CAST: a frame is at most 20 + 255 bytes.
+                let n = 1 + (next() % (frame.len() - at) as u64) as usize;
+                // Nothing is reported before the frame's last byte.
+                assert!(io.seen.is_empty());
+                wire.push(&frame[at..at + n]);
+                at += n;
+                s = step(&mut io, s, Event::Socket).0;
+            }
+            if active {
+                assert!(matches!(s, State::Connected { .. }));
+                assert_eq!(&io.heard()[..], &[(CmEventKind::ConnectReply, None)]);
+            } else {
+                assert!(matches!(s, State::AwaitAccept { .. }));
+                assert_eq!(&io.heard()[..], &[(CmEventKind::ConnectRequest, None)]);
+            }
+            assert_eq!(&io.seen[0].pd[..], &pd[..]);
+            assert_eq!((io.closed, io.unexpected), (0, 0));
+        }
+    }
+
     /// Random bytes in random pieces, on both sides: the machine never panics, reports at
     /// most once, and ends (or waits) cleanly.
     #[test]

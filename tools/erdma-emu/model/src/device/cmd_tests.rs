@@ -1580,6 +1580,43 @@ fn delayed_completions_complete_later_and_out_of_order() {
     assert_eq!(t.dev.next_deadline(), None);
 }
 
+/// `run_due` writes at most `MAX_DUE_BATCH` delayed completions per call (bounded work under
+/// the device lock); the deadline stays at zero until all are out, in command order.
+#[test]
+fn run_due_does_bounded_work_per_call() {
+    use super::cmdq_engine::MAX_DUE_BATCH;
+    let clock = Arc::new(ManualClock::new());
+    let mut t = TestDriver::with(DeviceConfig::default(), clock.clone(), 512, 128, 4096);
+    assert!(t.init());
+    t.control("delay any ms=1 count=forever").unwrap();
+    // The SQ holds 128 commands; the device fetches them at once, so three rounds make 384.
+    let mut starts = Vec::new();
+    for _ in 0..3 {
+        for _ in 0..128 {
+            starts.push(t.queue(Command::QueryFwInfo.code(), |_| {}));
+        }
+        t.ring();
+    }
+    let n = starts.len();
+    assert!(n > MAX_DUE_BATCH);
+    assert_eq!(t.dev.delayed_completions(), n);
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(t.run_due(), MAX_DUE_BATCH);
+    assert_eq!(
+        t.dev.time_until_deadline(),
+        Some(Duration::ZERO),
+        "more due"
+    );
+    assert_eq!(t.run_due(), n - MAX_DUE_BATCH);
+    assert_eq!(t.dev.next_deadline(), None);
+    let got: Vec<u32> = std::iter::from_fn(|| t.poll_cqe())
+        .map(|c| c.start)
+        .collect();
+    // The CMDQ CQ holds 512 entries: all 384 are there, in command order.
+    let want: Vec<u32> = starts.iter().map(|&s| u32::from(s)).collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn refuse_init() {
     let mut t = TestDriver::new(DeviceConfig::default());
@@ -1595,6 +1632,68 @@ fn refuse_init() {
     assert!(!t.init());
     t.control("clear").unwrap();
     assert!(t.init());
+}
+
+#[test]
+fn fatal_drops_everything_until_a_reset() {
+    let mut t = driver();
+    ok(&t.create_ceq(1, 1, 4));
+    ok(&alloc_db(&mut t));
+    t.control("fatal").unwrap();
+    // DEV_STATUS says the function lost its initialisation (no RESET_DONE either).
+    assert_eq!(t.r32(DEV_STATUS), 0);
+    assert_eq!(t.control("query init_done"), Ok("init_done=0".into()));
+    assert_eq!(t.control("query eqs"), Ok("eqs=".into()));
+    // A command is neither fetched nor completed, and nothing is signalled.
+    let before = t.control("query cmds").unwrap();
+    t.take_irqs();
+    t.queue(code(1, 4), |_| {});
+    t.ring();
+    assert_eq!(t.poll_cqe(), None);
+    assert_eq!(t.control("query cmds").unwrap(), before);
+    assert!(t.take_irqs().is_empty());
+    // A reset and INIT bring the function back, empty.
+    t.w32(DEV_CTRL, DEV_CTRL_RESET);
+    assert!(t.init());
+    ok(&t.create_ceq(1, 1, 4));
+    ok(&alloc_db(&mut t));
+}
+
+#[test]
+fn gone_reads_all_ones_until_power_on() {
+    let mut t = driver();
+    ok(&t.create_ceq(1, 1, 4));
+    t.control("gone").unwrap();
+    assert_eq!(t.r32(VERSION), u32::MAX);
+    assert_eq!(t.r32(DEV_STATUS), u32::MAX);
+    let mut msix = [0u8; 4];
+    t.dev.bar2_read(0, &mut msix);
+    assert_eq!(msix, [0xff; 4]);
+    // Writes go nowhere: no reset, no command, no interrupt.
+    t.take_irqs();
+    t.w32(DEV_CTRL, DEV_CTRL_RESET);
+    t.queue(code(1, 4), |_| {});
+    t.ring();
+    assert_eq!(t.poll_cqe(), None);
+    assert!(t.take_irqs().is_empty());
+    assert_eq!(t.r32(DEV_STATUS), u32::MAX);
+    // A power-on reset (a new VM) brings the function back.
+    t.dev.reset();
+    assert_ne!(t.r32(VERSION), u32::MAX);
+    assert!(t.init());
+    ok(&t.create_ceq(1, 1, 4));
+}
+
+#[test]
+fn die_asks_the_server_to_exit() {
+    let mut t = driver();
+    assert!(!t.dev.take_exit_request());
+    assert_eq!(t.control("die now"), Err("die takes no arguments".into()));
+    assert!(!t.dev.take_exit_request());
+    t.control("die").unwrap();
+    assert!(t.dev.take_exit_request());
+    // Taken: asked once.
+    assert!(!t.dev.take_exit_request());
 }
 
 #[test]

@@ -55,6 +55,9 @@ use crate::wire;
 /// MTUs CONF_MTU accepts (an Ethernet netdev's range).
 pub const MTU_RANGE: core::ops::RangeInclusive<u32> = 68..=65535;
 
+/// Most delayed completions one [`Device::run_due`] call writes.
+pub const MAX_DUE_BATCH: usize = 256;
+
 /// A command's result: `(resp0, resp1)` or a failure status.
 type Outcome = Result<(u64, u64), Status>;
 
@@ -137,11 +140,25 @@ impl Device {
                 .apply(self.config.caps.query_device())),
             Command::CreateEq => {
                 let r = CreateEq::decode(req)?;
-                self.eqs()?.create_ceq(&r, io.mem).map(|()| (0, 0))
+                self.eqs()?.create_ceq(&r, io.mem)?;
+                if self.warned.note() {
+                    log::info!(
+                        "CEQ {} created: ring {:#x}, 2^{} entries, vector {}",
+                        r.eqn,
+                        r.ring,
+                        r.depth_log2,
+                        r.vector
+                    );
+                }
+                Ok((0, 0))
             }
             Command::DestroyEq => {
                 let r = DestroyEq::decode(req)?;
-                self.eqs()?.destroy_ceq(&r).map(|()| (0, 0))
+                self.eqs()?.destroy_ceq(&r)?;
+                if self.warned.note() {
+                    log::info!("CEQ {} destroyed", r.eqn);
+                }
+                Ok((0, 0))
             }
             Command::QueryFwInfo => Ok((u64::from(self.config.caps.fw_version), 0)),
             Command::ConfMtu => self.cmd_conf_mtu(ConfMtu::decode(req)?),
@@ -152,7 +169,18 @@ impl Device {
             // RoCEv2 addressing; the protocol is checked before anything is decoded.
             Command::SetGid => {
                 self.require_roce()?;
-                self.func.gids.set_gid(&SetGid::decode(req)?)?;
+                let r = SetGid::decode(req)?;
+                self.func.gids.set_gid(&r)?;
+                if self.warned.note() {
+                    match r.op {
+                        cmdq::GidOp::Add { net_type, gid } => log::info!(
+                            "GID {} = {} ({net_type})",
+                            r.index,
+                            std::net::Ipv6Addr::from(gid)
+                        ),
+                        cmdq::GidOp::Delete => log::info!("GID {} deleted", r.index),
+                    }
+                }
                 self.publish_gids();
                 Ok((0, 0))
             }
@@ -224,7 +252,9 @@ impl Device {
             return Err(Status::InvalidParam);
         }
         self.func.mtu = r.mtu;
-        log::info!("MTU {}", r.mtu);
+        if self.warned.note() {
+            log::info!("MTU {}", r.mtu);
+        }
         Ok((0, 0))
     }
 
@@ -244,7 +274,9 @@ impl Device {
             extdb::DEFAULT_PAGE_SHIFT
         };
         self.func.dbs.set_page_shift(shift)?;
-        log::info!("doorbell page shift {shift}");
+        if self.warned.note() {
+            log::info!("doorbell page shift {shift}");
+        }
         Ok((0, 0))
     }
 
@@ -253,7 +285,11 @@ impl Device {
             return Err(Status::Unsupported);
         }
         if let Some([sq, cdb, rdb]) = self.alloc_db_lie(r.enable)? {
-            log::info!("ALLOC_DB: SQ page {sq}, CDB page {cdb}, RDB page {rdb} (hostile: a lie)");
+            if self.warned.note() {
+                log::info!(
+                    "ALLOC_DB: SQ page {sq}, CDB page {cdb}, RDB page {rdb} (hostile: a lie)"
+                );
+            }
             return Ok((cmdq::alloc_db_resp0(sq, cdb, rdb), 0));
         }
         let [sq, cdb, rdb] = self.func.dbs.alloc(r.enable)?;
@@ -313,7 +349,9 @@ impl Device {
             .cmdq
             .write_cqe(cqe, io.mem)
             .map_err(|e| format!("CMDQ CQ not writable: {e}"))?;
-        log::info!("CMDQ: forged completion naming WQEBB {start:#x}, status {status}");
+        if self.warned.note() {
+            log::info!("CMDQ: forged completion naming WQEBB {start:#x}, status {status}");
+        }
         if armed {
             self.cmd_engine().post_cmdq_eqe(io);
         }
@@ -346,13 +384,19 @@ impl Device {
         self.next_deadline().map(|d| d.saturating_sub(now))
     }
 
-    /// Writes every delayed completion that is due, earliest first (ties in command order),
-    /// then fires the retransmission timers that are due. Returns how many of both.
+    /// Writes the delayed completions that are due, earliest first (ties in command order), at
+    /// most 256 (`MAX_DUE_BATCH`) per call, then fires the retransmission timers that are due.
+    /// Returns how many of both. Each call does bounded work under the device lock: with more
+    /// due, [`Device::time_until_deadline`] is zero and the caller comes back (after letting
+    /// go of the lock).
     pub fn run_due(&mut self, io: &mut Io<'_>) -> usize {
         let now = self.clock.now();
         let mut n = 0;
         let mut engine = self.cmd_engine();
-        while let Some(cqe) = engine.delayed.take_due(now) {
+        while n < MAX_DUE_BATCH {
+            let Some(cqe) = engine.delayed.take_due(now) else {
+                break;
+            };
             log::debug!(
                 "CMDQ: delayed completion of the command at {:#x}",
                 cqe.start
@@ -525,7 +569,9 @@ impl CmdEngine<'_> {
                 if self.delayed.hold(due, cqe) {
                     log::debug!("CMDQ {code} at {start:#x}: completion delayed by {d:?}");
                 } else {
-                    log::warn!("too many delayed completions; completing {code} at once");
+                    if self.warned.cmd_error() {
+                        log::warn!("too many delayed completions; completing {code} at once");
+                    }
                     self.write_cqe(cqe, io);
                 }
             }

@@ -2118,3 +2118,131 @@ fn ud_source_gid_not_populated_sends_the_zero_address() {
     assert_eq!(&ip[16..20], &[10, 0, 0, 2]);
     assert!(ipv4_checksum_ok(&ip));
 }
+
+// ------------------------------------------------------------------------------------------------
+// Bounds: segments and windows
+// ------------------------------------------------------------------------------------------------
+
+/// [`pair`] plus MR 2 of `len` bytes on each side (every right), A's filled with a pattern.
+fn pair_with_big_mrs(len: u64) -> (TestDriver, TestDriver, u64, u64) {
+    let (mut a, mut b, _, _) = pair();
+    let abig = a.alloc(len, 0x1000);
+    let bbig = b.alloc(len, 0x1000);
+    assert_eq!(a.reg_mr(2, 0, PDN, abig, len, ALL_ACCESS).status, 0);
+    assert_eq!(b.reg_mr(2, 0, PDN, bbig, len, ALL_ACCESS).status, 0);
+    let pattern: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4099) as u8).collect();
+    a.poke(abig, &pattern);
+    (a, b, abig, bbig)
+}
+
+/// A message longer than a segment travels as several requests of at most
+/// [`crate::fabric::SEGMENT`] bytes (the fabric never holds it whole) and arrives intact:
+/// SEND into one receive WQE (one CQE with the whole byte count), WRITE with immediate, and
+/// READ (its sink filled a segment at a time).
+#[test]
+fn large_messages_move_in_segments() {
+    use crate::fabric::SEGMENT;
+    let len: u64 = 2 * SEGMENT + 12_345;
+    let (mut a, mut b, abig, bbig) = pair_with_big_mrs(len);
+    let want = a.peek(abig, len as usize);
+    let big = |addr| Sge {
+        addr,
+        len: len as u32,
+        key: stag(2, 0),
+    };
+    let r = b.post_recv(10, bbig, len as u32, stag(2, 0));
+    a.send_wqe(10, &Wqe::send(&[big(abig)]));
+    assert_eq!(b.dev.fabric_pending(), 3, "three segments, not one message");
+    pump2(&mut a, &mut b);
+    assert!(b.peek(bbig, len as usize) == want, "sent");
+    let rc = b.poll(CQ).expect("one receive CQE");
+    assert_eq!(
+        (rc.status, rc.wqe_index, rc.byte_len),
+        (0, u32::from(r), len as u32)
+    );
+    assert!(b.poll(CQ).is_none(), "one CQE for the message");
+    let sc = a.poll(CQ).expect("send CQE");
+    assert_eq!((sc.status, sc.byte_len), (0, len as u32));
+    // PSNs advance per message, not per segment.
+    assert_eq!(a.dev.qp_info(10).unwrap().0, 201);
+    assert_eq!(b.dev.qp_info(10).unwrap().1, 101);
+
+    // WRITE with immediate: B's buffer rewritten from A's (zero it first).
+    b.poke(bbig, &vec![0; len as usize]);
+    b.post_recv(10, bbig, 0, stag(2, 0));
+    let w = Wqe::write(stag(2, 0), bbig, &[big(abig)]).imm([1, 2, 3, 4]);
+    a.send_wqe(10, &w);
+    pump2(&mut a, &mut b);
+    let sc = a.poll(CQ).expect("write CQE");
+    assert_eq!((sc.status, sc.byte_len), (0, len as u32));
+    assert!(b.peek(bbig, len as usize) == want, "written");
+    let rc = b.poll(CQ).expect("the immediate's CQE");
+    assert_eq!(
+        (rc.status, rc.opcode, rc.byte_len),
+        (0, op::RECV_IMM, len as u32)
+    );
+
+    // READ back into A's buffer, zeroed.
+    a.poke(abig, &vec![0; len as usize]);
+    a.send_wqe(
+        10,
+        &Wqe::read(stag(2, 0), abig, len as u32, stag(2, 0), bbig),
+    );
+    pump2(&mut a, &mut b);
+    let rc = a.poll(CQ).expect("read CQE");
+    assert_eq!((rc.status, rc.byte_len), (0, len as u32));
+    assert!(a.peek(abig, len as usize) == want, "read");
+    assert_eq!((a.dev.inflight_bytes(), b.dev.inflight_bytes()), (0, 0));
+}
+
+/// A deep SQ of large SENDs to a QP without receives: the requester stops taking WQEs once
+/// its window is full (nothing is lost, nothing fails, the held bytes stay bounded), and goes
+/// on as receives are posted, until every message has arrived in order.
+#[test]
+fn a_full_window_holds_the_sq_back_without_losing_anything() {
+    use crate::device::{PENDING_COST, QP_WINDOW};
+    use crate::fabric::SEGMENT;
+    let len: u64 = 3 * SEGMENT;
+    let (mut a, mut b, abig, bbig) = pair_with_big_mrs(len);
+    let n = 16;
+    for i in 0..n {
+        // Each message starts with its number.
+        a.poke(abig, &[i as u8]);
+        let sge = Sge {
+            addr: abig,
+            len: len as u32,
+            key: stag(2, 0),
+        };
+        a.post_wqe(10, &Wqe::send(&[sge]));
+    }
+    a.ring_sq(10);
+    pump2(&mut a, &mut b);
+    let inflight = a.dev.inflight_bytes();
+    assert!(
+        inflight <= QP_WINDOW && inflight > QP_WINDOW - SEGMENT - PENDING_COST,
+        "{inflight} bytes in flight"
+    );
+    assert!(
+        b.dev.held_bytes() <= QP_WINDOW,
+        "held {}",
+        b.dev.held_bytes()
+    );
+    let queues = a.control("query queues").unwrap();
+    assert!(queues.starts_with("queues=q10:RTS:"), "{queues}");
+    assert!(a.poll(CQ).is_none(), "nothing completes, nothing fails");
+    // One receive at a time: each lets one message in and the SQ go on.
+    let mut got = 0;
+    for _ in 0..n {
+        b.post_recv(10, bbig, len as u32, stag(2, 0));
+        pump2(&mut a, &mut b);
+        let rc = b.poll(CQ).expect("a message per receive");
+        assert_eq!((rc.status, rc.byte_len), (0, len as u32));
+        assert!(a.dev.inflight_bytes() <= QP_WINDOW);
+        got += 1;
+    }
+    assert_eq!(got, n);
+    let sends = a.poll_all(CQ);
+    assert_eq!(sends.len(), n);
+    assert!(sends.iter().all(|c| c.status == 0));
+    assert_eq!((a.dev.inflight_bytes(), b.dev.held_bytes()), (0, 0));
+}

@@ -23,6 +23,12 @@
 //! LOCAL_INV) complete in SQ order with them. A WQE with FENCE, and every local operation, waits
 //! until earlier requests have their responses.
 //!
+//! A message travels in segments of [`crate::fabric::SEGMENT`] bytes, gathered from the
+//! sender's memory one at a time and each answered on its own; the WQE completes when every
+//! segment is answered. What a QP has in flight is bounded by [`QP_WINDOW`], what the
+//! function has by [`PORT_WINDOW`]: a segment or WQE that does not fit waits for answers
+//! (back-pressure), nothing is dropped.
+//!
 //! # UD (and the GSI QP, QPN 1, created as UD)
 //!
 //! * Requester: SEND and SEND_WITH_IMM only (other opcodes: 8), in the UD layout (Q_Key,
@@ -123,7 +129,9 @@ use crate::stats::{TrafficCounters, UdDrops};
 use crate::wire::AeqEvent;
 use ud::RoceAddressing;
 
-/// Largest message the model moves (bytes): larger ones complete with status 1.
+/// Largest message the model moves (bytes): larger ones complete with status 1. Messages move
+/// in segments of [`crate::fabric::SEGMENT`] bytes, read from the sender's memory and written
+/// into the receiver's a segment at a time, never whole.
 pub const MAX_MESSAGE: u64 = 1 << 30;
 /// How long a requester waits for an answer before it retransmits its lost requests (an
 /// adapter's local ACK timeout; erdma takes none from the driver, §3.5).
@@ -133,6 +141,25 @@ pub const RETRY_TIMEOUT: Duration = Duration::from_millis(250);
 pub const RETRY_COUNT: u32 = 7;
 /// Most requests a responder QP holds while waiting for receive WQEs.
 pub const MAX_HELD: usize = 4096;
+/// Most bytes (payload plus [`crate::fabric::PACKET_COST`] each) all QPs of a function hold
+/// for receive WQEs; beyond, requests are refused as when [`MAX_HELD`] is reached (RNR retry
+/// exceeded for their requesters).
+pub const MAX_HELD_BYTES: u64 = 16 << 20;
+/// Bytes one QP may have in flight: the payload of its request segments sent and not answered,
+/// the data its READs asked for and have not received, and [`PENDING_COST`] for every WQE not
+/// yet completed. A QP whose next segment does not fit stops taking WQEs until answers come
+/// (back-pressure, as an adapter's outstanding-request window).
+pub const QP_WINDOW: u64 = 1 << 20;
+/// Bytes all QPs of a function may have in flight together ([`QP_WINDOW`]): the bound on what
+/// one adapter makes the fabric, its peers and itself buffer.
+pub const PORT_WINDOW: u64 = 16 << 20;
+/// What an outstanding WQE costs of the windows besides its data (its bookkeeping).
+pub const PENDING_COST: u64 = 256;
+/// Most bytes (payload plus [`crate::fabric::PACKET_COST`] each) an iWARP stream keeps for
+/// retransmission; the windows keep legal traffic far below it (its own requests, at most
+/// [`QP_WINDOW`], and the peer's answers to its requests, at most the peer's). A stream that
+/// would exceed it ends (retry exceeded).
+pub const MAX_BACKLOG_BYTES: u64 = 4 * QP_WINDOW;
 /// Largest UD payload before any CONF_MTU (the largest IB MTU).
 pub const UD_DEFAULT_MTU: u32 = 4096;
 
@@ -216,7 +243,9 @@ impl Device {
         }
     }
 
-    /// Handles every packet the fabric has queued for this device, in order. Returns how many.
+    /// Handles the packets the fabric has queued for this device, in order, at most
+    /// [`crate::fabric::INBOX_BATCH`] (bounded work under the device lock: with more queued,
+    /// [`Device::fabric_pending`] says so and the caller comes back). Returns how many.
     pub fn run_fabric(&mut self, io: &mut Io<'_>) -> usize {
         let Some(port) = self.port.clone() else {
             return 0;
@@ -231,7 +260,67 @@ impl Device {
     }
 }
 
+impl Device {
+    /// Packets waiting in this device's fabric inbox.
+    pub fn fabric_pending(&self) -> usize {
+        self.port.as_ref().map_or(0, |p| p.pending())
+    }
+
+    /// Bytes of the port's window ([`PORT_WINDOW`]) the function's QPs hold now.
+    pub fn inflight_bytes(&self) -> u64 {
+        self.func.rdma.inflight
+    }
+
+    /// Bytes the function's QPs hold for receive WQEs now ([`MAX_HELD_BYTES`]).
+    pub fn held_bytes(&self) -> u64 {
+        self.func.rdma.held_bytes
+    }
+}
+
 impl DataPath<'_> {
+    /// Gives back `bytes` of QP `qpn`'s and the port's windows.
+    pub(in crate::device) fn release(&mut self, qpn: u32, bytes: u64) {
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        let bytes = bytes.min(qp.inflight);
+        qp.inflight -= bytes;
+        self.rdma.inflight = self.rdma.inflight.saturating_sub(bytes);
+    }
+
+    /// Takes `bytes` of QP `qpn`'s and the port's windows if both have room.
+    pub(in crate::device) fn admit(&mut self, qpn: u32, bytes: u64) -> bool {
+        let port_room = self.rdma.inflight.saturating_add(bytes) <= PORT_WINDOW;
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
+            return false;
+        };
+        if qp.inflight.saturating_add(bytes) > QP_WINDOW {
+            return false;
+        }
+        if !port_room {
+            self.rdma.waiting.insert(qpn);
+            return false;
+        }
+        qp.inflight += bytes;
+        self.rdma.inflight += bytes;
+        true
+    }
+
+    /// Lets the QPs that waited for room in the port's window go on (each once).
+    pub(in crate::device) fn resume_waiting(&mut self, io: &mut Io<'_>) {
+        if self.rdma.waiting.is_empty() || self.rdma.inflight >= PORT_WINDOW {
+            return;
+        }
+        let waiting = std::mem::take(&mut self.rdma.waiting);
+        for qpn in waiting {
+            if self.rdma.inflight >= PORT_WINDOW {
+                self.rdma.waiting.insert(qpn);
+                continue;
+            }
+            self.process_sq(qpn, io);
+        }
+    }
+
     /// Posts an AEQE about QP `qpn`.
     pub(in crate::device) fn qp_event(&mut self, qpn: u32, ty: u8, io: &mut Io<'_>) {
         let ev = AeqEvent {
@@ -241,7 +330,9 @@ impl DataPath<'_> {
             data1: 0,
         };
         if let Err(e) = self.events.post_aeqe(ev, io) {
-            log::warn!("QP {qpn}: AEQE type {ty} dropped: {e}");
+            if self.warned.event_drop() {
+                log::warn!("QP {qpn}: AEQE type {ty} dropped: {e}");
+            }
         }
     }
 

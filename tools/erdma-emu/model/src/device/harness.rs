@@ -25,6 +25,8 @@ impl Harness {
             },
             ud_drops: UdDrops::default(),
             hostile: HostileSettings::default(),
+            exit_requested: false,
+            gone: false,
         }
     }
 }
@@ -74,7 +76,14 @@ impl Device {
                 Ok(String::new())
             }
             ControlCommand::Query(q) => Ok(self.query(q)),
-            ControlCommand::Aeq { .. }
+            ControlCommand::Die => {
+                log::warn!("control: die: the process exits now, as if killed");
+                self.harness.exit_requested = true;
+                Ok(String::new())
+            }
+            ControlCommand::Fatal
+            | ControlCommand::Gone
+            | ControlCommand::Aeq { .. }
             | ControlCommand::Ceq { .. }
             | ControlCommand::Cqe(_)
             | ControlCommand::CmdCqe { .. } => Err("this command needs the device's I/O".into()),
@@ -94,8 +103,24 @@ impl Device {
                 .forge_cmd_cqe(index, status, io)
                 .map(|()| String::new())
                 .map_err(|e| format!("cmd-cqe: {e}")),
+            ControlCommand::Fatal => {
+                self.fatal(io);
+                Ok(String::new())
+            }
+            ControlCommand::Gone => {
+                self.fatal(io);
+                self.harness.gone = true;
+                log::warn!("function gone (control: gone): BARs read all-ones until power-on");
+                Ok(String::new())
+            }
             cmd => self.run_without_io(cmd),
         }
+    }
+
+    /// Whether a `die` asked the serving process to exit (once: the request is taken). The
+    /// server asks after each access it hands to the device, and kills itself.
+    pub fn take_exit_request(&mut self) -> bool {
+        std::mem::take(&mut self.harness.exit_requested)
     }
 
     /// The text of a `query`.
@@ -131,6 +156,18 @@ impl Device {
             }
             Query::UdDrops => self.harness.ud_drops.report(),
             Query::Hostile => self.harness.hostile.report(),
+            Query::Memory => {
+                let (rss, hwm) = match self.process_memory.as_ref().and_then(|p| p.resident()) {
+                    Some((rss, hwm)) => (rss.to_string(), hwm.to_string()),
+                    None => ("unknown".into(), "unknown".into()),
+                };
+                format!(
+                    "rss={rss} hwm={hwm} ceiling={} inflight={} held={}",
+                    super::MEMORY_CEILING,
+                    self.func.rdma.inflight,
+                    self.func.rdma.held_bytes
+                )
+            }
             Query::Rules => format!("rules={}", self.harness.rules.len()),
             Query::Qps => format!("qps={}", self.func.rdma.qps_view().join(",")),
             Query::Cqs => {
@@ -241,7 +278,12 @@ impl Device {
             Some(n) => match std::str::from_utf8(&mailbox[..n]) {
                 Ok(line) if line.is_ascii() => {
                     let r = self.control(line, io);
-                    log::info!("test page: {line} -> {}", control::format_reply(&r));
+                    let level = if self.warned.note() {
+                        log::Level::Info
+                    } else {
+                        log::Level::Debug
+                    };
+                    log::log!(level, "test page: {line} -> {}", control::format_reply(&r));
                     r
                 }
                 _ => Err("mailbox is not ASCII".to_string()),

@@ -119,8 +119,16 @@ impl Device {
             data1: 0,
         };
         match self.post_aeqe(ev, io) {
-            Ok(()) => log::info!("{doomed}: AEQE type {ty} before its destruction (hostile)"),
-            Err(e) => log::warn!("{doomed}: AEQE type {ty} before its destruction dropped: {e}"),
+            Ok(()) => {
+                if self.warned.note() {
+                    log::info!("{doomed}: AEQE type {ty} before its destruction (hostile)");
+                }
+            }
+            Err(e) => {
+                if self.warned.event_drop() {
+                    log::warn!("{doomed}: AEQE type {ty} before its destruction dropped: {e}");
+                }
+            }
         }
     }
 

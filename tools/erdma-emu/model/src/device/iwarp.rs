@@ -95,11 +95,11 @@
 //! lacks a right) and the connection is terminated. Atomics need the ATOMIC capability at the
 //! requester (else 8, like any opcode the adapter does not execute).
 
-use std::collections::VecDeque;
 use std::net::Ipv4Addr;
+use std::time::Duration;
 
 use super::engine::{DataPath, Wire};
-use super::iwarp_qp::IwConn;
+use super::iwarp_qp::{Backlog, IwConn};
 use super::objects::Qp;
 use super::{Device, RETRY_COUNT, RETRY_TIMEOUT};
 use crate::cmdq::{Request as CmdRequest, Status};
@@ -204,7 +204,7 @@ fn live_conn(qp: &mut Qp) -> Option<&mut IwConn> {
 /// kept for retransmission behind earlier undelivered messages. Dropped if the stream is not
 /// live. Returns whether it was lost now (then the QP's retransmission timer must run).
 fn stream_send(qp: &mut Qp, msg: StreamMsg, wire: &mut Wire<'_>) -> bool {
-    let (qpn, retries) = (qp.qpn, qp.retries);
+    let qpn = qp.qpn;
     let Some(c) = live_conn(qp) else {
         log::debug!("QP {qpn}: iWARP message on a stream that ended, dropped");
         return false;
@@ -212,19 +212,12 @@ fn stream_send(qp: &mut Qp, msg: StreamMsg, wire: &mut Wire<'_>) -> bool {
     let seq = c.snd_nxt;
     c.snd_nxt = seq.wrapping_add(msg.stream_len());
     if !c.backlog.is_empty() {
-        c.backlog.push_back((seq, msg));
-        return false;
+        // An overflow gives the stream up: the timer, due at once, ends it.
+        return !c.backlog.push_back((seq, msg));
     }
     match wire.transmit_stream(qpn, c, seq, msg) {
         Ok(()) => false,
         Err(msg) => {
-            log::info!(
-                "QP {qpn}: iWARP message at sequence {seq} on {} lost: no QP bound to {} \
-                 with the cookies it names (retransmission {} of {RETRY_COUNT} next)",
-                c.tuple,
-                c.tuple.mirror(),
-                retries + 1
-            );
             c.backlog.push_back((seq, msg));
             true
         }
@@ -263,7 +256,7 @@ fn stream_timer(qp: &mut Qp) -> StreamTimer {
     let Some(&(first, _)) = c.backlog.front() else {
         return StreamTimer::Nothing;
     };
-    if retries >= RETRY_COUNT {
+    if retries >= RETRY_COUNT || c.backlog.overflowed {
         let tuple = c.tuple;
         qp.retries = 0;
         let victim = qp
@@ -413,11 +406,13 @@ impl DataPath<'_> {
         io: &mut Io<'_>,
     ) -> Result<(u64, u64), Status> {
         let Some(target) = IwarpState::from_u8(r.state) else {
-            log::warn!(
-                "MODIFY_QP of QP {}: iWARP state {} does not exist",
-                r.qpn,
-                r.state
-            );
+            if self.warned.cmd_error() {
+                log::warn!(
+                    "MODIFY_QP of QP {}: iWARP state {} does not exist",
+                    r.qpn,
+                    r.state
+                );
+            }
             return Err(Status::InvalidParam);
         };
         let qp = self.rdma.qps.get(&r.qpn).ok_or(Status::NotFound)?;
@@ -435,12 +430,14 @@ impl DataPath<'_> {
                 | (Closing, Error)
         );
         if !ok {
-            log::warn!(
-                "MODIFY_QP of QP {}: iWARP transition {} -> {} refused",
-                r.qpn,
-                from.name(),
-                target.name()
-            );
+            if self.warned.cmd_error() {
+                log::warn!(
+                    "MODIFY_QP of QP {}: iWARP transition {} -> {} refused",
+                    r.qpn,
+                    from.name(),
+                    target.name()
+                );
+            }
             return Err(Status::InvalidParam);
         }
         match target {
@@ -492,10 +489,12 @@ impl DataPath<'_> {
         };
         if let Some(port) = self.wire.port {
             if let Err(e) = port.bind(qpn, binding) {
-                log::warn!("QP {qpn}: RTS on {tuple} refused: {e}");
+                if self.warned.cmd_error() {
+                    log::warn!("QP {qpn}: RTS on {tuple} refused: {e}");
+                }
                 return Err(Status::Exists);
             }
-        } else {
+        } else if self.warned.cmd_error() {
             log::warn!("QP {qpn}: RTS on {tuple} without a fabric: its messages will be lost");
         }
         let from = iw.driver_state;
@@ -508,17 +507,19 @@ impl DataPath<'_> {
             snd_nxt: c.snd_nxt,
             rcv_nxt: c.rcv_nxt,
             live: true,
-            backlog: VecDeque::new(),
+            backlog: Backlog::default(),
         });
         qp.state = QpState::Rts;
         qp.retries = 0;
-        log::info!(
-            "QP {qpn}: {} -> RTS on {tuple}, peer cookie {}, SND.NXT {}, RCV.NXT {}, CC {cc}",
-            from.name(),
-            c.cookie,
-            c.snd_nxt,
-            c.rcv_nxt
-        );
+        if self.warned.note() {
+            log::info!(
+                "QP {qpn}: {} -> RTS on {tuple}, peer cookie {}, SND.NXT {}, RCV.NXT {}, CC {cc}",
+                from.name(),
+                c.cookie,
+                c.snd_nxt,
+                c.rcv_nxt
+            );
+        }
         self.process_sq(qpn, io);
         Ok(())
     }
@@ -587,12 +588,16 @@ impl DataPath<'_> {
             return;
         };
         let tuple = c.tuple;
-        match self.wire.transmit_stream(qpn, c, seq, msg) {
-            Ok(()) => log::info!("QP {qpn}: connection {tuple} terminated"),
-            Err(_) => log::info!(
-                "QP {qpn}: connection {tuple} terminated; the peer is not bound, it does not \
-                 hear of it"
-            ),
+        let sent = self.wire.transmit_stream(qpn, c, seq, msg).is_ok();
+        if self.warned.note() {
+            if sent {
+                log::info!("QP {qpn}: connection {tuple} terminated");
+            } else {
+                log::info!(
+                    "QP {qpn}: connection {tuple} terminated; the peer is not bound, it does not \
+                     hear of it"
+                );
+            }
         }
         port.unbind(qpn);
     }
@@ -641,8 +646,29 @@ impl DataPath<'_> {
             return;
         };
         if stream_send(qp, msg, &mut self.wire) {
-            let due = self.clock.now() + RETRY_TIMEOUT;
-            self.rdma.retransmit.entry(qpn).or_insert(due);
+            let overflowed = live_conn(qp).is_some_and(|c| c.backlog.overflowed);
+            let due = self.clock.now()
+                + if overflowed {
+                    Duration::ZERO
+                } else {
+                    RETRY_TIMEOUT
+                };
+            let timer = self.rdma.retransmit.entry(qpn).or_insert(due);
+            *timer = (*timer).min(due);
+            let retries = qp.retries;
+            let lost = qp
+                .iw
+                .as_ref()
+                .and_then(|i| i.conn.as_ref())
+                .and_then(|c| Some((c.tuple, c.backlog.back()?.0)));
+            if let Some((tuple, seq)) = lost.filter(|_| self.warned.note()) {
+                log::info!(
+                    "QP {qpn}: iWARP message at sequence {seq} on {tuple} lost: no QP bound to \
+                     {} with the cookies it names (retransmission {} of {RETRY_COUNT} next)",
+                    tuple.mirror(),
+                    retries + 1
+                );
+            }
         }
     }
 
@@ -681,7 +707,9 @@ impl DataPath<'_> {
                 if let Some(seq) = stream_resend(qp, &mut self.wire) {
                     let due = self.clock.now() + RETRY_TIMEOUT;
                     self.rdma.retransmit.insert(qpn, due);
-                    log::info!("QP {qpn}: iWARP message at sequence {seq} lost again");
+                    if self.warned.note() {
+                        log::info!("QP {qpn}: iWARP message at sequence {seq} lost again");
+                    }
                 }
             }
         }
@@ -721,20 +749,24 @@ impl DataPath<'_> {
                 return;
             }
             Arrival::WrongCookie => {
-                log::warn!(
-                    "QP {qpn}: iWARP message on {} for peer cookie {cookie} refused: the \
+                if self.warned.dp_error() {
+                    log::warn!(
+                        "QP {qpn}: iWARP message on {} for peer cookie {cookie} refused: the \
                      sender's peer cookie must be this QP's cookie; connection terminated",
-                    conn.mirror()
-                );
+                        conn.mirror()
+                    );
+                }
                 self.iw_stream_error(qpn, io);
                 return;
             }
             Arrival::OutOfSequence { expected } => {
-                log::warn!(
-                    "iWARP stream out of sequence on QP {qpn}: expected {expected}, got {seq} \
-                     (connection {}); connection terminated",
-                    conn.mirror()
-                );
+                if self.warned.dp_error() {
+                    log::warn!(
+                        "iWARP stream out of sequence on QP {qpn}: expected {expected}, got {seq} \
+                         (connection {}); connection terminated",
+                        conn.mirror()
+                    );
+                }
                 self.iw_stream_error(qpn, io);
                 return;
             }
@@ -893,7 +925,7 @@ mod tests {
                 snd_nxt: 100,
                 rcv_nxt: 0,
                 live: true,
-                backlog: VecDeque::new(),
+                backlog: Backlog::default(),
             }),
         }));
         qp

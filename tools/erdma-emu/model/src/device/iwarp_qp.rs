@@ -88,7 +88,73 @@ pub(super) struct IwConn {
     /// Bound on the fabric and not ended.
     pub live: bool,
     /// Messages the fabric could not deliver yet, in stream order with their sequence numbers.
-    pub backlog: VecDeque<(u32, StreamMsg)>,
+    pub backlog: Backlog,
+}
+
+/// A stream's undelivered messages with their sequence numbers, and what they weigh (payload
+/// plus [`crate::fabric::PACKET_COST`] each), bounded by [`super::MAX_BACKLOG_BYTES`].
+#[derive(Clone, Debug, Default)]
+pub(super) struct Backlog {
+    q: VecDeque<(u32, StreamMsg)>,
+    bytes: u64,
+    /// A message did not fit: the stream is to be given up (retry exceeded).
+    pub overflowed: bool,
+}
+
+impl Backlog {
+    fn cost(msg: &StreamMsg) -> u64 {
+        msg.payload_len() as u64 + crate::fabric::PACKET_COST
+    }
+
+    /// Whether `msg` fits (else the backlog is marked overflowed and `msg` dropped).
+    pub fn push_back(&mut self, m: (u32, StreamMsg)) -> bool {
+        let cost = Self::cost(&m.1);
+        if self.bytes.saturating_add(cost) > super::MAX_BACKLOG_BYTES {
+            self.overflowed = true;
+            return false;
+        }
+        self.bytes += cost;
+        self.q.push_back(m);
+        true
+    }
+
+    /// Puts back a message taken with [`Backlog::pop_front`].
+    pub fn push_front(&mut self, m: (u32, StreamMsg)) {
+        self.bytes += Self::cost(&m.1);
+        self.q.push_front(m);
+    }
+
+    pub fn pop_front(&mut self) -> Option<(u32, StreamMsg)> {
+        let m = self.q.pop_front()?;
+        self.bytes = self.bytes.saturating_sub(Self::cost(&m.1));
+        Some(m)
+    }
+
+    pub fn clear(&mut self) {
+        self.q.clear();
+        self.bytes = 0;
+    }
+
+    pub fn front(&self) -> Option<&(u32, StreamMsg)> {
+        self.q.front()
+    }
+
+    pub fn back(&self) -> Option<&(u32, StreamMsg)> {
+        self.q.back()
+    }
+
+    pub fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    #[cfg(test)]
+    pub fn iter(&self) -> impl Iterator<Item = &(u32, StreamMsg)> {
+        self.q.iter()
+    }
 }
 
 /// The iWARP part of a QP.

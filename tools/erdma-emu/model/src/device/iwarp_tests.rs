@@ -214,6 +214,8 @@ fn send_len(n: usize) -> u32 {
         id: 0,
         req: Request::Send {
             data: vec![0; n],
+            offset: 0,
+            last: true,
             imm: None,
             inv: None,
             solicited: false,

@@ -15,18 +15,18 @@
 //!   because drivers free their resources whatever the device says.
 //! * Queue MTTs are read at creation; MR MTTs at use time (see [`crate::mtt`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use super::iwarp_qp::{Cookies, Iwarp};
 use super::Protocol;
 use crate::caps::Caps;
 use crate::cmdq::{AddressVector, Status};
-use crate::fabric::{Packet, Request};
+use crate::fabric::{AtomicOp, Packet, Request};
 use crate::io::GuestMemory;
 use crate::mtt::{Mtt, QueueBuf, MAX_MTT_PAGE_SHIFT};
 use crate::wire::{
-    self, CreateCq, CreateQp, DeregMr, MrType, QpState, QueueMttCfg, Reflush, RegMr, U32Arg,
+    self, CreateCq, CreateQp, DeregMr, MrType, QpState, QueueMttCfg, Reflush, RegMr, Sge, U32Arg,
     CQE_SIZE, QP_TYPE_RC, QP_TYPE_UD, RQE_SIZE, SQ_WQEBB_SIZE,
 };
 
@@ -41,6 +41,11 @@ pub const MAX_SQ_DEPTH_LOG2: u32 = 15;
 const MAX_MR_PAGE_SHIFT: u8 = 30;
 /// Most pages of a fast-register MR (§6).
 pub const MAX_FRMR_PAGES: u64 = 524_288;
+/// Most queue pages (page-list entries of SQs, RQs and CQs) a function holds together: 8 MiB
+/// of page lists, 4 GiB of queues in 4 KiB pages (a guest cannot pin that much for its queues
+/// legitimately, but a page list may name one page many times). CREATE_CQ / CREATE_QP beyond
+/// it fail with status 3 (no resources).
+pub const MAX_QUEUE_PAGES: u64 = 1 << 20;
 
 /// A work queue (SQ or RQ).
 #[derive(Clone, Debug)]
@@ -54,11 +59,22 @@ pub(super) struct Wq {
     pub ci: u16,
 }
 
-/// A request sent (or a local operation done) and not yet completed, in SQ order.
+/// A request sent (or a local operation done) and not yet completed, in SQ order. A message
+/// travels as one request per segment ([`crate::fabric::SEGMENT`]) with consecutive sequence
+/// numbers from `seq`; it completes when every segment is answered (or one fails).
 #[derive(Clone, Debug)]
 pub(super) struct Pending {
-    /// Sequence number of the network request (`None`: a local operation).
+    /// Sequence number of the network request, the first segment's (`None`: a local
+    /// operation, or a message none of whose segments is sent yet).
     pub seq: Option<u64>,
+    /// The message's length (payload, READ length, 8 for an atomic): what its segments carry.
+    pub len: u64,
+    /// Segments sent so far.
+    pub segs: u64,
+    /// Segments answered so far.
+    pub answered: u64,
+    /// Bytes of the QP's and the port's windows this entry holds ([`Qp::inflight`]).
+    pub charge: u64,
     /// Counter of the WQE's first WQEBB.
     pub wqe_index: u16,
     /// WQE opcode.
@@ -73,6 +89,131 @@ pub(super) struct Pending {
     pub sink: Option<(u64, u32, u32)>,
     /// READ_WITH_INV: the local STag to invalidate when the READ completes.
     pub inv_after: Option<u32>,
+}
+
+impl Pending {
+    /// A WQE's entry, not sent yet.
+    pub(super) fn new(wqe_index: u16, opcode: u8, signaled: bool) -> Self {
+        Pending {
+            seq: None,
+            len: 0,
+            segs: 0,
+            answered: 0,
+            charge: 0,
+            wqe_index,
+            opcode,
+            signaled,
+            status: None,
+            byte_len: 0,
+            sink: None,
+            inv_after: None,
+        }
+    }
+
+    /// Whether request `seq` is one of this entry's segments.
+    pub(super) fn covers(&self, seq: u64) -> bool {
+        self.seq
+            .is_some_and(|first| seq >= first && seq - first < self.segs)
+    }
+
+    /// Offset and length of segment `i` of the message.
+    pub(super) fn segment(&self, i: u64) -> (u64, u64) {
+        let off = i.saturating_mul(crate::fabric::SEGMENT);
+        (
+            off,
+            self.len.saturating_sub(off).min(crate::fabric::SEGMENT),
+        )
+    }
+
+    /// Segments of the message (at least one, also for no payload).
+    pub(super) fn segments(&self) -> u64 {
+        self.len.div_ceil(crate::fabric::SEGMENT).max(1)
+    }
+}
+
+/// Where a message's payload comes from: inline bytes or local SGEs (read a segment at a time).
+#[derive(Clone, Debug)]
+pub(super) enum Source {
+    Inline(Vec<u8>),
+    Sges(Vec<Sge>),
+}
+
+/// What a message is, for building its segments.
+#[derive(Clone, Debug)]
+pub(super) enum MsgKind {
+    Send {
+        src: Source,
+        imm: Option<[u8; 4]>,
+        inv: Option<u32>,
+        solicited: bool,
+    },
+    Write {
+        src: Source,
+        addr: u64,
+        rkey: u32,
+        imm: Option<[u8; 4]>,
+        solicited: bool,
+    },
+    Read {
+        addr: u64,
+        rkey: u32,
+    },
+    Atomic {
+        addr: u64,
+        rkey: u32,
+        op: AtomicOp,
+    },
+}
+
+/// The message of the last outstanding WQE while its segments are still being sent (the
+/// requester sends them as the windows allow).
+#[derive(Clone, Debug)]
+pub(super) struct Cursor {
+    pub kind: MsgKind,
+    /// The next segment's index.
+    pub next: u64,
+}
+
+/// Incoming requests held for receive WQEs, with their payload bytes.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Held {
+    q: VecDeque<Packet>,
+    bytes: u64,
+}
+
+impl Held {
+    /// What a held packet costs: payload plus [`crate::fabric::PACKET_COST`].
+    pub(super) fn cost(pkt: &Packet) -> u64 {
+        pkt.payload_len() as u64 + crate::fabric::PACKET_COST
+    }
+    pub(super) fn len(&self) -> usize {
+        self.q.len()
+    }
+    pub(super) fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+    /// Bytes held.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    pub(super) fn push_back(&mut self, pkt: Packet) {
+        self.bytes += Self::cost(&pkt);
+        self.q.push_back(pkt);
+    }
+    pub(super) fn push_front(&mut self, pkt: Packet) {
+        self.bytes += Self::cost(&pkt);
+        self.q.push_front(pkt);
+    }
+    pub(super) fn pop_front(&mut self) -> Option<Packet> {
+        let pkt = self.q.pop_front()?;
+        self.bytes = self.bytes.saturating_sub(Self::cost(&pkt));
+        Some(pkt)
+    }
+    /// Takes everything.
+    pub(super) fn take(&mut self) -> VecDeque<Packet> {
+        self.bytes = 0;
+        std::mem::take(&mut self.q)
+    }
 }
 
 /// A queue pair.
@@ -95,7 +236,14 @@ pub(super) struct Qp {
     pub next_seq: u64,
     pub outstanding: VecDeque<Pending>,
     /// Incoming requests held for receive WQEs (RNR), and everything behind them.
-    pub held: VecDeque<Packet>,
+    pub held: Held,
+    /// The message the requester is sending in segments (the last outstanding WQE's).
+    pub cursor: Option<Cursor>,
+    /// Bytes of the windows the outstanding entries hold (the sum of their charges).
+    pub inflight: u64,
+    /// The responder: the offset the next segment of an incoming Send must have (0: no Send
+    /// in progress).
+    pub rx_next: u64,
     /// Requests the network lost, by sequence number, waiting for the retransmission timer
     /// (`Rdma::retransmit`); no new request is sent while there are any.
     pub lost: BTreeMap<u64, Request>,
@@ -157,6 +305,16 @@ pub(super) struct Rdma {
     pub retransmit: BTreeMap<u32, Duration>,
     /// The cookies of the iWARP QPs (CREATE_QP's reply).
     pub cookies: Cookies,
+    /// Bytes of the port's window held by every QP's outstanding requests
+    /// ([`crate::device::PORT_WINDOW`]).
+    pub inflight: u64,
+    /// Bytes of incoming requests every QP holds for receive WQEs
+    /// ([`crate::device::MAX_HELD_BYTES`]).
+    pub held_bytes: u64,
+    /// QPs that stopped sending because the port's window was full, resumed as it drains.
+    pub waiting: BTreeSet<u32>,
+    /// Page-list entries the function's queues hold ([`MAX_QUEUE_PAGES`]).
+    pub queue_pages: u64,
 }
 
 /// Reads `count` u64 entries at `addr` (a level-1 queue MTT).
@@ -170,11 +328,19 @@ fn read_entries(addr: u64, count: u32, mem: &dyn GuestMemory) -> Result<Vec<u64>
         .collect())
 }
 
-/// Builds a queue buffer of `size` bytes from an MTT description.
+/// Builds a queue buffer of `size` bytes from an MTT description. Only the pages the queue
+/// covers are read and kept: a level-1 array may name up to 2^32 - 1 pages, but a queue of
+/// `size` bytes at `offset` needs `ceil((offset + size) / page)` of them, and that many (or
+/// fewer, then the queue is refused) is what the device holds.
 fn queue_buf(m: &QueueMttCfg, size: u64, mem: &dyn GuestMemory) -> Result<QueueBuf, Status> {
     if m.page_shift > MAX_QUEUE_PAGE_SHIFT {
         return Err(Status::InvalidParam);
     }
+    let need = m
+        .offset
+        .checked_add(size)
+        .map(|end| end.div_ceil(1u64 << m.page_shift))
+        .ok_or(Status::InvalidParam)?;
     let pages = match m.level {
         0 => {
             let n = usize::try_from(m.count.clamp(1, 4)).unwrap_or(1);
@@ -185,13 +351,26 @@ fn queue_buf(m: &QueueMttCfg, size: u64, mem: &dyn GuestMemory) -> Result<QueueB
             if m.count == 0 {
                 return Err(Status::InvalidParam);
             }
-            read_entries(m.addr, m.count, mem)?
+            let kept = u64::from(m.count).min(need.max(1));
+            read_entries(m.addr, u32::try_from(kept).unwrap_or(m.count), mem)?
         }
     };
     QueueBuf::new(pages, m.page_shift, m.offset, size).ok_or(Status::InvalidParam)
 }
 
 impl Rdma {
+    /// Counts `n` more queue pages, unless the function would hold more than
+    /// [`MAX_QUEUE_PAGES`].
+    fn take_queue_pages(&mut self, n: usize) -> Result<(), Status> {
+        let total = self.queue_pages.saturating_add(n as u64);
+        if total > MAX_QUEUE_PAGES {
+            log::debug!("queue page lists full ({} pages held)", self.queue_pages);
+            return Err(Status::NoResources);
+        }
+        self.queue_pages = total;
+        Ok(())
+    }
+
     /// CQNs (and MPT indices) below this are valid: twice the QPs.
     fn max_cq(caps: &Caps) -> u32 {
         caps.max_qp().saturating_mul(2)
@@ -228,6 +407,7 @@ impl Rdma {
         }
         let depth = 1u32 << r.depth_log2;
         let buf = queue_buf(&r.buf, u64::from(depth) * CQE_SIZE as u64, mem)?;
+        self.take_queue_pages(buf.pages())?;
         log::debug!(
             "CQ {} created: {depth} CQEs, CEQ {eqn}, {} page(s) of {} KiB, dbrec {:#x}{}",
             r.cqn,
@@ -259,7 +439,8 @@ impl Rdma {
 
     /// DESTROY_CQ.
     pub(super) fn destroy_cq(&mut self, r: U32Arg) -> Outcome {
-        self.cqs.remove(&r.0).ok_or(Status::NotFound)?;
+        let cq = self.cqs.remove(&r.0).ok_or(Status::NotFound)?;
+        self.queue_pages = self.queue_pages.saturating_sub(cq.buf.pages() as u64);
         let users = self
             .qps
             .values()
@@ -293,7 +474,8 @@ impl Rdma {
         }
         let iwarp = protocol == Protocol::Iwarp;
         if iwarp && r.qp_type != QP_TYPE_RC {
-            log::warn!(
+            // The command's failure is logged (rate-limited) by the command engine.
+            log::debug!(
                 "CREATE_QP {}: QP type {} on an iWARP function, which has RC QPs only",
                 r.qpn,
                 r.qp_type
@@ -314,6 +496,7 @@ impl Rdma {
         let rq_depth = 1u32 << r.rq_depth_log2;
         let sq = queue_buf(&r.sq, u64::from(sq_depth) * SQ_WQEBB_SIZE as u64, mem)?;
         let rq = queue_buf(&r.rq, u64::from(rq_depth) * RQE_SIZE as u64, mem)?;
+        self.take_queue_pages(sq.pages() + rq.pages())?;
         log::debug!(
             "QP {} created: {}, PD {}, SQ {sq_depth} WQEBBs (CQ {}), RQ {rq_depth} (CQ {}), \
              dbrecs {:#x}/{:#x}{}",
@@ -358,7 +541,10 @@ impl Rdma {
                 rq_psn: 0,
                 next_seq: 0,
                 outstanding: VecDeque::new(),
-                held: VecDeque::new(),
+                held: Held::default(),
+                cursor: None,
+                inflight: 0,
+                rx_next: 0,
                 lost: BTreeMap::new(),
                 retries: 0,
                 iw: iwarp.then(|| Box::new(Iwarp::new(cookie))),
@@ -370,10 +556,16 @@ impl Rdma {
         Ok((u64::from(cookie), 0))
     }
 
-    /// Removes QP `qpn`, its retransmission timer and its cookie.
+    /// Removes QP `qpn`, its retransmission timer and its cookie; what it held of the port's
+    /// window is released (its held requests are the caller's to answer).
     pub(super) fn remove_qp(&mut self, qpn: u32) -> Option<Qp> {
         let qp = self.qps.remove(&qpn)?;
         self.retransmit.remove(&qpn);
+        let pages = (qp.sq.buf.pages() + qp.rq.buf.pages()) as u64;
+        self.queue_pages = self.queue_pages.saturating_sub(pages);
+        self.waiting.remove(&qpn);
+        self.inflight = self.inflight.saturating_sub(qp.inflight);
+        self.held_bytes = self.held_bytes.saturating_sub(qp.held.bytes());
         if let Some(iw) = &qp.iw {
             self.cookies.release(iw.cookie);
         }
@@ -738,13 +930,8 @@ pub(super) mod fixtures {
         pub(in crate::device) fn for_test(seq: u64) -> Self {
             Pending {
                 seq: Some(seq),
-                wqe_index: 0,
-                opcode: 0,
-                signaled: true,
-                status: None,
-                byte_len: 0,
-                sink: None,
-                inv_after: None,
+                segs: 1,
+                ..Pending::new(0, 0, true)
             }
         }
     }
@@ -833,5 +1020,61 @@ mod tests {
         assert!(t.stags().is_empty(), "deregistered whatever the key");
         assert_eq!(t.destroy_cq(U32Arg(3)), Ok((0, 0)));
         assert_eq!(t.destroy_cq(U32Arg(3)), Err(Status::NotFound));
+    }
+
+    /// A level-1 page table of 65,535 entries for a CQ of 16 CQEs (one page) or an SQ/RQ of
+    /// two pages: the device keeps only the pages the queue covers, and reads no more.
+    #[test]
+    fn queue_page_lists_keep_what_the_queue_needs() {
+        let caps = Caps::default();
+        // The array starts in the last page of guest memory: only its first entries exist.
+        let mem = memory();
+        let table = 0x1_f000;
+        let huge = |at| QueueMttCfg {
+            page_shift: 12,
+            level: 1,
+            count: 65_535,
+            offset: 0,
+            addr: at,
+            more: [0; 3],
+        };
+        let mut t = Rdma::default();
+        let cq = CreateCq {
+            buf: huge(table),
+            ..cq_request(3)
+        };
+        assert_eq!(t.create_cq(cq, &caps, |_| true, &mem), Ok((0, 0)));
+        assert_eq!(t.cqs[&3].buf.pages(), 1, "16 CQEs of 32 bytes: one page");
+        // A queue that needs more pages than the table has is still refused.
+        let big = CreateCq {
+            depth_log2: 8,
+            buf: QueueMttCfg {
+                count: 1,
+                ..huge(table)
+            },
+            ..cq_request(4)
+        };
+        let refused = t.create_cq(big, &caps, |_| true, &mem);
+        assert_eq!(refused, Err(Status::InvalidParam), "256 CQEs need 2 pages");
+        let qp = CreateQp {
+            sq_depth_log2: 8,
+            sq: huge(table),
+            rq: huge(table),
+            ..qp_request(5, 3)
+        };
+        assert!(t.create_qp(qp, &caps, Protocol::RoceV2, &mem).is_ok());
+        // 256 WQEBBs of 32 bytes: 2 pages; 16 RQEs of 32 bytes: 1.
+        assert_eq!((t.qps[&5].sq.buf.pages(), t.qps[&5].rq.buf.pages()), (2, 1));
+        assert_eq!(t.queue_pages, 4);
+        // The function's page lists are bounded: a table naming one page many times cannot
+        // make the device hold more than MAX_QUEUE_PAGES entries.
+        t.queue_pages = MAX_QUEUE_PAGES - 1;
+        let full = t.create_cq(cq_request(6), &caps, |_| true, &mem);
+        assert_eq!(full, Ok((0, 0)), "the last page");
+        let over = t.create_cq(cq_request(7), &caps, |_| true, &mem);
+        assert_eq!(over, Err(Status::NoResources));
+        assert_eq!(t.destroy_cq(U32Arg(6)), Ok((0, 0)));
+        assert!(t.remove_qp(5).is_some());
+        assert_eq!(t.queue_pages, MAX_QUEUE_PAGES - 1 - 3, "given back");
     }
 }

@@ -104,8 +104,8 @@ impl DataPath<'_> {
     pub(super) fn cmd_destroy_qp(&mut self, r: U32Arg) -> Outcome {
         // A live iWARP stream ends (the peer hears of it) and its binding goes.
         self.transport(r.0).close(self, r.0, None);
-        let qp = self.rdma.remove_qp(r.0).ok_or(Status::NotFound)?;
-        self.nak_held(qp.held);
+        let mut qp = self.rdma.remove_qp(r.0).ok_or(Status::NotFound)?;
+        self.nak_held(qp.held.take());
         log::debug!("QP {} destroyed", r.0);
         Ok((0, 0))
     }
@@ -169,9 +169,14 @@ impl DataPath<'_> {
                 qp.rq.pi = 0;
                 qp.rq.ci = 0;
                 qp.outstanding.clear();
+                qp.cursor = None;
+                qp.rx_next = 0;
                 qp.lost.clear();
                 qp.retries = 0;
-                let held = std::mem::take(&mut qp.held);
+                let (inflight, held_bytes) = (qp.inflight, qp.held.bytes());
+                let held = qp.held.take();
+                self.release(r.qpn, inflight);
+                self.rdma.held_bytes = self.rdma.held_bytes.saturating_sub(held_bytes);
                 self.nak_held(held);
             }
             QpState::Error if cur != QpState::Error => self.enter_error(r.qpn, io),

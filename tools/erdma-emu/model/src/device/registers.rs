@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use super::DeviceConfig;
+use super::{DeviceConfig, WarnOnce};
 use crate::regs::{self, AdminQueue, Bar0Area, Doorbell, Reg, RegSlot};
 use crate::stats::TrafficCounters;
 
@@ -311,10 +311,16 @@ impl Registers {
 
     /// `DEV_CTRL.INIT`: latches the admin queues if what was programmed is usable (and sets
     /// `INIT_DONE`), or records why not. Returns the latched queues.
-    pub(super) fn latch_admin(&mut self) -> Option<AdminQueues> {
+    pub(super) fn latch_admin(&mut self, warned: &mut WarnOnce) -> Option<AdminQueues> {
         match self.programmed.validate() {
             Ok(admin) => {
-                log::info!(
+                let level = if warned.note() {
+                    log::Level::Info
+                } else {
+                    log::Level::Debug
+                };
+                log::log!(
+                    level,
                     "initialized: CMDQ SQ {:#x}/{} CQ {:#x} EQ {:#x}/{}, AEQ {:#x}/{}",
                     admin.cmdq_sq.addr,
                     admin.cmdq_sq.depth,
@@ -331,7 +337,13 @@ impl Registers {
             }
             Err(problems) => {
                 let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
-                log::warn!(
+                let level = if warned.cmd_error() {
+                    log::Level::Warn
+                } else {
+                    log::Level::Debug
+                };
+                log::log!(
+                    level,
                     "DEV_CTRL.INIT refused, INIT_DONE stays 0: {}",
                     list.join("; ")
                 );
@@ -511,7 +523,11 @@ mod tests {
         assert_eq!(r.read(Reg::RingAddrL(q), &config, &stats), 0x1000);
         assert_eq!(r.read(Reg::RingAddrH(q), &config, &stats), 0x2);
         assert!(!r.initialized());
-        assert_eq!(r.latch_admin(), None, "nothing else programmed");
+        assert_eq!(
+            r.latch_admin(&mut WarnOnce::default()),
+            None,
+            "nothing else programmed"
+        );
         assert!(!r.init_problems().is_empty());
         assert_eq!(r.status(), 0);
     }

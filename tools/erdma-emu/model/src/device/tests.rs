@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::regs::*;
-use crate::testing::{RecordingIrqs, VecMemory};
+use crate::testing::{RecordingIrqs, TestDriver, VecMemory};
+use crate::ManualClock;
 
 /// A device with test memory and interrupts.
 struct Bench {
@@ -575,4 +576,60 @@ fn empty_accesses_are_harmless() {
     b.dev.bar0_read(VERSION, &mut []);
     b.dev.pci_config_write(0, &[]);
     assert_eq!(b.r32(DEV_STATUS), 0);
+}
+
+/// Every kind of guest-triggerable line is limited to `BURST` per `INTERVAL` on the device's
+/// clock, each kind on its own; the limits survive a reset (a guest can reset at will), the
+/// once-per-offset memory of odd accesses does not.
+#[test]
+fn guest_triggerable_log_lines_are_rate_limited() {
+    let clock = Arc::new(ManualClock::new());
+    let mut w = WarnOnce::new(clock.clone());
+    let burst = WarnOnce::BURST as usize;
+    let allowed =
+        |w: &mut WarnOnce, f: fn(&mut WarnOnce) -> bool| (0..1000).filter(|_| f(w)).count();
+    assert_eq!(allowed(&mut w, WarnOnce::cmd_error), burst);
+    assert_eq!(allowed(&mut w, WarnOnce::dp_error), burst, "its own limit");
+    assert_eq!(allowed(&mut w, WarnOnce::event_drop), burst);
+    assert_eq!(allowed(&mut w, WarnOnce::note), burst);
+    clock.advance(WarnOnce::INTERVAL / 2);
+    assert!(!w.cmd_error(), "still in the interval");
+    clock.advance(WarnOnce::INTERVAL);
+    assert_eq!(
+        allowed(&mut w, WarnOnce::cmd_error),
+        burst,
+        "a new interval"
+    );
+    // Odd accesses: once per (kind, key), and at most BURST distinct ones per interval.
+    let firsts = (0..1000u64)
+        .filter(|&k| w.first(Oddity::HoleRead, k % 50))
+        .count();
+    assert_eq!(firsts, burst);
+    w.forget_seen();
+    assert!(
+        !w.first(Oddity::HoleRead, 999),
+        "the limit survives a reset"
+    );
+    clock.advance(WarnOnce::INTERVAL);
+    assert!(w.first(Oddity::HoleRead, 0), "forgotten by the reset");
+    assert!(!w.first(Oddity::HoleRead, 0), "once");
+}
+
+/// A guest that repeats a failing command as fast as it can gets `BURST` warnings per
+/// interval, not one per command (the device's clock drives the limit).
+#[test]
+fn a_refused_command_storm_logs_a_bounded_number_of_warnings() {
+    let clock = Arc::new(ManualClock::new());
+    let mut t = TestDriver::with(DeviceConfig::default(), clock.clone(), 512, 128, 4096);
+    assert!(t.init());
+    for _ in 0..200 {
+        // CREATE_EQ of EQN 0 is refused (status 2).
+        assert_ne!(t.create_ceq(0, 1, 4).status, 0);
+    }
+    assert!(
+        !t.dev.warned.cmd_error(),
+        "the storm used up the interval's lines"
+    );
+    clock.advance(WarnOnce::INTERVAL);
+    assert!(t.dev.warned.cmd_error());
 }

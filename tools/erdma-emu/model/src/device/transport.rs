@@ -129,8 +129,15 @@ impl DataPath<'_> {
         let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return;
         };
+        let retries = qp.retries;
         if record_lost(qp, seq, req) {
             self.rdma.retransmit.entry(qpn).or_insert(due);
+            if self.warned.note() {
+                log::info!(
+                    "QP {qpn}: request {seq} lost (retransmission {} of {RETRY_COUNT} next)",
+                    retries + 1
+                );
+            }
         }
     }
 
@@ -207,13 +214,8 @@ fn record_lost(qp: &mut Qp, seq: u64, req: Request) -> bool {
     let waiting = qp
         .outstanding
         .iter()
-        .any(|p| p.seq == Some(seq) && p.status.is_none());
+        .any(|p| p.covers(seq) && p.status.is_none());
     if waiting {
-        log::info!(
-            "QP {}: request {seq} lost (retransmission {} of {RETRY_COUNT} next)",
-            qp.qpn,
-            qp.retries + 1
-        );
         qp.lost.insert(seq, req);
     }
     waiting
@@ -245,7 +247,7 @@ fn on_timer(qp: &mut Qp) -> Retransmit {
     }
     if qp.retries >= RETRY_COUNT {
         qp.retries = 0;
-        if let Some(p) = qp.outstanding.iter_mut().find(|p| p.seq == Some(first)) {
+        if let Some(p) = qp.outstanding.iter_mut().find(|p| p.covers(first)) {
             p.status = Some(wc::RETRY_EXCEEDED);
         }
         return Retransmit::Exceeded(first);
@@ -265,6 +267,8 @@ mod tests {
     fn send() -> Request {
         Request::Send {
             data: vec![1, 2, 3],
+            offset: 0,
+            last: true,
             imm: None,
             inv: None,
             solicited: false,

@@ -106,11 +106,12 @@ impl DataPath<'_> {
         match cq.post(cqe, solicited, io.mem) {
             CqPost::Broken => {}
             CqPost::Overflow => {
-                log::warn!(
-                    "CQ {cqn} overflow: {} CQEs beyond the consumer index {:#x}; CQ error",
-                    cq.depth,
-                    cq.ci
-                );
+                let (depth, ci) = (cq.depth, cq.ci);
+                if self.warned.dp_error() {
+                    log::warn!(
+                        "CQ {cqn} overflow: {depth} CQEs beyond the consumer index {ci:#x}; CQ error"
+                    );
+                }
                 let ev = AeqEvent {
                     ty: AE_CQ,
                     subtype: 0,
@@ -118,7 +119,9 @@ impl DataPath<'_> {
                     data1: 0,
                 };
                 if let Err(e) = self.events.post_aeqe(ev, io) {
-                    log::warn!("CQ {cqn}: AEQE dropped: {e}");
+                    if self.warned.event_drop() {
+                        log::warn!("CQ {cqn}: AEQE dropped: {e}");
+                    }
                 }
             }
             CqPost::Unwritable(e) => {
@@ -201,6 +204,7 @@ impl DataPath<'_> {
                 return;
             };
             let in_error = qp.state == QpState::Error;
+            self.release(qpn, p.charge);
             if p.signaled || status != wc::SUCCESS {
                 self.sq_cqe(qpn, &p, status, io);
             }
@@ -233,10 +237,14 @@ impl DataPath<'_> {
             return;
         };
         qp.state = QpState::Error;
+        qp.cursor = None;
+        qp.rx_next = 0;
         for p in qp.outstanding.iter_mut().filter(|p| p.status.is_none()) {
             p.status = Some(wc::FLUSHED);
         }
-        let held = std::mem::take(&mut qp.held);
+        let held_bytes = qp.held.bytes();
+        let held = qp.held.take();
+        self.rdma.held_bytes = self.rdma.held_bytes.saturating_sub(held_bytes);
         self.nak_held(held);
         self.drain_completions(qpn, io);
         self.flush_queues(qpn, io);
@@ -252,6 +260,7 @@ impl DataPath<'_> {
             .map(|q| std::mem::take(&mut q.outstanding))
             .unwrap_or_default()
         {
+            self.release(qpn, p.charge);
             let status = p.status.unwrap_or(wc::FLUSHED);
             if p.signaled || status != wc::SUCCESS {
                 self.sq_cqe(qpn, &p, status, io);
@@ -276,16 +285,7 @@ impl DataPath<'_> {
                 .map(|()| SqeHeader::read(&h));
             let (opcode, count) = hdr.map_or((op::SEND, avail), |h| (h.opcode, h.wqebbs));
             qp.sq.ci = ci.wrapping_add(count.clamp(1, avail));
-            let p = Pending {
-                seq: None,
-                wqe_index: ci,
-                opcode,
-                signaled: true,
-                status: None,
-                byte_len: 0,
-                sink: None,
-                inv_after: None,
-            };
+            let p = Pending::new(ci, opcode, true);
             self.sq_cqe(qpn, &p, wc::FLUSHED, io);
         }
         loop {

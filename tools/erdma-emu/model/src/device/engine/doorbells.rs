@@ -146,7 +146,7 @@ impl DataPath<'_> {
 
     pub(super) fn cq_event(&mut self, eqn: u8, cqn: u32, io: &mut Io<'_>) {
         if let Err(e) = self.events.post_ceqe(eqn, cqn, io) {
-            if self.warned.dp_error() {
+            if self.warned.event_drop() {
                 log::warn!("CQ {cqn}: CEQE to CEQ {eqn} dropped: {e}");
             }
         }

@@ -49,6 +49,11 @@ impl AccessErr {
     }
 }
 
+/// Bytes [`read_pieces`] reads at a time: the buffer grows only as far as guest memory backed
+/// what was read before, so a range beyond guest memory (a 1 GiB SGE of a guest with less)
+/// costs at most this much before it fails.
+const READ_CHUNK: u64 = 64 << 10;
+
 /// Reads the pieces into one buffer.
 pub(super) fn read_pieces(
     mem: &dyn GuestMemory,
@@ -56,10 +61,16 @@ pub(super) fn read_pieces(
     out: &mut Vec<u8>,
 ) -> Result<(), ()> {
     for p in pieces {
-        let n = usize::try_from(p.len).map_err(|_| ())?;
-        let start = out.len();
-        out.resize(start.checked_add(n).ok_or(())?, 0);
-        mem.read(p.gpa, &mut out[start..]).map_err(|_| ())?;
+        let (mut gpa, mut left) = (p.gpa, p.len);
+        while left > 0 {
+            let n = usize::try_from(left.min(READ_CHUNK)).map_err(|_| ())?;
+            let start = out.len();
+            out.resize(start.checked_add(n).ok_or(())?, 0);
+            mem.read(gpa, &mut out[start..]).map_err(|_| ())?;
+            // Only read again while bytes are left (mem.read checks its own range).
+            gpa = gpa.wrapping_add(n as u64);
+            left -= n as u64;
+        }
     }
     Ok(())
 }
@@ -169,6 +180,38 @@ impl Keys<'_> {
         mtt::mr_pieces(&mr.mtt, mr.va, mr.page_shift, addr, len, mem).map_err(|e| match e {
             Xlate::Bounds | Xlate::Dma(_) => AccessErr::Bounds,
         })
+    }
+
+    /// Gathers bytes `[offset, offset + n)` of the payload of local SGEs (status on failure):
+    /// only the SGEs (and pages) that range covers are checked and read.
+    pub(super) fn gather_range(
+        &self,
+        pdn: u32,
+        sges: &[Sge],
+        offset: u64,
+        n: u64,
+        mem: &dyn GuestMemory,
+    ) -> Result<Vec<u8>, u8> {
+        let mut data = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+        let (mut skip, mut left) = (offset, n);
+        for s in sges.iter().filter(|s| s.len > 0) {
+            if left == 0 {
+                break;
+            }
+            let len = u64::from(s.len);
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let take = (len - skip).min(left);
+            let pieces = self
+                .access(s.key, pdn, s.addr.wrapping_add(skip), take, 0, mem)
+                .map_err(AccessErr::local)?;
+            read_pieces(mem, &pieces, &mut data).map_err(|()| wc::SEND_BOUNDS)?;
+            skip = 0;
+            left -= take;
+        }
+        Ok(data)
     }
 
     /// Gathers the payload of local SGEs (status on failure).

@@ -36,23 +36,25 @@ impl Wq {
     }
 }
 
-/// Writes `data` into the buffer of receive SGE `sge` under PD `pdn`. `Err(code)`: the status
-/// the RQE completes with (4 for a message longer than the buffer, 3..6 for the SGE).
+/// Writes `data` at byte `offset` of the buffer of receive SGE `sge` under PD `pdn` (a
+/// message arrives a segment at a time). `Err(code)`: the status the RQE completes with (4 for
+/// a message longer than the buffer, 3..6 for the SGE).
 pub(super) fn scatter(
     keys: Keys<'_>,
     pdn: u32,
     sge: &Sge,
+    offset: u64,
     data: &[u8],
     mem: &mut dyn GuestMemory,
 ) -> Result<(), u8> {
-    if data.len() as u64 > u64::from(sge.len) {
+    if offset.saturating_add(data.len() as u64) > u64::from(sge.len) {
         return Err(wc::RECV_BOUNDS);
     }
     let pieces = keys
         .access(
             sge.key,
             pdn,
-            sge.addr,
+            sge.addr.wrapping_add(offset),
             data.len() as u64,
             access::LOCAL_WRITE,
             mem,
@@ -105,13 +107,16 @@ mod tests {
             len: 4,
             key: wire::stag(3, 1),
         };
-        assert_eq!(scatter(keys, 1, &sge, &[1, 2, 3, 4], &mut mem), Ok(()));
+        assert_eq!(scatter(keys, 1, &sge, 0, &[1, 2, 3, 4], &mut mem), Ok(()));
         assert_eq!(mem.bytes()[..4], [1, 2, 3, 4]);
-        let long = scatter(keys, 1, &sge, &[0; 5], &mut mem);
+        let long = scatter(keys, 1, &sge, 0, &[0; 5], &mut mem);
         assert_eq!(long, Err(wc::RECV_BOUNDS), "longer than the buffer");
-        assert_eq!(scatter(keys, 2, &sge, &[0], &mut mem), Err(wc::RECV_PD));
+        assert_eq!(scatter(keys, 2, &sge, 0, &[0], &mut mem), Err(wc::RECV_PD));
         let t = tables(access::REMOTE_READ, &mem);
         let keys = Keys::new(&t, Some(LKEY));
-        assert_eq!(scatter(keys, 1, &sge, &[0], &mut mem), Err(wc::RECV_ACCESS));
+        assert_eq!(
+            scatter(keys, 1, &sge, 0, &[0], &mut mem),
+            Err(wc::RECV_ACCESS)
+        );
     }
 }

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use super::mr::{write_pieces, AccessErr};
-use super::{trace_data, DataPath, MAX_MESSAGE};
-use crate::device::objects::{Pending, Rdma};
+use super::{trace_data, DataPath, MAX_MESSAGE, PENDING_COST};
+use crate::device::objects::{Cursor, MsgKind, Pending, Rdma, Source};
 use crate::device::Oddity;
 use crate::fabric::{AtomicOp, Body, Nak, Packet, Reply, Request};
 use crate::io::{GuestMemory, Io};
@@ -26,23 +26,56 @@ impl Rdma {
 
 /// What a WQE turned into.
 enum Action {
-    /// A request to send; the pending entry waits for its response.
-    Request(Request, Pending),
+    /// A message to send in segments; the pending entry waits for their answers.
+    Message(MsgKind, Pending),
     /// Completed locally with a status.
     Done(Pending),
 }
 
+/// What sending the next segment of a QP's message came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Segment {
+    /// Nothing to send (no message in progress, or the QP is gone).
+    Nothing,
+    /// The windows have no room: the QP waits for answers.
+    Full,
+    /// A segment went out (or failed locally, completing the message).
+    Sent,
+}
+
 impl DataPath<'_> {
-    /// Processes the SQ of an RTS QP up to its PI.
+    /// Processes the SQ of an RTS QP up to its PI, as far as the windows
+    /// ([`super::QP_WINDOW`], [`super::PORT_WINDOW`]) allow: a message goes out in segments, the next WQE is taken only once
+    /// every segment of the one before is sent.
     pub(in crate::device) fn process_sq(&mut self, qpn: u32, io: &mut Io<'_>) {
         loop {
             let Some(qp) = self.rdma.qps.get(&qpn) else {
                 return;
             };
             // Nothing overtakes a lost request waiting to be retransmitted.
-            if qp.state != QpState::Rts || qp.sq.pi == qp.sq.ci || !qp.lost.is_empty() {
+            if !qp.lost.is_empty() {
                 break;
             }
+            // A message being sent goes on in RTS, and in SQD (it was in progress).
+            if qp.cursor.is_some() {
+                if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+                    break;
+                }
+                match self.send_segment(qpn, io) {
+                    Segment::Sent => continue,
+                    Segment::Full | Segment::Nothing => break,
+                }
+            }
+            if qp.state != QpState::Rts || qp.sq.pi == qp.sq.ci {
+                break;
+            }
+            // Every WQE holds PENDING_COST of the windows until it completes.
+            if !self.admit(qpn, PENDING_COST) {
+                break;
+            }
+            let Some(qp) = self.rdma.qps.get(&qpn) else {
+                return;
+            };
             let ci = qp.sq.ci;
             let avail = qp.sq.pi.wrapping_sub(ci);
             let mut wqe = [0u8; MAX_WQE_SIZE];
@@ -53,6 +86,7 @@ impl DataPath<'_> {
                 .read(off, &mut wqe[..SqeHeader::SIZE], io.mem)
                 .is_err()
             {
+                self.release(qpn, PENDING_COST);
                 if self.warned.first(Oddity::DataPath, u64::from(qpn)) {
                     log::warn!("QP {qpn}: SQ not readable at {ci:#x}; QP to ERROR");
                 }
@@ -64,18 +98,11 @@ impl DataPath<'_> {
             let stalled = qp.outstanding.iter().any(|p| p.status.is_none())
                 && (hdr.fence || matches!(hdr.opcode, op::REG_MR | op::LOCAL_INV));
             if stalled {
+                self.release(qpn, PENDING_COST);
                 break;
             }
-            let mut pending = Pending {
-                seq: None,
-                wqe_index: ci,
-                opcode: hdr.opcode,
-                signaled: hdr.ce,
-                status: None,
-                byte_len: 0,
-                sink: None,
-                inv_after: None,
-            };
+            let mut pending = Pending::new(ci, hdr.opcode, hdr.ce);
+            pending.charge = PENDING_COST;
             let bad = if count > 4 || count > avail {
                 Some(format!("{count} WQEBBs, {avail} posted"))
             } else if hdr.index != ci.wrapping_add(count) {
@@ -115,16 +142,140 @@ impl DataPath<'_> {
             qp.sq.ci = ci.wrapping_add(extent);
             match action {
                 Action::Done(p) => qp.outstanding.push_back(p),
-                Action::Request(req, mut p) => {
-                    let seq = qp.next_seq;
-                    qp.next_seq = qp.next_seq.wrapping_add(1);
+                Action::Message(kind, p) => {
                     qp.sq_psn = (qp.sq_psn + 1) & 0xff_ffff;
-                    p.seq = Some(seq);
                     qp.outstanding.push_back(p);
-                    self.transport(qpn).send_request(self, qpn, seq, req);
+                    qp.cursor = Some(Cursor { kind, next: 0 });
+                    // The first segment now (its local errors complete the WQE before
+                    // anything is sent), the rest as the windows allow.
+                    if self.send_segment(qpn, io) == Segment::Full {
+                        break;
+                    }
                 }
             }
             self.drain_completions(qpn, io);
+        }
+    }
+
+    /// Sends the next segment of QP `qpn`'s message in progress (the last outstanding WQE's)
+    /// if the windows have room for it.
+    fn send_segment(&mut self, qpn: u32, io: &mut Io<'_>) -> Segment {
+        let Some(qp) = self.rdma.qps.get(&qpn) else {
+            return Segment::Nothing;
+        };
+        let (Some(cursor), Some(p)) = (qp.cursor.as_ref(), qp.outstanding.back()) else {
+            return Segment::Nothing;
+        };
+        let i = cursor.next;
+        let (offset, n) = p.segment(i);
+        let last = i + 1 >= p.segments();
+        if !self.admit(qpn, n) {
+            return Segment::Full;
+        }
+        let Some(qp) = self.rdma.qps.get(&qpn) else {
+            return Segment::Nothing;
+        };
+        let (pdn, kind) = match qp.cursor.as_ref() {
+            Some(c) => (qp.pdn, c.kind.clone()),
+            None => return Segment::Nothing,
+        };
+        let built: Result<Request, u8> = match kind {
+            MsgKind::Send {
+                src,
+                imm,
+                inv,
+                solicited,
+            } => self
+                .segment_data(qpn, pdn, &src, offset, n, io.mem)
+                .map(|data| Request::Send {
+                    data,
+                    offset,
+                    last,
+                    imm: imm.filter(|_| last),
+                    inv: inv.filter(|_| last),
+                    solicited: solicited && last,
+                }),
+            MsgKind::Write {
+                src,
+                addr,
+                rkey,
+                imm,
+                solicited,
+            } => self
+                .segment_data(qpn, pdn, &src, offset, n, io.mem)
+                .map(|data| {
+                    let addr = addr.wrapping_add(offset);
+                    trace_data(qpn, "WRITE out", addr, rkey, &[], &data);
+                    Request::Write {
+                        addr,
+                        rkey,
+                        data,
+                        offset,
+                        last,
+                        imm: imm.filter(|_| last),
+                        solicited: solicited && last,
+                    }
+                }),
+            MsgKind::Read { addr, rkey } => Ok(Request::Read {
+                addr: addr.wrapping_add(offset),
+                rkey,
+                // A segment is at most 64 KiB.
+                len: n as u32,
+            }),
+            MsgKind::Atomic { addr, rkey, op } => Ok(Request::Atomic { addr, rkey, op }),
+        };
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
+            return Segment::Nothing;
+        };
+        let req = match built {
+            Ok(req) => req,
+            Err(status) => {
+                // A local error in a segment completes the WQE; nothing more is sent.
+                qp.cursor = None;
+                if let Some(p) = qp.outstanding.back_mut() {
+                    p.status = Some(status);
+                }
+                self.release(qpn, n);
+                self.drain_completions(qpn, io);
+                return Segment::Sent;
+            }
+        };
+        let seq = qp.next_seq;
+        qp.next_seq = qp.next_seq.wrapping_add(1);
+        if let Some(p) = qp.outstanding.back_mut() {
+            p.seq.get_or_insert(seq);
+            p.segs += 1;
+            p.charge += n;
+        }
+        match qp.cursor.as_mut() {
+            Some(c) if !last => c.next = i + 1,
+            _ => qp.cursor = None,
+        }
+        self.transport(qpn).send_request(self, qpn, seq, req);
+        Segment::Sent
+    }
+
+    /// Bytes `[offset, offset + n)` of a message's payload.
+    fn segment_data(
+        &self,
+        qpn: u32,
+        pdn: u32,
+        src: &Source,
+        offset: u64,
+        n: u64,
+        mem: &dyn GuestMemory,
+    ) -> Result<Vec<u8>, u8> {
+        match src {
+            Source::Inline(data) => {
+                let start = usize::try_from(offset)
+                    .unwrap_or(usize::MAX)
+                    .min(data.len());
+                let end = start
+                    .saturating_add(usize::try_from(n).unwrap_or(usize::MAX))
+                    .min(data.len());
+                Ok(data[start..end].to_vec())
+            }
+            Source::Sges(sges) => self.local_keys(qpn).gather_range(pdn, sges, offset, n, mem),
         }
     }
 
@@ -144,19 +295,18 @@ impl DataPath<'_> {
         due.len()
     }
 
-    /// The payload of a SEND/WRITE WQE: inline bytes or gathered SGEs.
-    fn payload(
-        &self,
-        qpn: u32,
-        pdn: u32,
-        hdr: &SqeHeader,
-        wqe: &[u8],
-        sgl_off: usize,
-        mem: &dyn GuestMemory,
-    ) -> Result<Vec<u8>, u8> {
+    /// The payload source of a SEND/WRITE WQE (inline bytes or SGEs) and its length, at most
+    /// [`MAX_MESSAGE`].
+    fn source(hdr: &SqeHeader, wqe: &[u8], sgl_off: usize) -> Result<(Source, u64), u8> {
         match Sgl::decode(hdr, wqe, sgl_off).ok_or(wc::SEND_FORMAT)? {
-            Sgl::Inline(data) => Ok(data.to_vec()),
-            Sgl::Sges(sges) => self.local_keys(qpn).gather(pdn, &sges, mem),
+            Sgl::Inline(data) => Ok((Source::Inline(data.to_vec()), data.len() as u64)),
+            Sgl::Sges(sges) => {
+                let total: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
+                if total > MAX_MESSAGE {
+                    return Err(wc::GENERAL);
+                }
+                Ok((Source::Sges(sges), total))
+            }
         }
     }
 
@@ -175,7 +325,7 @@ impl DataPath<'_> {
         };
         let pdn = qp.pdn;
         let ud = qp.qp_type == QP_TYPE_UD;
-        let result: Result<Option<Request>, u8> = match hdr.opcode {
+        let result: Result<Option<MsgKind>, u8> = match hdr.opcode {
             // UD: a datagram handed to the fabric completes at once (no response).
             op::SEND | op::SEND_WITH_IMM if ud => {
                 self.ud_datagram(qpn, pdn, hdr, wqe, io.mem)
@@ -193,10 +343,11 @@ impl DataPath<'_> {
             }
             op::SEND | op::SEND_WITH_IMM | op::SEND_WITH_INV => {
                 SendSqe::decode(wqe).ok_or(wc::SEND_FORMAT).and_then(|s| {
-                    let data = self.payload(qpn, pdn, hdr, wqe, SendSqe::SGL_OFFSET, io.mem)?;
-                    p.byte_len = data.len() as u32;
-                    Ok(Some(Request::Send {
-                        data,
+                    let (src, len) = Self::source(hdr, wqe, SendSqe::SGL_OFFSET)?;
+                    p.len = len;
+                    p.byte_len = len as u32;
+                    Ok(Some(MsgKind::Send {
+                        src,
                         imm: (hdr.opcode == op::SEND_WITH_IMM).then_some(s.imm),
                         inv: (hdr.opcode == op::SEND_WITH_INV).then(|| s.inv_stag()),
                         solicited: hdr.se,
@@ -205,13 +356,13 @@ impl DataPath<'_> {
             }
             op::WRITE | op::WRITE_WITH_IMM => {
                 WriteSqe::decode(wqe).ok_or(wc::SEND_FORMAT).and_then(|w| {
-                    let data = self.payload(qpn, pdn, hdr, wqe, WriteSqe::SGL_OFFSET, io.mem)?;
-                    p.byte_len = data.len() as u32;
-                    trace_data(qpn, "WRITE out", w.raddr, w.rkey, &[], &data);
-                    Ok(Some(Request::Write {
+                    let (src, len) = Self::source(hdr, wqe, WriteSqe::SGL_OFFSET)?;
+                    p.len = len;
+                    p.byte_len = len as u32;
+                    Ok(Some(MsgKind::Write {
+                        src,
                         addr: w.raddr,
                         rkey: w.rkey,
-                        data,
                         imm: (hdr.opcode == op::WRITE_WITH_IMM).then_some(w.imm),
                         solicited: hdr.se,
                     }))
@@ -220,27 +371,29 @@ impl DataPath<'_> {
             op::READ | op::READ_WITH_INV => match ReadSqe::decode(wqe) {
                 None => Err(wc::SEND_FORMAT),
                 Some(r) if u64::from(r.length) > MAX_MESSAGE => Err(wc::GENERAL),
+                // The sink is checked a segment at a time as the responses land (the check
+                // of the whole range would translate every page of it at once).
                 Some(r) => self
                     .local_keys(qpn)
                     .access(
                         r.lkey,
                         pdn,
                         r.laddr,
-                        u64::from(r.length),
+                        u64::from(r.length).min(crate::fabric::SEGMENT),
                         access::LOCAL_WRITE,
                         io.mem,
                     )
                     .map_err(AccessErr::local)
                     .map(|_| {
+                        p.len = u64::from(r.length);
                         p.byte_len = r.length;
                         p.sink = Some((r.laddr, r.length, r.lkey));
                         if hdr.opcode == op::READ_WITH_INV {
                             p.inv_after = Some(r.inv_stag);
                         }
-                        Some(Request::Read {
+                        Some(MsgKind::Read {
                             addr: r.remote.addr,
                             rkey: r.remote.key,
-                            len: r.length,
                         })
                     }),
             },
@@ -257,6 +410,7 @@ impl DataPath<'_> {
                     )
                     .map_err(AccessErr::local)
                     .map(|_| {
+                        p.len = 8;
                         p.byte_len = 8;
                         p.sink = Some((a.local.addr, 8, a.local.key));
                         let op = if hdr.opcode == op::ATOMIC_CAS {
@@ -267,7 +421,7 @@ impl DataPath<'_> {
                         } else {
                             AtomicOp::Faa { add: a.swap_or_add }
                         };
-                        Some(Request::Atomic {
+                        Some(MsgKind::Atomic {
                             addr: a.remote.addr,
                             rkey: a.remote.key,
                             op,
@@ -288,7 +442,7 @@ impl DataPath<'_> {
             }
         };
         match result {
-            Ok(Some(req)) => Action::Request(req, p),
+            Ok(Some(kind)) => Action::Message(kind, p),
             Ok(None) => {
                 p.status = Some(wc::SUCCESS);
                 Action::Done(p)
@@ -300,7 +454,7 @@ impl DataPath<'_> {
         }
     }
 
-    /// A response to one of our requests.
+    /// A response to one of our requests (one segment of a message).
     pub(in crate::device) fn response(&mut self, pkt: Packet, io: &mut Io<'_>) {
         let Body::Response { seq, result } = pkt.body else {
             return;
@@ -317,22 +471,33 @@ impl DataPath<'_> {
         if qp.lost.is_empty() && !backlog {
             qp.retries = 0;
         }
-        let Some(idx) = qp.outstanding.iter().position(|p| p.seq == Some(seq)) else {
+        let Some(idx) = qp.outstanding.iter().position(|p| p.covers(seq)) else {
             // Flushed already, or the QP was reset.
             return;
         };
-        if qp.outstanding[idx].status.is_some() {
+        let p = &mut qp.outstanding[idx];
+        // The segment's data leaves the windows.
+        let Some(first) = p.seq else {
+            return;
+        };
+        let (offset, n) = p.segment(seq - first);
+        p.charge = p.charge.saturating_sub(n);
+        self.release(qpn, n);
+        let Some(p) = self.rdma.qps.get(&qpn).map(|q| q.outstanding[idx].clone()) else {
+            return;
+        };
+        if p.status.is_some() {
+            self.resume_waiting(io);
             return;
         }
-        let p = qp.outstanding[idx].clone();
-        let pdn = qp.pdn;
+        let pdn = self.rdma.qps.get(&qpn).map_or(0, |q| q.pdn);
         let status = match result {
             Ok(Reply::Ack) => wc::SUCCESS,
             // iWARP: a Read Response is a tagged write into the sink, which must grant remote
             // write.
             Ok(Reply::Read(data)) => {
                 let need = self.transport(qpn).read_sink_access();
-                let status = self.deliver_sink(qpn, pdn, &p, &data, need, io);
+                let status = self.deliver_sink(qpn, pdn, &p, offset, &data, need, io);
                 if status == wc::SEND_ACCESS
                     && need & access::REMOTE_WRITE != 0
                     && self.warned.dp_error()
@@ -346,7 +511,7 @@ impl DataPath<'_> {
                 status
             }
             Ok(Reply::Atomic(v)) => {
-                self.deliver_sink(qpn, pdn, &p, &v.to_le_bytes(), access::LOCAL_WRITE, io)
+                self.deliver_sink(qpn, pdn, &p, 0, &v.to_le_bytes(), access::LOCAL_WRITE, io)
             }
             Err(Nak::NoQp) | Err(Nak::RnrExceeded) => {
                 if self.warned.dp_error() {
@@ -359,28 +524,41 @@ impl DataPath<'_> {
             }
             Err(Nak::Remote(code)) => code,
         };
+        let answered = p.answered + 1;
+        let done = status != wc::SUCCESS || answered >= p.segments();
         let status = match (status, p.inv_after) {
-            (wc::SUCCESS, Some(stag)) => match self.rdma.invalidate(stag, pdn, false) {
+            (wc::SUCCESS, Some(stag)) if done => match self.rdma.invalidate(stag, pdn, false) {
                 Ok(()) => wc::SUCCESS,
                 Err(s) => s,
             },
             (s, _) => s,
         };
         if let Some(qp) = self.rdma.qps.get_mut(&qpn) {
+            let last = qp.outstanding.len() == idx + 1;
             if let Some(e) = qp.outstanding.get_mut(idx) {
-                e.status = Some(status);
+                e.answered = answered;
+                if done {
+                    e.status = Some(status);
+                }
+            }
+            if status != wc::SUCCESS && last {
+                // A failed message sends nothing more.
+                qp.cursor = None;
             }
         }
         self.drain_completions(qpn, io);
         self.process_sq(qpn, io);
+        self.resume_waiting(io);
     }
 
     /// Writes READ data or an atomic's original value into the local sink.
+    #[allow(clippy::too_many_arguments)]
     fn deliver_sink(
         &mut self,
         qpn: u32,
         pdn: u32,
         p: &Pending,
+        offset: u64,
         data: &[u8],
         need: u8,
         io: &mut Io<'_>,
@@ -388,9 +566,10 @@ impl DataPath<'_> {
         let Some((addr, len, lkey)) = p.sink else {
             return wc::GENERAL;
         };
-        if data.len() as u64 > u64::from(len) {
+        if offset.saturating_add(data.len() as u64) > u64::from(len) {
             return wc::SEND_BOUNDS;
         }
+        let addr = addr.wrapping_add(offset);
         match self
             .local_keys(qpn)
             .access(lkey, pdn, addr, data.len() as u64, need, io.mem)

@@ -7,8 +7,8 @@ use std::collections::VecDeque;
 
 use super::mr::{read_pieces, write_pieces, AccessErr, Keys};
 use super::receive::scatter;
-use super::{trace_data, DataPath, MAX_HELD};
-use crate::device::objects::Qp;
+use super::{trace_data, DataPath, MAX_HELD, MAX_HELD_BYTES};
+use crate::device::objects::{Held, Qp};
 use crate::fabric::{AtomicOp, Body, Nak, Packet, PortId, Reply, Request};
 use crate::io::{GuestMemory, Io};
 use crate::wire::{access, op, wc, CqeExtra, QpState, Rqe, UdInfo, QP_TYPE_UD};
@@ -25,8 +25,9 @@ impl DataPath<'_> {
             .rdma
             .qps
             .values_mut()
-            .flat_map(|q| std::mem::take(&mut q.held))
+            .flat_map(|q| q.held.take())
             .collect();
+        self.rdma.held_bytes = 0;
         self.nak_held(held);
         self.iw_close_all();
     }
@@ -85,22 +86,45 @@ impl DataPath<'_> {
             self.drop_request(pkt);
             return;
         }
-        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
+        let Some(qp) = self.rdma.qps.get(&qpn) else {
             return;
         };
         if !qp.held.is_empty() {
-            if qp.held.len() >= MAX_HELD {
-                self.respond(&pkt, seq, Err(Nak::RnrExceeded));
-            } else {
-                qp.held.push_back(pkt);
-            }
+            self.hold(qpn, pkt, seq);
             return;
         }
-        if let Some(pkt) = self.execute_request(pkt, io) {
-            if let Some(qp) = self.rdma.qps.get_mut(&qpn) {
-                qp.held.push_back(pkt);
+        // A segment of a Send that does not continue the one in progress (its earlier
+        // segments were lost on the way): lost too, retransmitted in order after them.
+        if let Body::Request {
+            req: Request::Send { offset, .. },
+            ..
+        } = &pkt.body
+        {
+            if *offset != 0 && *offset != qp.rx_next {
+                self.drop_request(pkt);
+                return;
             }
         }
+        if let Some(pkt) = self.execute_request(pkt, io) {
+            self.hold(qpn, pkt, seq);
+        }
+    }
+
+    /// Holds `pkt` (request `seq`) for QP `qpn`'s receive WQEs, unless the QP holds
+    /// [`MAX_HELD`] requests or the function [`MAX_HELD_BYTES`] already: then it is refused
+    /// (RNR retry exceeded for the requester).
+    fn hold(&mut self, qpn: u32, pkt: Packet, seq: u64) {
+        let cost = Held::cost(&pkt);
+        let room = self.rdma.held_bytes.saturating_add(cost) <= MAX_HELD_BYTES;
+        let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
+            return;
+        };
+        if qp.held.len() >= MAX_HELD || !room {
+            self.respond(&pkt, seq, Err(Nak::RnrExceeded));
+            return;
+        }
+        qp.held.push_back(pkt);
+        self.rdma.held_bytes += cost;
     }
 
     /// Whether `pkt` comes from the QP `qp` is connected to: the QP its RTR named, behind the
@@ -126,8 +150,10 @@ impl DataPath<'_> {
             let Some(pkt) = qp.held.pop_front() else {
                 return;
             };
+            self.rdma.held_bytes = self.rdma.held_bytes.saturating_sub(Held::cost(&pkt));
             if let Some(pkt) = self.execute_request(pkt, io) {
                 if let Some(qp) = self.rdma.qps.get_mut(&qpn) {
+                    self.rdma.held_bytes += Held::cost(&pkt);
                     qp.held.push_front(pkt);
                 }
                 return;
@@ -153,6 +179,7 @@ impl DataPath<'_> {
             req,
             Request::Send { .. } | Request::Write { imm: Some(_), .. }
         );
+        let rx_next = qp.rx_next;
         if needs_rqe && qp.rq.pi == qp.rq.ci {
             return Some(pkt);
         }
@@ -161,16 +188,19 @@ impl DataPath<'_> {
                 addr,
                 rkey,
                 data,
+                offset,
+                last: _,
                 imm,
                 solicited,
             } => match self.remote_write(qpn, pdn, *addr, *rkey, data, io) {
                 Ok(()) => match imm {
+                    // The message's last segment: its byte count is the message's.
                     Some(imm) => self.consume_rqe(
                         qpn,
                         op::RECV_IMM,
-                        &[],
+                        RxSegment::WHOLE_EMPTY,
                         CqeExtra::Imm(*imm),
-                        data.len() as u32,
+                        offset.saturating_add(data.len() as u64) as u32,
                         *solicited,
                         io,
                     ),
@@ -180,10 +210,12 @@ impl DataPath<'_> {
             },
             Request::Send {
                 data,
+                offset,
+                last,
                 imm,
                 inv,
                 solicited,
-            } => {
+            } if *offset == 0 || *offset == rx_next => {
                 let (opcode, extra) = match (imm, inv) {
                     (Some(i), _) => (op::RSP_SEND_IMM, CqeExtra::Imm(*i)),
                     (None, Some(k)) => (op::RECV_INV, CqeExtra::InvRkey(*k)),
@@ -196,13 +228,18 @@ impl DataPath<'_> {
                         .map_err(|_| wc::RECV_STAG),
                     None => Ok(()),
                 };
+                let seg = RxSegment {
+                    data,
+                    offset: *offset,
+                    last: *last,
+                };
                 match inv_ok {
                     Ok(()) => self.consume_rqe(
                         qpn,
                         opcode,
-                        data,
+                        seg,
                         extra,
-                        data.len() as u32,
+                        offset.saturating_add(data.len() as u64) as u32,
                         *solicited,
                         io,
                     ),
@@ -213,12 +250,23 @@ impl DataPath<'_> {
                     }
                 }
             }
+            // A Send segment that does not continue the message in progress (only a broken
+            // stream could deliver one): the receive WQE fails.
+            Request::Send { .. } => {
+                self.consume_rqe_error(qpn, wc::RECV_FORMAT, io);
+                Err(Nak::Remote(wc::RECV_FORMAT))
+            }
             Request::Read { addr, rkey, len } => self.remote_read(qpn, pdn, *addr, *rkey, *len, io),
             Request::Atomic { addr, rkey, op } => {
                 self.remote_atomic(qpn, pdn, *addr, *rkey, *op, io)
             }
         };
-        if let Some(qp) = self.rdma.qps.get_mut(&qpn) {
+        // The PSN advances per message: with its last segment.
+        let last = match req {
+            Request::Send { last, .. } | Request::Write { last, .. } => *last,
+            Request::Read { .. } | Request::Atomic { .. } => true,
+        };
+        if let Some(qp) = self.rdma.qps.get_mut(&qpn).filter(|_| last) {
             qp.rq_psn = (qp.rq_psn + 1) & 0xff_ffff;
         }
         self.respond(&pkt, seq, result);
@@ -318,14 +366,14 @@ impl DataPath<'_> {
         self.enter_error_with(qpn, Some(code), io);
     }
 
-    /// Consumes the RQE at the CI for an incoming message: scatters `data` into its buffer and
-    /// completes it.
+    /// Takes a segment of an incoming message into the RQE at the CI: scatters its data at
+    /// its offset in the RQE's buffer; the last segment completes the RQE (`byte_len`).
     #[allow(clippy::too_many_arguments)]
     fn consume_rqe(
         &mut self,
         qpn: u32,
         opcode: u8,
-        data: &[u8],
+        seg: RxSegment<'_>,
         extra: CqeExtra,
         byte_len: u32,
         solicited: bool,
@@ -340,8 +388,9 @@ impl DataPath<'_> {
             None => return Err(Nak::NoQp),
         };
         let pdn = self.rdma.qps.get(&qpn).map_or(0, |q| q.pdn);
-        if !data.is_empty() {
-            if let Err(code) = scatter(self.local_keys(qpn), pdn, &rqe.sge, data, io.mem) {
+        if !seg.data.is_empty() {
+            let keys = self.local_keys(qpn);
+            if let Err(code) = scatter(keys, pdn, &rqe.sge, seg.offset, seg.data, io.mem) {
                 self.consume_rqe_error(qpn, code, io);
                 return Err(Nak::Remote(code));
             }
@@ -349,6 +398,12 @@ impl DataPath<'_> {
         let Some(qp) = self.rdma.qps.get_mut(&qpn) else {
             return Err(Nak::NoQp);
         };
+        if !seg.last {
+            // More segments follow into the same RQE.
+            qp.rx_next = seg.offset.saturating_add(seg.data.len() as u64);
+            return Ok(Reply::Ack);
+        }
+        qp.rx_next = 0;
         let index = qp.rq.consume();
         self.rq_cqe(
             qpn,
@@ -363,6 +418,23 @@ impl DataPath<'_> {
         );
         Ok(Reply::Ack)
     }
+}
+
+/// A segment of an incoming message for a receive WQE.
+#[derive(Clone, Copy)]
+struct RxSegment<'a> {
+    data: &'a [u8],
+    offset: u64,
+    last: bool,
+}
+
+impl RxSegment<'_> {
+    /// A whole message without payload (a Write with Immediate's completion).
+    const WHOLE_EMPTY: RxSegment<'static> = RxSegment {
+        data: &[],
+        offset: 0,
+        last: true,
+    };
 }
 
 /// An RDMA Write of `data` at `addr` under `rkey` of PD `pdn` (for QP `qpn`'s trace).

@@ -231,7 +231,7 @@ impl DataPath<'_> {
         let mut bytes = Vec::with_capacity(total);
         bytes.extend_from_slice(&roce::grh_area(&d));
         bytes.extend_from_slice(&d.data);
-        if let Err(code) = scatter(self.local_keys(dst_qpn), pdn, &rqe.sge, &bytes, io.mem) {
+        if let Err(code) = scatter(self.local_keys(dst_qpn), pdn, &rqe.sge, 0, &bytes, io.mem) {
             self.ud_receive_error(dst_qpn, code, info, io);
             return;
         }
