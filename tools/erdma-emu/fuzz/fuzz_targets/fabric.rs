@@ -90,6 +90,9 @@ impl Len {
 enum FReq {
     Send {
         data: Vec<u8>,
+        // A segment's place in its message (spoofed too: any offset, last or not).
+        offset: Offset,
+        last: bool,
         imm: Option<[u8; 4]>,
         inv: Option<u8>,
         solicited: bool,
@@ -98,6 +101,8 @@ enum FReq {
         addr: Addr,
         rkey: u8,
         data: Vec<u8>,
+        offset: Offset,
+        last: bool,
         imm: Option<[u8; 4]>,
         solicited: bool,
     },
@@ -113,6 +118,27 @@ enum FReq {
         a: u64,
         b: u64,
     },
+}
+
+/// A segment's offset in its message: the first, one segment in, near the largest message,
+/// or anything.
+#[derive(Arbitrary, Debug)]
+enum Offset {
+    Zero,
+    Segment(u8),
+    NearMax(u16),
+    Raw(u64),
+}
+
+impl Offset {
+    fn get(&self) -> u64 {
+        match self {
+            Offset::Zero => 0,
+            Offset::Segment(k) => u64::from(*k) * erdma_model::fabric::SEGMENT,
+            Offset::NearMax(d) => (1u64 << 30).wrapping_sub(u64::from(*d)),
+            Offset::Raw(v) => *v,
+        }
+    }
 }
 
 #[derive(Arbitrary, Debug)]
@@ -410,11 +436,15 @@ impl Fix {
         match r {
             FReq::Send {
                 data,
+                offset,
+                last,
                 imm,
                 inv,
                 solicited,
             } => Request::Send {
                 data: cut(data, 4096).to_vec(),
+                offset: offset.get(),
+                last: *last,
                 imm: *imm,
                 inv: inv.map(|k| self.key(k)),
                 solicited: *solicited,
@@ -423,12 +453,16 @@ impl Fix {
                 addr,
                 rkey,
                 data,
+                offset,
+                last,
                 imm,
                 solicited,
             } => Request::Write {
                 addr: self.addr(addr),
                 rkey: self.key(*rkey),
                 data: cut(data, 4096).to_vec(),
+                offset: offset.get(),
+                last: *last,
                 imm: *imm,
                 solicited: *solicited,
             },
