@@ -3,9 +3,9 @@
 #
 # A failed adapter (erdma_rs_hw 2.5), between two adapters A and B of this
 # guest, under traffic from user space (a user context waiting for its
-# asynchronous events on A; on RoCEv2 also ibv_rc_pingpong between A and B)
-# and, on RoCEv2, from the kernel (NVMe over RDMA: an nvmet-rdma target on A,
-# the nvme-rdma host reading through B):
+# asynchronous events on A, and ibv_rc_pingpong (RoCEv2) or rping (iWARP)
+# between A and B) and, on RoCEv2, from the kernel (NVMe over RDMA: an
+# nvmet-rdma target on A, the nvme-rdma host reading through B):
 #   1. A reports a fatal error of its own (the model's "fatal": it drops its
 #      queues and objects, and DEV_STATUS loses INIT_DONE). The driver's
 #      watchdog notices; the user context hears IB_EVENT_DEVICE_FATAL; the
@@ -129,10 +129,19 @@ logged() { klog_since "$1" | grep -q -- "$2"; }
 ended() {
 	for _p in "$@"; do ! kill -0 "$_p" 2>/dev/null || return 1; done
 }
-# pingpongs: ibv_rc_pingpong between $A (server) and $B for a long time, in
-# the background: sets PP_S and PP_C.
+# pingpongs: traffic between $A (server) and $B for a long time, in the
+# background: ibv_rc_pingpong on RoCEv2, rping (rdma_cm, the driver's MPA
+# connection manager) on iWARP. Sets PP_S and PP_C.
 pingpongs() {
 	next_port
+	if [ "$PROTO" = iwarp ]; then
+		rping -s -a "$IP_A" -p "$PORT" -S 4096 >"$tmp/pp.srv" 2>&1 &
+		PP_S=$!
+		wait_for 20 cm_listening "$PORT"
+		rping -c -a "$IP_A" -p "$PORT" -C 1000000 -S 4096 >"$tmp/pp.cli" 2>&1 &
+		PP_C=$!
+		return
+	fi
 	ibv_rc_pingpong -d "$A" -g "$GID_A" -p "$PORT" -n 100000000 -s 4096 >"$tmp/pp.srv" 2>&1 &
 	PP_S=$!
 	wait_for 20 listening "$PORT"
@@ -214,11 +223,8 @@ fi
 # ---- 1. a fatal error of the adapter's own, and the recovery -------------------
 
 waiter user.1 "$A"
-PIDS=$WAITER
-if [ "$PROTO" = roce ]; then
-	pingpongs
-	PIDS="$PIDS $PP_S $PP_C"
-fi
+pingpongs
+PIDS="$WAITER $PP_S $PP_C"
 sleep 2
 [ $NVME = 1 ] && before=$(reads)
 tap_check "traffic before the failure" sh -c "kill -0 ${PIDS% } ${READER:-}"
@@ -252,11 +258,8 @@ fi
 # ---- 2. the adapters are gone -------------------------------------------------------
 
 waiter user.2 "$A"
-PIDS=$WAITER
-if [ "$PROTO" = roce ]; then
-	pingpongs
-	PIDS="$PIDS $PP_S $PP_C"
-fi
+pingpongs
+PIDS="$WAITER $PP_S $PP_C"
 sleep 2
 klog_mark mark
 t0=$(uptime)
