@@ -76,10 +76,8 @@ pub fn die() -> ! {
 /// `error_setv: *errp == NULL`, when the server goes away while it waits for the answer to a
 /// region write: that would end the guest, not test it.)
 pub fn die_soon() {
-    let _ = std::thread::Builder::new()
-        .name("die".into())
-        .spawn(|| {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            die()
-        });
+    let _ = std::thread::Builder::new().name("die".into()).spawn(|| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        die()
+    });
 }
