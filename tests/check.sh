@@ -309,10 +309,12 @@ lane_ours() {
 	# own connection manager (MPA over the guest's TCP), a hostile MPA peer on
 	# both sides of a connection and rmmod with connections in use
 	# (iwarp_mpa.sh); and a kernel QP in ERROR posted to from softirq and
-	# under a spinlock (kverbs.sh). Last, the adapters fail (dead.sh).
+	# under a spinlock (kverbs.sh). Floods of half-open connections, listeners
+	# killed under connection attempts, connect/disconnect storms
+	# (cm_flood.sh). Last, the adapters fail (dead.sh).
 	guest iwarp-cm --smp 1 --timeout 1800 --memory 2G \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on \
-		--run "export CM_PROTO=iwarp; erdma_rs/run_tests.sh $IWARP_TESTS kverbs.sh dead.sh"
+		--run "export CM_PROTO=iwarp; erdma_rs/run_tests.sh $IWARP_TESTS kverbs.sh cm_flood.sh dead.sh"
 	# RC traffic, rdma_cm and NVMe over RDMA between two guests through one
 	# model process.
 	guest two-guests-data-path --smp 1 --timeout 2400 --memory 2G --kmemleak none \
@@ -382,10 +384,11 @@ lane_rest() {
 	# trust boundary with the device: allocation failures one at a time in the
 	# iWARP adapter's probe and in both adapters' user verbs (failnth.sh; the
 	# RoCEv2 probe adds the RDMA core's GID and MAD registration, not the
-	# driver's), and an adapter that lies (hostile.sh).
+	# driver's), an adapter that lies (hostile.sh), and random user verbs from
+	# an unprivileged user on both adapters at once (uverbs_random.sh).
 	guest control-plane --smp 2 --timeout 1800 \
 		--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
-		--run 'RACE_CYCLES=4 FAILNTH_PROBE=iwarp erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh rmmod_race.sh failnth.sh hostile.sh'
+		--run 'RACE_CYCLES=4 FAILNTH_PROBE=iwarp erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh rmmod_race.sh failnth.sh hostile.sh uverbs_random.sh'
 	# rdma_cm on iWARP between two guests (issue 11): the connection manager's
 	# MPA over the guests' TCP, then the adapters' streams through one model
 	# process: rdma_cm's tools, every perftest tool with -R and NVMe over RDMA,

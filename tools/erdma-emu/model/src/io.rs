@@ -111,3 +111,17 @@ pub trait ProcessMemory: Send + Sync + fmt::Debug {
     /// `(VmRSS, VmHWM)` in bytes, if known.
     fn resident(&self) -> Option<(u64, u64)>;
 }
+
+/// `(VmRSS, VmHWM)` in bytes from the text of a `/proc/<pid>/status` file; `None` if either
+/// line is missing or malformed. For a [`ProcessMemory`] that reads the file.
+pub fn proc_status_memory(status: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}

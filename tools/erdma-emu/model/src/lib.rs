@@ -56,4 +56,4 @@ pub use caps::Caps;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use device::{AdminQueues, Device, DeviceConfig, Protocol, RingConfig};
 pub use eq::PostError;
-pub use io::{GuestMemory, Io, IrqSink, MemError, MemErrorKind, ProcessMemory};
+pub use io::{proc_status_memory, GuestMemory, Io, IrqSink, MemError, MemErrorKind, ProcessMemory};

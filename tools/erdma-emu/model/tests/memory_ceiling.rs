@@ -82,15 +82,7 @@ struct ProcStatus;
 impl ProcessMemory for ProcStatus {
     fn resident(&self) -> Option<(u64, u64)> {
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().strip_suffix("kB"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(|kib| kib * 1024)
-        };
-        Some((field("VmRSS:")?, field("VmHWM:")?))
+        erdma_model::proc_status_memory(&status)
     }
 }
 

@@ -18,15 +18,7 @@ pub struct ProcStatus;
 impl ProcStatus {
     /// `(VmRSS, VmHWM)` in bytes from the text of a `/proc/<pid>/status` file.
     pub fn parse(status: &str) -> Option<(u64, u64)> {
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().strip_suffix("kB"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(|kib| kib * 1024)
-        };
-        Some((field("VmRSS:")?, field("VmHWM:")?))
+        erdma_model::proc_status_memory(status)
     }
 }
 

@@ -5,6 +5,7 @@
 
 use kernel::{
     device,
+    fmt,
     net::tcp::TcpSocket,
     prelude::*,
     rdma::iwcm::CmEvent,
@@ -17,7 +18,10 @@ use crate::commands::{
     Reflush, //
 };
 
-use super::machine::Timeouts;
+use super::{
+    endpoint::Endpoint,
+    machine::Timeouts, //
+};
 
 /// The device, as the connection manager's work reaches it.
 pub(crate) trait CmDevice: Send + Sync {
@@ -68,6 +72,12 @@ pub(crate) trait Registry {
     /// Reports, rate-limited, `what` the state machine found in `state`, where no path leads
     /// to it (the endpoint then ends): a bug, never ignored in silence.
     fn unexpected(&self, hw: &dyn CmHw, state: &str, what: &str);
+    /// Logs `what` a peer made happen (a bad frame, a silent connection, a full backlog),
+    /// rate-limited: every host that reaches a listener can make one per connection.
+    fn peer_note(&self, hw: &dyn CmHw, what: fmt::Arguments<'_>);
+    /// Chooses the oldest connection of listener `listener` that has not sent its request
+    /// and is not chosen already, to make room in its full backlog; `None` if there is none.
+    fn evict(&self, listener: usize) -> Option<Arc<Endpoint>>;
 }
 
 /// Who hears a listener's connection requests (its iw_cm identifier).

@@ -264,25 +264,24 @@ impl Io for KernelIo<'_> {
     }
 
     fn note(&mut self, peer: SocketAddrV4, note: Note) {
-        let dev = self.hw.dev();
+        let (hw, cm) = (self.hw, self.hw.cm());
         match note {
             Note::BadFrame(frame, bad) => {
-                dev_info!(
-                    dev,
-                    "iWARP CM: bad MPA {frame} from {peer} ({bad:?}), refused\n"
-                );
+                cm.peer_note(hw, fmt!("bad MPA {frame} from {peer} ({bad:?}), refused\n"));
             }
-            Note::RequestTimeout => dev_info!(
-                dev,
-                "iWARP CM: no MPA request from {peer} within {} ms\n",
-                self.hw.cm().timeouts().request_ms
+            Note::RequestTimeout => cm.peer_note(
+                hw,
+                fmt!(
+                    "no MPA request from {peer} within {} ms (or its backlog was full)\n",
+                    cm.timeouts().request_ms
+                ),
             ),
-            Note::TooMuchPrivateData(len) => dev_info!(
-                dev,
-                "iWARP CM: {peer} sent {len} bytes of private data; iw_cm takes at most 255\n"
+            Note::TooMuchPrivateData(len) => cm.peer_note(
+                hw,
+                fmt!("{peer} sent {len} bytes of private data; iw_cm takes at most 255\n"),
             ),
             Note::RejectNotSent => {
-                dev_info!(dev, "iWARP CM: could not send a reject to {peer}\n");
+                cm.peer_note(hw, fmt!("could not send a reject to {peer}\n"));
             }
         }
     }

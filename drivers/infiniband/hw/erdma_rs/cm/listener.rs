@@ -25,10 +25,13 @@ use kernel::{
     },
 };
 
-use super::device::{
-    CmDevice,
-    CmHw,
-    Requests, //
+use super::{
+    device::{
+        CmDevice,
+        CmHw,
+        Requests, //
+    },
+    endpoint::EV_TIMEOUT,
 };
 
 /// Connections a listener's peers may have open before sending their requests, at least.
@@ -87,24 +90,31 @@ impl Listener {
                 Ok(Some(child)) => child,
                 Ok(None) => return,
                 Err(e) => {
-                    dev_info!(hw.dev(), "iWARP CM: accept failed ({})\n", e.to_errno());
+                    let e = e.to_errno();
+                    hw.cm().peer_note(hw, fmt!("accept failed ({e})\n"));
                     return;
                 }
             };
             if hw.cm().pending_of(self.token) >= self.backlog.max(MIN_BACKLOG) as usize {
-                dev_info!(
-                    hw.dev(),
-                    "iWARP CM: listener backlog full, connection dropped\n"
-                );
-                continue;
+                // Room is made by the oldest connection that has not sent its request: its
+                // time for it is cut short (it ends as if it ran out). A client sends its
+                // request at once, so connections that stay silent cannot keep a listener
+                // from its users; the evicted ones still count until they end, so the backlog
+                // holds at most twice its size.
+                match hw.cm().evict(self.token) {
+                    Some(old) => old.kick(EV_TIMEOUT),
+                    None => {
+                        hw.cm()
+                            .peer_note(hw, fmt!("listener backlog full, connection dropped\n"));
+                        continue;
+                    }
+                }
             }
             let requests: Arc<dyn Requests> = self.clone();
             if let Err(e) = hw.cm().adopt(self.dev.clone(), self.token, requests, child) {
-                dev_info!(
-                    hw.dev(),
-                    "iWARP CM: no endpoint for a new connection ({})\n",
-                    e.to_errno()
-                );
+                let e = e.to_errno();
+                hw.cm()
+                    .peer_note(hw, fmt!("no endpoint for a new connection ({e})\n"));
             }
         }
     }

@@ -4,6 +4,7 @@
 //! listeners by token.
 
 use kernel::{
+    fmt,
     net::tcp::TcpSocket,
     new_mutex,
     prelude::*,
@@ -16,6 +17,7 @@ use kernel::{
         Arc,
         Mutex, //
     },
+    time::Delta,
     workqueue::OwnedQueue, //
 };
 
@@ -35,6 +37,10 @@ use super::{
     },
 };
 
+/// The window of [`Cm::peer_note`]'s limit: the kernel's burst of lines per 30 s, not per 5 s,
+/// as a flood from any host can last.
+const PEER_NOTE_INTERVAL: Delta = Delta::from_secs(30);
+
 /// An endpoint in the table, and the listener it came from.
 pub(super) struct Entry {
     pub(super) ep: Arc<Endpoint>,
@@ -42,6 +48,8 @@ pub(super) struct Entry {
     pub(super) listener: Option<usize>,
     /// Passive: its request was reported to iw_cm (it no longer counts against the backlog).
     pub(super) reported: bool,
+    /// Passive, not reported: chosen to make room in a full backlog ([`Registry::evict`]).
+    pub(super) evicted: bool,
 }
 
 /// A listener in the table, with the endpoints it accepted that are not accepted by iw_cm yet.
@@ -100,6 +108,9 @@ pub(crate) struct Cm {
     pub(super) queue: OwnedQueue,
     /// The rate of [`Cm::unexpected`]'s reports.
     pub(super) limit: Ratelimit,
+    /// The rate of what peers make the connection manager log ([`Registry::peer_note`]): any
+    /// host that reaches a listener can make a line per connection.
+    pub(super) peer_limit: Ratelimit,
     /// How long endpoints wait for the peer's MPA frame.
     pub(super) timeouts: Timeouts,
 }
@@ -116,6 +127,7 @@ impl Cm {
             }),
             queue,
             limit: Ratelimit::new(Ratelimit::DEFAULT_INTERVAL, Ratelimit::DEFAULT_BURST),
+            peer_limit: Ratelimit::new(PEER_NOTE_INTERVAL, Ratelimit::DEFAULT_BURST),
             timeouts,
         }? Error))
     }
@@ -141,6 +153,7 @@ impl Cm {
                 ep: ep.clone(),
                 listener,
                 reported: false,
+                evicted: false,
             },
         ));
         Ok(token)
@@ -216,6 +229,34 @@ impl Registry for Cm {
                 "iWARP CM: unexpected {what} in endpoint state {state}; the endpoint ends\n"
             );
         }
+    }
+    /// Logs `what` a peer made happen, rate-limited.
+    fn peer_note(&self, hw: &dyn CmHw, what: fmt::Arguments<'_>) {
+        if let Some(missed) = self.peer_limit.check() {
+            if missed > 0 {
+                dev_info!(
+                    hw.dev(),
+                    "iWARP CM: {missed} lines about peers suppressed\n"
+                );
+            }
+            dev_info!(hw.dev(), "iWARP CM: {what}");
+        }
+    }
+    /// The oldest endpoint of listener `token` that has not sent its request and is not being
+    /// evicted already, now marked evicted.
+    fn evict(&self, token: usize) -> Option<Arc<Endpoint>> {
+        let mut t = self.tables.lock();
+        let t = &mut *t;
+        let children = &t.listeners.get(&token)?.children;
+        // Tokens grow: the first in order is the oldest.
+        let oldest = children.keys().copied().find(|c| {
+            t.endpoints
+                .get(c)
+                .is_some_and(|e| !e.reported && !e.evicted)
+        })?;
+        let e = t.endpoints.get_mut(&oldest)?;
+        e.evicted = true;
+        Some(e.ep.clone())
     }
     /// Takes endpoint `token` out of the tables.
     fn remove(&self, token: usize) {

@@ -31,22 +31,6 @@ command -v python3 >/dev/null && python3 -c 'import pyverbs' 2>/dev/null ||
 nics_up 70
 load_driver
 
-# smoke IBDEV: a user context, PD, CQ, MR and RC QP on IBDEV, made and closed.
-smoke() {
-	python3 - "$1" <<'EOF'
-import sys
-import pyverbs.enums as e
-from pyverbs.cq import CQ
-from pyverbs.device import Context
-from pyverbs.mr import MR
-from pyverbs.pd import PD
-from pyverbs.qp import QP, QPCap, QPInitAttr
-with Context(name=sys.argv[1]) as ctx, PD(ctx) as pd, CQ(ctx, 16, None, None, 0) as cq:
-    MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE).close()
-    cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
-    QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)).close()
-EOF
-}
 # context_fails IBDEV: opening a user context on IBDEV fails with EIO.
 context_fails() {
 	python3 - "$1" <<'EOF'
@@ -66,7 +50,7 @@ more_errors() { [ "$(errors "$1")" -gt "$2" ] || { tap_diag "adapter_errors_cnt 
 # logged MARK PATTERN: the kernel log gained a line matching PATTERN.
 logged() { klog_since "$1" | grep -q -- "$2" || { tap_diag "no '$2' in the kernel log"; return 1; }; }
 # counted_and_works IBDEV BEFORE: more_errors, and the device works (smoke).
-counted_and_works() { more_errors "$1" "$2" && smoke "$1"; }
+counted_and_works() { more_errors "$1" "$2" && verbs_smoke "$1"; }
 rebind() {
 	! is_bound "$1" || echo "$1" >"/sys/bus/pci/drivers/$DRV/unbind"
 	echo "$1" >"/sys/bus/pci/drivers/$DRV/bind"
@@ -82,7 +66,7 @@ for bdf in $functions; do
 	tap_check "$bdf: probe with every capability at its maximum" rebind "$bdf"
 	ib=$(ib_of "$bdf")
 	tap_check "$bdf: each capability out of range is reported" logged "$mark" "out of range: using"
-	tap_check "$ib: works with the clamped capabilities" smoke "$ib"
+	tap_check "$ib: works with the clamped capabilities" verbs_smoke "$ib"
 	max_cqe=$(ibv_devinfo -v -d "$ib" | awk '$1 == "max_cqe:" { print $2 }')
 	tap_check "$ib: max_cqe is the clamped 2^22 (got $max_cqe)" [ "$max_cqe" = 4194304 ]
 	# Every field 0: no queue pairs, no adapter.
@@ -105,7 +89,7 @@ for bdf in $functions; do
 		tap_check "$ib: ALLOC_DB $mode: counted" more_errors "$ib" "$before"
 	done
 	model_cmd "$bdf" "hostile alloc_db off" >/dev/null
-	tap_check "$ib: works once ALLOC_DB answers right" smoke "$ib"
+	tap_check "$ib: works once ALLOC_DB answers right" verbs_smoke "$ib"
 
 	# A completion for a command not in flight.
 	klog_mark mark
@@ -121,7 +105,7 @@ for bdf in $functions; do
 	sleep 2
 	lines=$(klog_since "$mark" | grep -c "$bdf")
 	tap_check "$ib: 4000 events for nothing log at most 30 lines (logged $lines)" [ "$lines" -le 30 ]
-	tap_check "$ib: works after the storms" smoke "$ib"
+	tap_check "$ib: works after the storms" verbs_smoke "$ib"
 
 	# Completions in the GSI QP's CQ for work it never posted (RoCEv2: the
 	# RDMA core's MAD layer has a kernel QP 1 and its CQ at all times).
@@ -140,7 +124,7 @@ for bdf in $functions; do
 
 	# Events for objects being destroyed.
 	model_cmd "$bdf" "hostile aeq-on-destroy on" >/dev/null
-	tap_check "$ib: queue pairs and CQs destroyed under their own events" smoke "$ib"
+	tap_check "$ib: queue pairs and CQs destroyed under their own events" verbs_smoke "$ib"
 	model_cmd "$bdf" "hostile off" >/dev/null
 done
 unload_and_finish "$DRV" $functions

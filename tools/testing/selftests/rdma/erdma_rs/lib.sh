@@ -834,6 +834,24 @@ load_driver() {
 	fi
 }
 
+# verbs_smoke IBDEV: a user context, PD, CQ, MR and RC QP on IBDEV, made and
+# closed (pyverbs): the adapter works.
+verbs_smoke() {
+	python3 - "$1" <<'EOF'
+import sys
+import pyverbs.enums as e
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPCap, QPInitAttr
+with Context(name=sys.argv[1]) as ctx, PD(ctx) as pd, CQ(ctx, 16, None, None, 0) as cq:
+    MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE).close()
+    cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
+    QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)).close()
+EOF
+}
+
 # py_points PREFIX SCRIPT ARGS...: runs the Python script SCRIPT (beside this
 # library) with ARGS and turns each TAP point it prints ("ok N - ...", "not
 # ok N - ...") into one of this test, named PREFIX and its description; any
