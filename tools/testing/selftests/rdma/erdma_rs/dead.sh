@@ -80,12 +80,13 @@ EOF
 # IBV_EVENT_DEVICE_FATAL
 DEVICE_FATAL=8
 # waiter NAME IBDEV: starts waiter.py on IBDEV (output in $tmp/NAME), sets
-# WAITER once it is ready.
+# WAITER; ready NAME waits until it has its objects (Python starts slowly
+# under emulation: the traffic starts meanwhile).
 waiter() {
 	python3 "$tmp/waiter.py" "$2" >"$tmp/$1" 2>&1 &
 	WAITER=$!
-	wait_for 30 grep -q ready "$tmp/$1" || tap_diag "$1: $(tr '\n' ';' <"$tmp/$1")"
 }
+ready() { wait_for 30 grep -q ready "$tmp/$1" || tap_diag "$1: $(tr '\n' ';' <"$tmp/$1")"; }
 # heard NAME: the waiter NAME got IBV_EVENT_DEVICE_FATAL.
 heard() { grep -q "^event $DEVICE_FATAL\$" "$tmp/$1"; }
 # registered BDF: BDF's function has a registered RDMA device with an active
@@ -217,7 +218,7 @@ fi
 waiter user.1 "$A"
 pingpongs
 PIDS="$WAITER $PP_S $PP_C"
-sleep 2
+ready user.1
 [ $NVME = 1 ] && before=$(reads)
 tap_check "traffic before the failure" sh -c "kill -0 ${PIDS% } ${READER:-}"
 
@@ -252,7 +253,7 @@ fi
 waiter user.2 "$A"
 pingpongs
 PIDS="$WAITER $PP_S $PP_C"
-sleep 2
+ready user.2
 klog_mark mark
 t0=$(uptime)
 for _f in $functions; do
