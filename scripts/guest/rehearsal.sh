@@ -106,6 +106,10 @@ if [ "$GI" = 0 ]; then
 	build_pid=$!
 fi
 
+# udev may still be renaming the RDMA devices (rdma-core's naming rule: rocep0s5
+# and the like): the names are read once it is done (make check at 57851e0 had
+# a client read erdma_0 just before its rename, then not find it).
+command -v udevadm >/dev/null && udevadm settle --timeout=60 || true
 # Addresses: 10.91.1.x on the RoCEv2 network, 10.91.2.x on the iWARP one
 # (x = guest + 1), as the instance's DHCP would give.
 while read -r mac proto _rest; do

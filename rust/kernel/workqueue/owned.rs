@@ -110,12 +110,12 @@ impl Drop for OwnedQueue {
 ///
 ///     fn run(this: Arc<Tick>) {
 ///         // Every second, until cancelled.
-///         let _ = workqueue::system().enqueue_delayed(this, kernel::time::msecs_to_jiffies(1000));
+///         let _ = workqueue::system_long().enqueue_delayed(this, kernel::time::msecs_to_jiffies(1000));
 ///     }
 /// }
 ///
 /// let tick = Arc::pin_init(pin_init!(Tick { work <- new_delayed_work!("Tick::work") }), GFP_KERNEL)?;
-/// let _ = workqueue::system().enqueue_delayed(tick.clone(), kernel::time::msecs_to_jiffies(1000));
+/// let _ = workqueue::system_long().enqueue_delayed(tick.clone(), kernel::time::msecs_to_jiffies(1000));
 /// assert!(cancel_delayed_sync(&tick));
 /// # Ok::<(), Error>(())
 /// ```

@@ -54,7 +54,8 @@ pub(crate) fn period_ms(param: u32) -> Option<u32> {
     (param != 0).then(|| param.clamp(MIN_PERIOD_MS, MAX_PERIOD_MS))
 }
 
-/// Looks at one registered adapter every period, from the system work queue, until stopped or
+/// Looks at one registered adapter every period, from the system's long work queue (the plain
+/// one is deprecated in 7.3 and says so once), until stopped or
 /// until it finds the adapter failed.
 #[pin_data]
 pub(crate) struct Watchdog {
@@ -87,7 +88,7 @@ impl WorkItem for Watchdog {
         // Unregistering, or failed (the reprobe is queued): no more looks.
         if healthy == Some(true) {
             let period = this.period;
-            let _ = workqueue::system().enqueue_delayed(this, period);
+            let _ = workqueue::system_long().enqueue_delayed(this, period);
         }
     }
 }
@@ -105,7 +106,7 @@ impl Watchdog {
             }),
             GFP_KERNEL,
         )?;
-        let _ = workqueue::system().enqueue_delayed(this.clone(), period);
+        let _ = workqueue::system_long().enqueue_delayed(this.clone(), period);
         Ok(this)
     }
 
