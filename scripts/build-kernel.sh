@@ -296,14 +296,16 @@ fi
 MODDIR=drivers/infiniband/hw/erdma_rs
 if [ $module_only = 1 ] && [ -f "$KOUT/Module.symvers" ] && [ -d "$KOUT/modroot/lib/modules" ]; then
 	start=$(date +%s)
-	kmake -j"$(nproc)" "$MODDIR/erdma_rs.ko" >"$KOUT/module.log" 2>&1 || {
+	kmake -j"$(nproc)" "$MODDIR/erdma_rs.ko" "$MODDIR/erdma_kverbs_test.ko" >"$KOUT/module.log" 2>&1 || {
 		tail -n 40 "$KOUT/module.log" >&2
-		die "building $MODDIR/erdma_rs.ko failed; full log: $KOUT/module.log"
+		die "building the modules of $MODDIR failed; full log: $KOUT/module.log"
 	}
-	dst=$(find "$KOUT/modroot/lib/modules" -name erdma_rs.ko | head -1)
-	[ -n "$dst" ] || die "erdma_rs.ko is not installed in $KOUT/modroot yet: run a full build (make kernel)"
-	cp "$KOUT/$MODDIR/erdma_rs.ko" "$dst"
-	say "erdma_rs.ko rebuilt and installed in $(($(date +%s) - start))s"
+	for ko in erdma_rs.ko erdma_kverbs_test.ko; do
+		dst=$(find "$KOUT/modroot/lib/modules" -name $ko | head -1)
+		[ -n "$dst" ] || die "$ko is not installed in $KOUT/modroot yet: run a full build (make kernel)"
+		cp "$KOUT/$MODDIR/$ko" "$dst"
+	done
+	say "erdma_rs.ko and erdma_kverbs_test.ko rebuilt and installed in $(($(date +%s) - start))s"
 	echo "$KOUT"
 	exit 0
 fi

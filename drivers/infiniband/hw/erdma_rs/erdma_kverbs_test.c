@@ -29,6 +29,16 @@
  * while the model holds REFLUSH completions back, so that a driver that waits
  * for the command in its post path cannot pass.
  *
+ * Loaded with sweep_device=NAME it tests nothing: each write of an object's
+ * name to its parameter "sweep" (/sys/module/erdma_kverbs_test/parameters/
+ * sweep) creates and destroys one kernel consumer's object of that kind on
+ * device NAME, in the writer's thread, and the write fails with the error
+ * the creation met (the fail-nth sweeps of failnth.py fail allocations one
+ * at a time under the driver): dma_mr (a PD with the unsafe global rkey and
+ * a DMA region of the driver's), cq, qp, qp_rts (RoCEv2: to RTS towards
+ * itself), frmr (fast-registration regions of 4 and of 512 pages) and ah
+ * (RoCEv2: where sleeping is allowed and where it is not).
+ *
  * With bench_seconds=N it measures instead (make bench): bench_qps RC QP
  * pairs between the first two RoCEv2 devices of any driver, each requester
  * QP with a CQ of its own on completion vector i (modulo the device's
@@ -65,6 +75,9 @@ MODULE_PARM_DESC(max_post_us, "fail if a post to a QP in ERROR takes longer (0: 
 static bool atomic_post_only;
 module_param(atomic_post_only, bool, 0444);
 MODULE_PARM_DESC(atomic_post_only, "only post to a QP in ERROR from atomic context, on one device of either protocol");
+static char sweep_device[IB_DEVICE_NAME_MAX];
+module_param_string(sweep_device, sweep_device, sizeof(sweep_device), 0444);
+MODULE_PARM_DESC(sweep_device, "test nothing: the device of the sweep parameter's objects");
 
 #define BENCH_MAX_QPS 32
 #define BENCH_WINDOW 8
@@ -1315,9 +1328,114 @@ static void run_atomic_post_only(void)
 	side_fini(a);
 }
 
+/* Fast-registration regions of 4 and of 512 pages (a page list of its own). */
+static int sweep_frmr(struct side *s)
+{
+	static const u32 pages[] = { 4, 512 };
+	struct ib_mr *mr;
+	int i;
+
+	for (i = 0; i < ARRAY_SIZE(pages); i++) {
+		mr = ib_alloc_mr(s->pd, IB_MR_TYPE_MEM_REG, pages[i]);
+		if (IS_ERR(mr))
+			return PTR_ERR(mr);
+		ib_dereg_mr(mr);
+	}
+	return 0;
+}
+
+/* Address handles of the device's own address, sleeping and not. */
+static int sweep_ah(struct side *s)
+{
+	struct rdma_ah_attr addr;
+	unsigned long flags;
+	struct ib_ah *ah;
+
+	ud_address(s, s, &addr);
+	ah = rdma_create_ah(s->pd, &addr, RDMA_CREATE_AH_SLEEPABLE);
+	if (IS_ERR(ah))
+		return PTR_ERR(ah);
+	rdma_destroy_ah(ah, RDMA_DESTROY_AH_SLEEPABLE);
+	spin_lock_irqsave(&ud_lock, flags);
+	ah = rdma_create_ah(s->pd, &addr, 0);
+	if (!IS_ERR(ah))
+		rdma_destroy_ah(ah, 0);
+	spin_unlock_irqrestore(&ud_lock, flags);
+	return PTR_ERR_OR_ZERO(ah);
+}
+
+/*
+ * One kernel consumer's object (sweep=WHAT) created on the device and
+ * destroyed, with what it needs (a PD, a CQ); the error of the first step
+ * that failed.
+ */
+static int sweep_one(struct ib_device *dev, const char *what)
+{
+	struct ib_cq_init_attr cq_attr = { .cqe = 64 };
+	bool roce = rdma_protocol_roce(dev, 1);
+	struct side *s = &sides[0];
+	struct ib_mr *mr;
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	s->dev = dev;
+	if ((!strcmp(what, "ah") || !strcmp(what, "qp_rts")) && (!roce || find_gid(s)))
+		return -EOPNOTSUPP;
+	s->pd = ib_alloc_pd(dev, strcmp(what, "dma_mr") ? 0 : IB_PD_UNSAFE_GLOBAL_RKEY);
+	if (IS_ERR(s->pd)) {
+		ret = PTR_ERR(s->pd);
+		s->pd = NULL;
+		return ret;
+	}
+	if (!strcmp(what, "dma_mr")) {
+		mr = dma_mr(s, s->pd, IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_READ);
+		ret = PTR_ERR_OR_ZERO(mr);
+		if (!ret)
+			ib_dereg_mr(mr);
+	} else if (!strcmp(what, "frmr")) {
+		ret = sweep_frmr(s);
+	} else if (!strcmp(what, "ah")) {
+		ret = sweep_ah(s);
+	} else if (!strcmp(what, "cq") || !strcmp(what, "qp") || !strcmp(what, "qp_rts")) {
+		s->cq = ib_create_cq(dev, NULL, NULL, NULL, &cq_attr);
+		ret = PTR_ERR_OR_ZERO(s->cq);
+		if (ret)
+			s->cq = NULL;
+		else if (strcmp(what, "cq"))
+			ret = qp_create(s);
+		if (!ret && !strcmp(what, "qp_rts"))
+			ret = qp_connect(s, s);
+	} else {
+		ret = -EINVAL;
+	}
+	side_fini(s);
+	return ret;
+}
+
+static int sweep_set(const char *val, const struct kernel_param *kp)
+{
+	char what[16];
+
+	if (!sweep_device[0] || !ndevs)
+		return -ENODEV;
+	strscpy(what, val, sizeof(what));
+	return sweep_one(devs[0], strim(what));
+}
+
+static const struct kernel_param_ops sweep_ops = {
+	.set = sweep_set,
+};
+module_param_cb(sweep, &sweep_ops, NULL, 0200);
+MODULE_PARM_DESC(sweep, "with sweep_device: create and destroy one object (dma_mr cq qp qp_rts frmr ah)");
+
 static int add_one(struct ib_device *dev)
 {
 	/* The benchmark compares drivers, rdma_rxe among them. */
+	if (sweep_device[0]) {
+		if (!strcmp(dev_name(&dev->dev), sweep_device) && !ndevs)
+			devs[ndevs++] = dev;
+		return 0;
+	}
 	if ((bench_seconds || dev->ops.driver_id == RDMA_DRIVER_ERDMA) && ndevs < 2 &&
 	    (atomic_post_only || rdma_protocol_roce(dev, 1)))
 		devs[ndevs++] = dev;
@@ -1326,6 +1444,8 @@ static int add_one(struct ib_device *dev)
 
 static void remove_one(struct ib_device *dev, void *data)
 {
+	if (sweep_device[0] && ndevs && devs[0] == dev)
+		ndevs = 0;
 }
 
 static struct ib_client client = {
@@ -1341,6 +1461,13 @@ static int __init kverbs_test_init(void)
 	ret = ib_register_client(&client);
 	if (ret)
 		return ret;
+	if (sweep_device[0]) {
+		if (!ndevs) {
+			ib_unregister_client(&client);
+			return -ENODEV;
+		}
+		return 0;
+	}
 	if (atomic_post_only) {
 		run_atomic_post_only();
 		pr_info("summary: %d checks, %d failed\n", checks, failures);

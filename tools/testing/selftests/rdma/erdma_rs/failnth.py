@@ -4,6 +4,8 @@
 
 Usage: failnth.py probe DRIVER BDF
        failnth.py verbs IBDEV roce|iwarp [GID_INDEX]
+       failnth.py kernel MODULE IBDEV OBJECT...
+       failnth.py cm ADDR roce|iwarp
 
 The kernel's fault injection (Documentation/fault-injection) fails the n-th
 allocation of the calling task that its filters let through, when n is
@@ -22,6 +24,17 @@ n-th point. Every injected failure must end in an error the caller sees
          MR, RC QP, and on RoCEv2 a QP moved to RTS (by GID, to itself).
          (Address handles are the kernel's only: uverbs has no AH verbs for
          these devices.)
+  kernel: a kernel consumer's objects on IBDEV, one OBJECT per sweep:
+         MODULE (erdma_kverbs_test, loaded with sweep_device=IBDEV) creates
+         and destroys one (dma_mr: a PD with a DMA region, cq, qp, qp_rts,
+         frmr, ah) at each write of its name to the module's "sweep"
+         parameter, in the writer's thread, and fails the write with the
+         error met.
+  cm:    rdma_cm's connection set-up towards ADDR (the adapter's own
+         address): a listener, a connection resolved, requested, accepted and
+         established, then disconnected, client and server in this thread on
+         two event channels. A failure must come back as an errno or an event
+         (rejected, unreachable, connection error) within CM_EVENT_S seconds.
 
 Prints TAP points ("ok N - ..."), one per operation, with the number of
 points swept; exits 1 if one failed. A kernel report ends the guest (the
@@ -30,6 +43,7 @@ harness's panic_on_warn), which fails the scenario.
 
 import errno
 import os
+import signal
 import sys
 import time
 
@@ -39,6 +53,9 @@ MAX_POINTS = 400
 # The probe: every point up to here, then every PROBE_STRIDE-th.
 PROBE_DENSE = 120
 PROBE_STRIDE = 64
+
+# The longest wait for an rdma_cm event: a failure must come back sooner.
+CM_EVENT_S = 15
 
 results = []
 
@@ -116,6 +133,7 @@ def sweep(name, attempt, after_failure=None, dense=None, stride=1):
         else:
             code = getattr(err, "errno", None) or getattr(err, "error_code", None)
             key = errno.errorcode.get(abs(code), str(code)) if isinstance(code, int) else type(err).__name__
+            key = getattr(err, "key", key)
             failures[key] = failures.get(key, 0) + 1
         if after_failure is not None:
             problem = after_failure(err)
@@ -220,11 +238,127 @@ def sweep_verbs(ibdev, proto, gid_index):
         o.close()
 
 
+def sweep_kernel(module, ibdev, objects):
+    """The module (erdma_kverbs_test) is loaded for IBDEV; each write of an
+    object's name to its "sweep" parameter creates and destroys that object
+    in this thread and fails with the error met."""
+    param = f"/sys/module/{module}/parameters/sweep"
+    for what in objects:
+        def attempt():
+            fd = os.open(param, os.O_WRONLY)
+            try:
+                os.write(fd, what.encode())
+            finally:
+                os.close(fd)
+
+        sweep(f"{ibdev}: kernel {what}", attempt)
+
+
+class CmEventError(Exception):
+    """An rdma_cm event other than the one awaited: a clean failure."""
+
+    def __init__(self, what, event):
+        super().__init__(f"{what}: event {event}")
+        self.key = f"event {event}"
+
+
+class CmTimeout(Exception):
+    pass
+
+
+def sweep_cm(addr, proto):
+    import pyverbs.cm_enums as ce
+    import pyverbs.enums as e
+    from pyverbs.cmid import AddrInfo, CMEvent, CMEventChannel, CMID, ConnParam
+    from pyverbs.pyverbs_error import PyverbsRDMAError
+    from pyverbs.qp import QPCap, QPInitAttr
+
+    waiting = [""]
+
+    def alarm(_sig, _frame):
+        raise CmTimeout(f"no rdma_cm event within {CM_EVENT_S} s ({waiting[0]})")
+
+    signal.signal(signal.SIGALRM, alarm)
+    port = [7400]
+    tcp = ce.RDMA_PS_TCP
+
+    def expect(channel, want, what):
+        waiting[0] = what
+        signal.setitimer(signal.ITIMER_REAL, CM_EVENT_S)
+        try:
+            ev = CMEvent(channel)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if ev.event_type != want:
+            got = ev.event_type
+            ev.ack_cm_event()
+            raise CmEventError(what, got)
+        return ev
+
+    def init():
+        cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
+        return QPInitAttr(qp_type=e.IBV_QPT_RC, cap=cap)
+
+    def attempt():
+        port[0] += 1
+        made = []  # closed in reverse order
+        try:
+            ch_s = CMEventChannel()
+            made.append(ch_s)
+            ch_c = CMEventChannel()
+            made.append(ch_c)
+            listener = CMID(creator=ch_s, port_space=tcp)
+            made.append(listener)
+            listener.bind_addr(AddrInfo(src=addr, src_service=str(port[0]), port_space=tcp,
+                                        flags=ce.RAI_PASSIVE))
+            listener.listen()
+            client = CMID(creator=ch_c, port_space=tcp)
+            made.append(client)
+            client.resolve_addr(AddrInfo(src=addr, dst=addr, dst_service=str(port[0]),
+                                         port_space=tcp))
+            expect(ch_c, ce.RDMA_CM_EVENT_ADDR_RESOLVED, "address").ack_cm_event()
+            client.resolve_route()
+            expect(ch_c, ce.RDMA_CM_EVENT_ROUTE_RESOLVED, "route").ack_cm_event()
+            client.create_qp(init())
+            client.connect(ConnParam())
+            ev = expect(ch_s, ce.RDMA_CM_EVENT_CONNECT_REQUEST, "request")
+            server = CMID(creator=ev, listen_id=listener)
+            ev.ack_cm_event()
+            made.append(server)
+            server.create_qp(init())
+            server.accept(ConnParam())
+            expect(ch_c, ce.RDMA_CM_EVENT_ESTABLISHED, "client established").ack_cm_event()
+            expect(ch_s, ce.RDMA_CM_EVENT_ESTABLISHED, "server established").ack_cm_event()
+            client.disconnect()
+            expect(ch_s, ce.RDMA_CM_EVENT_DISCONNECTED, "server disconnected").ack_cm_event()
+            # The server's answer (RoCEv2's DREP); on iWARP the connection is
+            # gone already, and rdma_cm may say so (EINVAL).
+            try:
+                server.disconnect()
+            except PyverbsRDMAError:
+                pass
+            expect(ch_c, ce.RDMA_CM_EVENT_DISCONNECTED, "client disconnected").ack_cm_event()
+        finally:
+            for o in reversed(made):
+                o.close()
+
+    def after_failure(err):
+        if isinstance(err, CmTimeout):
+            return str(err)
+        return None
+
+    sweep(f"rdma_cm on {addr} ({proto}): listen, connect, accept, disconnect", attempt, after_failure)
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "probe":
         sweep_probe(sys.argv[2], sys.argv[3])
     elif len(sys.argv) in (4, 5) and sys.argv[1] == "verbs" and sys.argv[3] in ("roce", "iwarp"):
         sweep_verbs(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) == 5 else 0)
+    elif len(sys.argv) >= 5 and sys.argv[1] == "kernel":
+        sweep_kernel(sys.argv[2], sys.argv[3], sys.argv[4:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "cm" and sys.argv[3] in ("roce", "iwarp"):
+        sweep_cm(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)
     # Work the kernel deferred (freeing after RCU, ...) settles before the

@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0
 #
-# Allocation failures everywhere in the driver's probe and in its user verbs,
+# Allocation failures everywhere in the driver's probe, its user verbs, a
+# kernel consumer's objects and rdma_cm's connection set-up,
 # one at a time (failnth.py: the kernel's fail-nth, Documentation/
 # fault-injection): failslab and fail_page_alloc fail sleeping allocations
 # too, and only where the driver's module is among the callers (the stack
@@ -113,6 +114,10 @@ undo_push knobs_reset
 # has the RDMA core's registration in it: about 1,500 points on iWARP and
 # more on RoCEv2 (GID table, MAD layer), sampled after the first 120.
 probe_protos=${FAILNTH_PROBE:-all}
+# Which sweeps run on each adapter (all by default): verbs, kernel, cm.
+sweeps=" ${FAILNTH_SWEEPS:-verbs kernel cm} "
+have_kverbs=0
+! modinfo erdma_kverbs_test >/dev/null 2>&1 || have_kverbs=1
 before=$(model_objects)
 for bdf in $functions; do
 	wait_for 10 is_bound "$bdf" || { tap_not_ok "$bdf: bound to $DRV"; continue; }
@@ -130,13 +135,34 @@ for bdf in $functions; do
 		;;
 	*) tap_skip "probe of $bdf by $DRV" "FAILNTH_PROBE=$probe_protos" ;;
 	esac
-	if [ $proto = iwarp ]; then
-		py_points "" failnth.py verbs "$ib" iwarp
-	elif wait_for 10 find_gid "$ib" "$(ipv4_of "$(netdev_of "$(mac_of "$bdf")")")"; then
-		py_points "" failnth.py verbs "$ib" roce "$GID"
-	else
-		tap_not_ok "$ib: no RoCEv2 GID"
+	ip=$(ipv4_of "$(netdev_of "$(mac_of "$bdf")")")
+	# (A QP's sweep covers its CQ's creation, and qp_rts the QP's.)
+	kernel_objects="dma_mr frmr qp"
+	gid=
+	if [ $proto = roce ]; then
+		if wait_for 10 find_gid "$ib" "$ip"; then
+			gid=$GID
+			kernel_objects="dma_mr frmr qp_rts ah"
+		else
+			tap_not_ok "$ib: no RoCEv2 GID"
+		fi
 	fi
+	case $sweeps in *" verbs "*) py_points "" failnth.py verbs "$ib" $proto $gid ;; esac
+	# A kernel consumer's objects (address handles and DMA and fast-registration
+	# regions are the kernel's only), and rdma_cm's set-up of a connection.
+	case $sweeps in
+	*" kernel "*)
+		if [ $have_kverbs = 1 ] && modprobe erdma_kverbs_test sweep_device="$ib"; then
+			py_points "" failnth.py kernel erdma_kverbs_test "$ib" $kernel_objects
+			rmmod erdma_kverbs_test || tap_not_ok "rmmod erdma_kverbs_test"
+		elif [ $have_kverbs = 1 ]; then
+			tap_not_ok "$ib: modprobe erdma_kverbs_test sweep_device=$ib"
+		else
+			tap_skip "$ib: a kernel consumer's objects" "the erdma_kverbs_test module is not installed"
+		fi
+		;;
+	esac
+	case $sweeps in *" cm "*) py_points "" failnth.py cm "$ip" $proto ;; esac
 done
 knobs_reset
 tap_check "the model holds the objects it held before the sweeps" model_no_more "$before"
