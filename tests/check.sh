@@ -331,6 +331,16 @@ lane_ours() {
 	guest three-adapters --smp 1 --timeout 1200 \
 		--dev proto=roce --dev proto=iwarp --dev proto=roce,version=0 \
 		--run 'erdma_rs/run_tests.sh probe.sh'
+	# The upstream C driver's fail-nth sweeps, the reference for ours in
+	# control-plane (issue 30): the same sweeps (the iWARP adapter's probe,
+	# both adapters' user verbs, a kernel consumer's objects and rdma_cm's
+	# connection set-up), on the debug kernel. What they find of the C driver
+	# is named exactly here (the harness's --tolerate and the tests'
+	# ERDMA_KNOWN_REPORTS), written up in Documentation/infiniband/
+	# erdma_rs_selftests.rst and not fixed; any other report fails.
+	guest failnth-c-driver --smp 1 --timeout 1200 --tolerate "$C_FAILNTH_KNOWN" \
+		--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
+		--run "ERDMA_DRIVER=erdma FAILNTH_PROBE=iwarp ERDMA_KNOWN_REPORTS='$C_FAILNTH_KNOWN' erdma_rs/run_tests.sh failnth.sh"
 	# (In lane_ours again, with the doctests: at 57851e0 lane_rest ran about
 	# 80 s longer, its rehearsal aside.)
 	# Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
@@ -382,7 +392,8 @@ lane_rest() {
 	# port events, revocation, netdev loss and deferred probe (verbs.sh). And
 	# rmmod while ib_mad polls its CQ, on two CPUs (rmmod_race.sh). Then the
 	# trust boundary with the device: allocation failures one at a time in the
-	# iWARP adapter's probe and in both adapters' user verbs (failnth.sh; the
+	# iWARP adapter's probe and in both adapters' user verbs, a kernel
+	# consumer's objects and rdma_cm's connection set-up (failnth.sh; the
 	# RoCEv2 probe adds the RDMA core's GID and MAD registration, not the
 	# driver's), an adapter that lies (hostile.sh), and random user verbs from
 	# an unprivileged user on both adapters at once (uverbs_random.sh). (At
@@ -424,6 +435,9 @@ lane_rest() {
 		fail "rehearsal: no packages (the package step failed; see $LOGS/package.log)"
 	fi
 }
+# The C driver's known reports in its fail-nth sweeps: a failed probe leaves
+# its event queue's interrupt live over the queue's freed memory.
+C_FAILNTH_KNOWN='BUG: KASAN: (slab-)?use-after-free in erdma_aeq_event_handler\+'
 rehearsed=()
 lane_ours &
 ours_pid=$!
@@ -452,7 +466,7 @@ guest smp32 --smp 32 --memory 2G --timeout 900 --kmemleak none \
 	--append "watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=120" \
 	--dev proto=roce,test_page=on \
 	--run 'CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh'
-c_scenarios=(upstream-c-driver data-path-c-driver)
+c_scenarios=(upstream-c-driver data-path-c-driver failnth-c-driver)
 [ -z "$C_IWARP" ] || c_scenarios+=(iwarp-cm-c-driver)
 [ -z "$C_XGUEST" ] || c_scenarios+=(two-guests-data-path-c-driver)
 [ -z "$C_IWARP_XGUEST" ] || c_scenarios+=(two-guests-iwarp-c-driver)

@@ -171,5 +171,7 @@ fi
 # The same through rdma_cm (-R), which needs the adapters' GSI QPs (UD, issue
 # 10). perftest 25.01 has no data validation (--data_validation came later).
 each_tool perf_cm " -R"
+# Every tool at its largest messages through the model: its memory held.
+model_memory_check
 
 unload_and_finish "$DRV"
