@@ -269,9 +269,12 @@ packages() {
 	step kernel-rustdoc "$TOP/scripts/build-kernel.sh" --rustdoc || true
 	if [ -f "$TOP/out/package/SHA256SUMS" ] && step release-kernel release_kernel; then
 		C_KERNEL=(--kernel "$(ls "$RELEASE"/boot/vmlinuz-* | head -n 1)" --modules "$RELEASE/lib/modules")
+		touch "$RELEASE.ok"
 	else
 		say "the C driver's reference runs boot the debug kernel (no release kernel: see $LOGS/package.log)"
 	fi
+	# lane_ours' C reference run waits for this.
+	touch "$RELEASE.done"
 }
 # c_guest NAME VMRUN-ARGS...: a scenario of the C driver's reference on the
 # release kernel (the debug kernel without it).
@@ -331,16 +334,6 @@ lane_ours() {
 	guest three-adapters --smp 1 --timeout 1200 \
 		--dev proto=roce --dev proto=iwarp --dev proto=roce,version=0 \
 		--run 'erdma_rs/run_tests.sh probe.sh'
-	# The upstream C driver's fail-nth sweeps, the reference for ours in
-	# control-plane (issue 30): the same sweeps (the iWARP adapter's probe,
-	# both adapters' user verbs, a kernel consumer's objects and rdma_cm's
-	# connection set-up), on the debug kernel. What they find of the C driver
-	# is named exactly here (the harness's --tolerate and the tests'
-	# ERDMA_KNOWN_REPORTS), written up in Documentation/infiniband/
-	# erdma_rs_selftests.rst and not fixed; any other report fails.
-	guest failnth-c-driver --smp 1 --timeout 1200 --tolerate "$C_FAILNTH_KNOWN" \
-		--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
-		--run "ERDMA_DRIVER=erdma FAILNTH_PROBE=iwarp ERDMA_KNOWN_REPORTS='$C_FAILNTH_KNOWN' erdma_rs/run_tests.sh failnth.sh"
 	# (In lane_ours again, with the doctests: at 57851e0 lane_rest ran about
 	# 80 s longer, its rehearsal aside.)
 	# Two TCG guests share the two cores: fewer bind cycles here, the 20 cycles
@@ -357,19 +350,30 @@ lane_ours() {
 	guest doctests --smp 1 --timeout 600 \
 		--append "kunit.filter_glob=rust_doctests_kernel no_debug_objects" \
 		--dev proto=roce --run 'erdma_rs/run_tests.sh doctests.sh'
+	# A/B: the upstream C erdma driver on the same model. Its RDMA devices must show
+	# exactly the attributes the model was told to report (ibdev.sh), the portable
+	# checks of ctrlq.sh and verbs.sh apply to it too, and abdiff.sh loads both
+	# drivers in turn and compares ibv_devinfo -v and rdma dev/link field for field.
+	# (Last in this lane, which balances the lanes: its release kernel is the
+	# one lane_rest unpacked from its packages long before; this lane, a
+	# subshell, looks for it itself.)
+	local waited=0
+	while [ ! -e "$RELEASE.done" ] && [ $waited -lt 3600 ]; do
+		[ $((waited % 300)) != 0 ] || say "upstream-c-driver waits for lane_rest's packages (release kernel)"
+		sleep 5
+		waited=$((waited + 5))
+	done
+	[ ! -e "$RELEASE.ok" ] ||
+		C_KERNEL=(--kernel "$(ls "$RELEASE"/boot/vmlinuz-* | head -n 1)" --modules "$RELEASE/lib/modules")
+	c_guest upstream-c-driver --smp 2 --timeout 2400 \
+		--dev proto=roce,test_page=on \
+		--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,test_page=on \
+		--run "ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh $C_CTL_TESTS"
 }
 lane_rest() {
 	host_tests
 	# The packages first: the C driver's runs boot their release kernel.
 	packages
-	# A/B: the upstream C erdma driver on the same model. Its RDMA devices must show
-	# exactly the attributes the model was told to report (ibdev.sh), the portable
-	# checks of ctrlq.sh and verbs.sh apply to it too, and abdiff.sh loads both
-	# drivers in turn and compares ibv_devinfo -v and rdma dev/link field for field.
-	c_guest upstream-c-driver --smp 2 --timeout 2400 \
-		--dev proto=roce,test_page=on \
-		--dev proto=iwarp,qp_blocks=2,atomic=off,fw_version=0x20003,test_page=on \
-		--run "ERDMA_DRIVER=erdma CTRLQ_FAULTS=0 erdma_rs/run_tests.sh $C_CTL_TESTS"
 	# The C driver's reference, on the release kernel: the RC data path and
 	# rdma_cm between two adapters of one guest (RoCEv2).
 	c_guest data-path-c-driver --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
@@ -400,9 +404,15 @@ lane_rest() {
 	# 5802da7 make check took 1548 s, 48 over its budget: 3 race cycles, not 4,
 	# 20 s of random verbs, 20 connections in cm_flood.sh's storm and 2 s per
 	# fuzz target pay for this issue's tests.)
-	guest control-plane --smp 2 --timeout 1800 \
+	# Last, the upstream C driver's same sweeps, the reference for ours, on
+	# the debug kernel (in this guest, after ours: a boot less). What they
+	# find of the C driver is named exactly (the harness's --tolerate, the
+	# tests' ERDMA_KNOWN_REPORTS and FAILNTH_KNOWN), written up in
+	# Documentation/infiniband/erdma_rs_selftests.rst and not fixed; any other
+	# report or failure fails.
+	guest control-plane --smp 2 --timeout 1800 --tolerate "$C_FAILNTH_REPORTS" \
 		--dev proto=roce,test_page=on --dev proto=iwarp,test_page=on \
-		--run 'RACE_CYCLES=3 UVERBS_RANDOM_S=20 FAILNTH_PROBE=iwarp erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh rmmod_race.sh failnth.sh hostile.sh uverbs_random.sh'
+		--run "r=0; RACE_CYCLES=3 UVERBS_RANDOM_S=20 FAILNTH_PROBE=iwarp erdma_rs/run_tests.sh ctrlq.sh ibdev.sh verbs.sh rmmod_race.sh failnth.sh hostile.sh uverbs_random.sh || r=1; ERDMA_DRIVER=erdma FAILNTH_PROBE=iwarp ERDMA_KNOWN_REPORTS='$C_FAILNTH_REPORTS' FAILNTH_KNOWN='$C_FAILNTH_FAILURES' ERDMA_TAP_PREFIX=c- erdma_rs/run_tests.sh failnth.sh || r=1; exit \$r"
 	# rdma_cm on iWARP between two guests (issue 11): the connection manager's
 	# MPA over the guests' TCP, then the adapters' streams through one model
 	# process: rdma_cm's tools, every perftest tool with -R and NVMe over RDMA,
@@ -435,10 +445,16 @@ lane_rest() {
 		fail "rehearsal: no packages (the package step failed; see $LOGS/package.log)"
 	fi
 }
-# The C driver's known reports in its fail-nth sweeps: a failed probe leaves
-# its event queue's interrupt live over the queue's freed memory.
-C_FAILNTH_KNOWN='BUG: KASAN: (slab-)?use-after-free in erdma_aeq_event_handler\+'
+# What the C driver's fail-nth sweeps are known to meet (control-plane): a
+# failed probe leaves its event queue's interrupt live over the queue's freed
+# memory (a KASAN report); and an iWARP rdma_disconnect whose TCP FIN the
+# injected failure drops (the C driver closes its socket in the caller's
+# thread, and tcp_send_fin gives up on a failed allocation), so the peer
+# hears of no close.
+C_FAILNTH_REPORTS='BUG: KASAN: (slab-)?use-after-free in erdma_aeq_event_handler\+'
+C_FAILNTH_FAILURES='^rdma_cm on [0-9.]+ \(iwarp\): .*: no rdma_cm event within [0-9]+ s \(server disconnected\)$'
 rehearsed=()
+rm -f "$RELEASE.done" "$RELEASE.ok"
 lane_ours &
 ours_pid=$!
 lane_rest
@@ -466,7 +482,7 @@ guest smp32 --smp 32 --memory 2G --timeout 900 --kmemleak none \
 	--append "watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=120" \
 	--dev proto=roce,test_page=on \
 	--run 'CTRLQ_FAULTS=0 erdma_rs/run_tests.sh ctrlq.sh'
-c_scenarios=(upstream-c-driver data-path-c-driver failnth-c-driver)
+c_scenarios=(upstream-c-driver data-path-c-driver)
 [ -z "$C_IWARP" ] || c_scenarios+=(iwarp-cm-c-driver)
 [ -z "$C_XGUEST" ] || c_scenarios+=(two-guests-data-path-c-driver)
 [ -z "$C_IWARP_XGUEST" ] || c_scenarios+=(two-guests-iwarp-c-driver)

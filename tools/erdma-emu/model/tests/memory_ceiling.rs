@@ -4,12 +4,13 @@
 //! (`erdma_model::device::MEMORY_CEILING`, README "Limits") in the worst case a guest user can
 //! build: two adapters on one fabric, QPs on both whose SQs are at their deepest (2^15 WQEBBs)
 //! and full of the largest messages (1 GiB): RDMA WRITEs into the peer, RDMA READs from it and
-//! SENDs to QPs that never post a receive, from both ends at once. The engines run for a
-//! while; a counting allocator measures the peak of what the model allocated beyond the test's
+//! SENDs to QPs that never post a receive, from both ends at once, on RoCEv2 and then on iWARP
+//! (whose streams keep what they sent until acknowledged). The engines run for a while; a counting allocator measures the peak of what the model allocated beyond the test's
 //! own guest memory (allocated before the measurement starts), and the process's VmHWM is read
 //! from /proc/self/status.
 //!
-//! One test in its own binary: the allocator counts the whole process.
+//! One test in its own binary: the allocator counts the whole process, and the two protocols
+//! run one after the other in it.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,10 +19,11 @@ use std::time::{Duration, Instant};
 
 use erdma_model::device::{MAX_HELD_BYTES, MEMORY_CEILING, PORT_WINDOW, RETRY_TIMEOUT};
 use erdma_model::fabric::Fabric;
+use erdma_model::testing::dp::EQN;
 use erdma_model::testing::dp::{Wqe, ALL_ACCESS, PDN};
 use erdma_model::testing::{layout, TestDriver, VecMemory};
-use erdma_model::wire::{self, RegMr, Sge, QP_TYPE_RC};
-use erdma_model::{DeviceConfig, Io, ManualClock, ProcessMemory};
+use erdma_model::wire::{self, IwarpConnection, RegMr, Sge, QP_TYPE_RC};
+use erdma_model::{DeviceConfig, Io, ManualClock, ProcessMemory, Protocol};
 
 /// Counts the bytes allocated now and at the peak.
 struct Counting;
@@ -99,10 +101,20 @@ const SQS: u64 = layout::MEM_BASE + layout::MEM_SIZE as u64;
 const VOID: u64 = 0x100_0000_0000;
 const VOID_LEN: u64 = 16 << 30;
 
-/// An adapter on `fabric` (host `host`) with CQ 1, a DMA MR (STag 1 << 8) and [`QPS`] RC QPs
-/// (QPN 10..) connected to the same QPNs of host `peer`, every SQ at its deepest and full.
-fn adapter(fabric: &Arc<Fabric>, clock: &Arc<ManualClock>, host: u8, peer: u8) -> TestDriver {
-    let mut d = TestDriver::with(DeviceConfig::default(), clock.clone(), 512, 128, 4096);
+/// An adapter on `fabric` (host `host`, 10.0.0.`host`) speaking `protocol`, with CQ 1, a DMA
+/// MR (STag 1 << 8) and [`QPS`] RC QPs (QPN 10..), every SQ at its deepest; returns it with its
+/// QPs' cookies (iWARP).
+fn adapter(
+    fabric: &Arc<Fabric>,
+    clock: &Arc<ManualClock>,
+    protocol: Protocol,
+    host: u8,
+) -> (TestDriver, Vec<u32>) {
+    let config = DeviceConfig {
+        protocol,
+        ..Default::default()
+    };
+    let mut d = TestDriver::with(config, clock.clone(), 512, 128, 4096);
     let sq_bytes = (1u64 << SQ_LOG2) * 32;
     d.mem = VecMemory::new(
         layout::MEM_BASE,
@@ -111,7 +123,12 @@ fn adapter(fabric: &Arc<Fabric>, clock: &Arc<ManualClock>, host: u8, peer: u8) -
     d.mem.set_void(VOID, VOID_LEN);
     d.attach(fabric);
     d.dev.set_process_memory(Arc::new(ProcStatus));
-    d.dp_setup(host);
+    if protocol == Protocol::Iwarp {
+        assert!(d.init());
+        assert_eq!(d.create_ceq(EQN, 1, 8).status, 0);
+    } else {
+        d.dp_setup(host);
+    }
     assert_eq!(d.create_cq(1, 12).status, 0);
     let dma = RegMr {
         valid: false,
@@ -130,6 +147,27 @@ fn adapter(fabric: &Arc<Fabric>, clock: &Arc<ManualClock>, host: u8, peer: u8) -
         entries: [0; 4],
     };
     assert_eq!(d.reg_mr_raw(&dma).status, 0);
+    let mut cookies = Vec::new();
+    for i in 0..QPS {
+        let qpn = 10 + i;
+        let rq = d.alloc(16 * 32, 0x1000);
+        let sq = SQS + u64::from(i) * sq_bytes;
+        let made = d.create_qp_on(qpn, 1, [(sq, SQ_LOG2), (rq, 4)], QP_TYPE_RC, PDN);
+        assert_eq!(made.status, 0);
+        cookies.push(made.resp0 as u32);
+    }
+    (d, cookies)
+}
+
+/// Connects the QPs of `d` (host `host`) to the same QPNs of host `peer` (whose QPs' cookies
+/// are `peer_cookies`) and fills every SQ: a third WRITEs, a third READs, a third SENDs.
+fn connect_and_fill(
+    d: &mut TestDriver,
+    protocol: Protocol,
+    host: u8,
+    peer: u8,
+    peer_cookies: &[u32],
+) {
     let key = wire::stag(1, 0);
     let data = Sge {
         addr: VOID,
@@ -138,11 +176,22 @@ fn adapter(fabric: &Arc<Fabric>, clock: &Arc<ManualClock>, host: u8, peer: u8) -
     };
     for i in 0..QPS {
         let qpn = 10 + i;
-        let rq = d.alloc(16 * 32, 0x1000);
-        let sq = SQS + u64::from(i) * sq_bytes;
-        let made = d.create_qp_on(qpn, 1, [(sq, SQ_LOG2), (rq, 4)], QP_TYPE_RC, PDN);
-        assert_eq!(made.status, 0);
-        d.connect(qpn, peer, qpn);
+        if protocol == Protocol::Iwarp {
+            // The 4-tuple both ends agree on (the connection manager's, in a guest).
+            let port = |h: u8| 20000 + u16::from(h) * 100 + i as u16;
+            let conn = IwarpConnection {
+                cookie: peer_cookies[i as usize],
+                dst_ip: [10, 0, 0, peer],
+                src_ip: [10, 0, 0, host],
+                src_port: port(host),
+                dst_port: port(peer),
+                snd_nxt: 7,
+                rcv_nxt: 7,
+            };
+            assert_eq!(d.iwarp_rts(qpn, &conn).status, 0);
+        } else {
+            d.connect(qpn, peer, qpn);
+        }
         let wqe = match i % 3 {
             0 => Wqe::write(key, VOID, &[data]),
             1 => Wqe::read(key, VOID, MSG, key, VOID),
@@ -153,7 +202,6 @@ fn adapter(fabric: &Arc<Fabric>, clock: &Arc<ManualClock>, host: u8, peer: u8) -
             d.post_wqe(qpn, &wqe);
         }
     }
-    d
 }
 
 fn run(d: &mut TestDriver) -> usize {
@@ -175,10 +223,18 @@ fn field(reply: &str, name: &str) -> u64 {
 
 #[test]
 fn the_worst_case_a_guest_can_build_stays_under_the_ceiling() {
+    for protocol in [Protocol::RoceV2, Protocol::Iwarp] {
+        worst_case(protocol);
+    }
+}
+
+fn worst_case(protocol: Protocol) {
     let fabric = Fabric::new();
     let clock = Arc::new(ManualClock::new());
-    let mut a = adapter(&fabric, &clock, 1, 2);
-    let mut b = adapter(&fabric, &clock, 2, 1);
+    let (mut a, cookies_a) = adapter(&fabric, &clock, protocol, 1);
+    let (mut b, cookies_b) = adapter(&fabric, &clock, protocol, 2);
+    connect_and_fill(&mut a, protocol, 1, 2, &cookies_b);
+    connect_and_fill(&mut b, protocol, 2, 1, &cookies_a);
     let rss_before = ProcStatus.resident().map_or(0, |r| r.0);
     let base = CURRENT.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
@@ -212,7 +268,7 @@ fn the_worst_case_a_guest_can_build_stays_under_the_ceiling() {
     let moved =
         field(&query(&mut a, "stats"), "tx_bytes") + field(&query(&mut b, "stats"), "tx_bytes");
     eprintln!(
-        "worst case: {rounds} rounds, {packets} packets, {} MiB moved in {:?}; model peak {} KiB \
+        "worst case ({protocol:?}): {rounds} rounds, {packets} packets, {} MiB moved in {:?}; model peak {} KiB \
          allocated beyond the setup (ceiling {} KiB for two adapters); port window at most \
          {max_inflight} B, held at most {max_held} B; VmRSS {} KiB (before {} KiB), VmHWM {} KiB; \
          a: {memory}",

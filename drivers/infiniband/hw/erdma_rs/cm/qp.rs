@@ -167,7 +167,8 @@ impl IwQp {
 
     /// The verbs' modify: only the state counts (erdma_rs_hw 7.1). RESET and INIT are IDLE, RTR a
     /// note, RTS only the connection manager's; SQD closes, SQE terminates, ERR fails the queue
-    /// pair, each stopping its connection.
+    /// pair, each stopping its connection; a queue pair stopped at least as hard already stays
+    /// as it is.
     pub(crate) fn modify(&self, hw: &dyn CmHw, next: QpState) -> Result {
         let mut conn = self.conn.lock();
         let target = match next {
@@ -192,16 +193,24 @@ impl IwQp {
             QpState::Sqe => IwState::Terminate,
             QpState::Err => IwState::Error,
         };
-        let ok = match (conn.state, target) {
-            (IwState::Rts, _) => true,
-            (IwState::Idle, IwState::Error) => true,
-            (IwState::Closing | IwState::Terminate, IwState::Error) => true,
-            (a, b) => a == b,
-        };
+        // Stopped already, as hard or harder: nothing more to do. (rdma_disconnect on the side
+        // whose peer closed first gets here when the peer's reset or Terminate came before
+        // iw_cm saw the close; the C driver, too, takes it as done.)
+        let stopped = matches!(
+            (conn.state, target),
+            (IwState::Error, _) | (IwState::Terminate, IwState::Closing | IwState::Terminate)
+        );
+        let ok = stopped
+            || match (conn.state, target) {
+                (IwState::Rts, _) => true,
+                (IwState::Idle, IwState::Error) => true,
+                (IwState::Closing | IwState::Terminate, IwState::Error) => true,
+                (a, b) => a == b,
+            };
         if !ok {
             return Err(EINVAL);
         }
-        if conn.state != target {
+        if conn.state != target && !stopped {
             self.stop(hw, &mut conn, target)?;
         }
         if let Some(ep) = self.take_ep(&mut conn) {

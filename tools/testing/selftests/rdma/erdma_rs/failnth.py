@@ -43,6 +43,7 @@ harness's panic_on_warn), which fails the scenario.
 
 import errno
 import os
+import re
 import signal
 import sys
 import time
@@ -51,21 +52,32 @@ import time
 # this is reported as not finished (a loop in the driver, or a new path).
 MAX_POINTS = int(os.environ.get("FAILNTH_MAX_POINTS", "400"))
 # The probe: every point up to here, then every PROBE_STRIDE-th.
-PROBE_DENSE = 120
-PROBE_STRIDE = 64
+PROBE_DENSE = 80
+PROBE_STRIDE = 48
 
 # rdma_cm's set-up: every point up to here, then every CM_STRIDE-th.
-CM_DENSE = 100
-CM_STRIDE = 16
+CM_DENSE = 60
+CM_STRIDE = 32
 # The longest wait for an rdma_cm event: a failure must come back sooner.
 CM_EVENT_S = 15
 
 results = []
 
 
+# FAILNTH_KNOWN (a regular expression): the failures a reference run expects
+# of the driver under test (the upstream C driver's, written up in
+# Documentation/infiniband/erdma_rs_selftests.rst). A failing point whose text
+# it matches passes, saying so; any other fails.
+KNOWN = os.environ.get("FAILNTH_KNOWN")
+
+
 def tap(name, ok, detail):
+    text = f"{name}: {detail}"
+    if not ok and KNOWN and re.search(KNOWN, text):
+        ok = True
+        text += " (a known failure of this driver: FAILNTH_KNOWN)"
     results.append(ok)
-    print(f"{'ok' if ok else 'not ok'} {len(results)} - {name}: {detail}", flush=True)
+    print(f"{'ok' if ok else 'not ok'} {len(results)} - {text}", flush=True)
 
 
 class FailNth:
@@ -366,7 +378,7 @@ def sweep_cm(addr, proto):
 
     # How many points an attempt reaches varies with timing (socket backlogs
     # processed in this thread): ours about 170 to 300 on iWARP, more the
-    # first time; the C driver's more. Sampled like the probe after the first.
+    # first time; the C driver's about 2,200. Sampled like the probe.
     sweep(f"rdma_cm on {addr} ({proto}): listen, connect, accept, disconnect", attempt, after_failure,
           dense=CM_DENSE, stride=CM_STRIDE)
 

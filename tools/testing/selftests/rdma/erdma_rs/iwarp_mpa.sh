@@ -95,14 +95,14 @@ tap_check "listener: no TCP connection of it left after the server ends" \
 open_conns "$LPORT" | while read -r l; do tap_diag "left: $l"; done
 
 # held_request: a listener destroyed while its user holds a request
-# unanswered (cm_hold.py, for 12 s) rejects that request at once: the peer
-# hears a reject reply and the close within its 10 s, before the hold ends. (iw_cm drops a request
+# unanswered (cm_hold.py, for 5 s) rejects that request at once: the peer
+# hears a reject reply and the close before the hold ends. (iw_cm drops a request
 # still queued for a listener it destroys, which then nobody answers; the
 # driver cannot tell that from a request its user holds.) Then closing the
 # held request is harmless and no TCP connection is left.
 held_request() {
 	port=$((LPORT + 1))
-	timeout "$(ksft_within 90)" python3 "$(dirname "$0")/cm_hold.py" "$IP_A" "$port" 12 >"$tmp/hold" 2>&1 &
+	timeout "$(ksft_within 90)" python3 "$(dirname "$0")/cm_hold.py" "$IP_A" "$port" 5 >"$tmp/hold" 2>&1 &
 	hpid=$!
 	if ! wait_for 20 cm_listening "$port"; then
 		tap_diag "cm_hold.py did not listen: $(tr '\n' ';' <"$tmp/hold")"
