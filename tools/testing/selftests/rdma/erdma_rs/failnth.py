@@ -51,13 +51,16 @@ import time
 # Every sweep stops here at the latest: an operation with more points than
 # this is reported as not finished (a loop in the driver, or a new path).
 MAX_POINTS = int(os.environ.get("FAILNTH_MAX_POINTS", "400"))
+# Sampled sweeps (the probe, rdma_cm) also sweep each of the last TAIL points.
+TAIL = 16
 # The probe: every point up to here, then every PROBE_STRIDE-th.
 PROBE_DENSE = 80
 PROBE_STRIDE = 48
 
 # rdma_cm's set-up: every point up to here, then every CM_STRIDE-th.
-CM_DENSE = 60
-CM_STRIDE = 32
+# (FAILNTH_CM_SAMPLE="DENSE STRIDE" samples more coarsely, for a driver whose
+# set-up has thousands of points in the caller's thread.)
+CM_DENSE, CM_STRIDE = (int(x) for x in os.environ.get("FAILNTH_CM_SAMPLE", "60 32").split())
 # The longest wait for an rdma_cm event: a failure must come back sooner.
 CM_EVENT_S = 15
 
@@ -107,24 +110,32 @@ def progress(text):
         pass
 
 
+def ordinal(n):
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def sweep(name, attempt, after_failure=None, dense=None, stride=1):
     """Runs `attempt()` with the n-th point failing, n = 1, 2, ... until the
     operation completes without reaching its n-th point; `attempt` raises
     (OSError or a pyverbs error) on failure and cleans up what it made on
-    success. With `dense`, every point up to `dense`, then every `stride`-th,
-    and, once a step passes the end, every point back to the last one reached
-    (so the operation's own first and last points are all swept, and the
-    middle is sampled). Prints a TAP point."""
+    success. With `dense`: every point up to `dense`, then every `stride`-th
+    until a step passes the end, then a bisection for the end, then every
+    point of the last TAIL before it (so the operation's own first and last
+    points are all swept, and the middle is sampled). Prints a TAP point."""
     fn = FailNth()
     failures = {}
     swept = 0
     reached = 0  # the highest point that failed
-    n = 1
-    back = None  # points still to sweep one by one after a step passed the end
+    tried = set()
     start = time.monotonic()
-    while swept < MAX_POINTS:
+
+    def run(n):
+        """One attempt failing point n: None if n was past the end, True if
+        it failed there cleanly, or a TAP failure's text."""
+        nonlocal swept, reached
         if swept and swept % 50 == 0:
             progress(f"{name}: {swept} points swept in {time.monotonic() - start:.0f} s, up to {reached}")
+        tried.add(n)
         fn.arm(n)
         err = None
         try:
@@ -134,25 +145,7 @@ def sweep(name, attempt, after_failure=None, dense=None, stride=1):
         hit = fn.reached()
         swept += 1
         if not hit:
-            if err is not None:
-                tap(name, False, f"failed without an injected fault at point {n}: {err}")
-                return
-            if back is None and n - 1 > reached:
-                # A step went past the end: the points around the last one
-                # reached that the steps passed over.
-                low = reached + 1 if dense is None or reached <= dense else max(reached - stride + 1, dense + 1)
-                back = [i for i in range(low, n) if i != reached]
-            elif back is not None:
-                # Past the end: the points after this one are too.
-                back = [i for i in back if i < n]
-            if not back:
-                how = f"{sum(failures.values())} points failed cleanly ({summary(failures)})"
-                if dense is not None and reached > dense:
-                    how += f" of {reached}: every one to {dense}, every {stride}th after, and the last ones"
-                tap(name, True, how + ", then it worked")
-                return
-            n = back.pop(0)
-            continue
+            return f"failed without an injected fault at point {n}: {err}" if err is not None else None
         reached = max(reached, n)
         if err is None:
             # The failure was absorbed (a retry, a fallback): allowed, the
@@ -166,18 +159,64 @@ def sweep(name, attempt, after_failure=None, dense=None, stride=1):
         if after_failure is not None:
             problem = after_failure(err)
             if problem:
-                tap(name, False, f"after the failure at point {n}: {problem}")
-                return
-        if back is not None:
-            if not back:
-                back = None
-                n = reached + 1
-            else:
-                n = back.pop(0)
-        elif dense is not None and n >= dense:
-            n += stride
+                return f"after the failure at point {n}: {problem}"
+        return True
+
+    def done():
+        how = f"{sum(failures.values())} points failed cleanly ({summary(failures)})"
+        if dense is not None and reached > dense:
+            how += (f" of {reached}: every one to {dense}, every {ordinal(stride)} after, "
+                    f"and the last {TAIL}")
+        tap(name, True, how + ", then it worked")
+
+    # Every point while dense (all of them without `dense`).
+    n = 1
+    while dense is None or n <= dense:
+        if swept >= MAX_POINTS:
+            break
+        r = run(n)
+        if r is None:
+            return done()
+        if r is not True:
+            return tap(name, False, r)
+        n += 1
+    # Steps of `stride` until one passes the end.
+    lo, hi = n - 1, None
+    while hi is None and swept < MAX_POINTS:
+        n = lo + stride
+        r = run(n)
+        if r is None:
+            hi = n
+        elif r is not True:
+            return tap(name, False, r)
         else:
-            n += 1
+            lo = n
+    # The end, between lo (reached) and hi (not), by bisection.
+    while hi is not None and hi - lo > 1 and swept < MAX_POINTS:
+        mid = (lo + hi) // 2
+        r = run(mid)
+        if r is None:
+            hi = mid
+        elif r is not True:
+            return tap(name, False, r)
+        else:
+            lo = mid
+    # The last points before it, each.
+    if hi is not None:
+        for n in range(max(dense + 1, hi - TAIL), hi):
+            if n in tried:
+                continue
+            if swept >= MAX_POINTS:
+                break
+            r = run(n)
+            if r is None:
+                break
+            if r is not True:
+                return tap(name, False, r)
+        else:
+            return done()
+        if swept < MAX_POINTS:
+            return done()
     tap(name, False, f"still reaching new points after {MAX_POINTS} attempts (up to point {reached}: "
                      f"{summary(failures)})")
 
