@@ -269,7 +269,9 @@ def check_wc(wc, what):
 
 def disconnect(c):
     """Disconnects; 1 where the peer's disconnect came first and this one
-    failed with EINVAL (as it does on erdma_rs over iWARP), else 0."""
+    failed with EINVAL (rdma_cm's, where it finds the connection gone; erdma_rs
+    took a stop request on a queue pair the peer had stopped as EINVAL too
+    until 2026-11-28), else 0."""
     from pyverbs.pyverbs_error import PyverbsRDMAError
     try:
         c.disconnect()

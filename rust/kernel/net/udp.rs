@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! UDP sockets owned by the kernel, over IPv4.
+//!
+//! C headers: [`include/linux/net.h`](srctree/include/linux/net.h),
+//! [`include/net/sock.h`](srctree/include/net/sock.h),
+//! [`include/linux/udp.h`](srctree/include/linux/udp.h).
+//!
+//! A [`UdpSocket`] is a `struct socket` made by `sock_create_kern` in the initial network
+//! namespace, owned by its holder: dropping it stops watching it and releases it. No operation
+//! blocks: [`UdpSocket::send_to`] queues one datagram or fails (`EAGAIN` when the socket's send
+//! buffer is full), [`UdpSocket::recv_from`] takes one datagram that has arrived or fails with
+//! `EAGAIN`.
+//!
+//! # Events
+//!
+//! [`UdpSocket::watch`] hands the socket's [`SocketEvent::DataReady`] events (a datagram
+//! arrived) to a [`SocketEvents`] implementation, as a TCP socket's are (see
+//! [`crate::net::tcp`]): reported in softirq context with the socket's callback lock held, so an
+//! implementation must not sleep and must not use the socket, and typically queues work that
+//! receives. When [`UdpSocket::unwatch`] returns, no event is being reported and none will be.
+//!
+//! # Examples
+//!
+//! ```
+//! use kernel::{
+//!     net::udp::{
+//!         Received,
+//!         SocketAddrV4,
+//!         UdpSocket, //
+//!     },
+//!     prelude::*, //
+//! };
+//!
+//! // A socket of every local address, on a port the kernel chose: nothing has arrived yet.
+//! let sock = UdpSocket::new()?;
+//! sock.bind(SocketAddrV4::new([0, 0, 0, 0], 0))?;
+//! let me = sock.local_addr()?;
+//! assert!(me.is_unspecified() && me.port() != 0);
+//! let mut buf = [0u8; 16];
+//! assert_eq!(sock.recv_from(&mut buf).err(), Some(EAGAIN));
+//!
+//! // A datagram to itself through the loopback device (once it is up), and back.
+//! fn to_itself(sock: &UdpSocket, buf: &mut [u8]) -> Result<Received> {
+//!     let me = SocketAddrV4::new([127, 0, 0, 1], sock.local_addr()?.port());
+//!     sock.send_to(b"hello", me)?;
+//!     sock.recv_from(buf)
+//! }
+//! # Ok::<(), Error>(())
+//! ```
+
+use super::sock::{
+    empty_msghdr,
+    OwnedSocket, //
+};
+use crate::{
+    bindings,
+    error::to_result,
+    prelude::*,
+    sync::Arc, //
+};
+
+pub use super::sock::{
+    SocketAddrV4,
+    SocketEvent,
+    SocketEvents, //
+};
+
+/// A datagram [`UdpSocket::recv_from`] took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// How many of its bytes are in the buffer.
+    pub len: usize,
+    /// Where it came from.
+    pub from: SocketAddrV4,
+    /// Whether it was longer than the buffer (the rest is dropped).
+    pub truncated: bool,
+}
+
+/// A UDP socket of the kernel's, IPv4 (see the [module documentation](self)).
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     net::udp::{
+///         SocketAddrV4,
+///         UdpSocket, //
+///     },
+///     prelude::*, //
+/// };
+///
+/// // Answers every datagram waiting on `sock` with its own bytes.
+/// fn echo_waiting(sock: &UdpSocket) -> Result {
+///     let mut buf = [0u8; 256];
+///     loop {
+///         match sock.recv_from(&mut buf) {
+///             Ok(got) => {
+///                 sock.send_to(&buf[..got.len], got.from)?;
+///             }
+///             Err(e) if e == EAGAIN => return Ok(()),
+///             Err(e) => return Err(e),
+///         }
+///     }
+/// }
+///
+/// // A socket of every local address's `port`.
+/// fn serve(port: u16) -> Result<UdpSocket> {
+///     let sock = UdpSocket::new()?;
+///     sock.bind(SocketAddrV4::new([0, 0, 0, 0], port))?;
+///     Ok(sock)
+/// }
+/// ```
+pub struct UdpSocket {
+    sock: OwnedSocket,
+}
+
+impl UdpSocket {
+    /// Makes a UDP socket in the initial network namespace.
+    pub fn new() -> Result<Self> {
+        Ok(Self {
+            sock: OwnedSocket::new(bindings::sock_type_SOCK_DGRAM, bindings::IPPROTO_UDP)?,
+        })
+    }
+
+    /// Lets the socket bind an address another socket has bound (`SO_REUSEADDR`).
+    pub fn set_reuse_addr(&self) {
+        self.sock.set_reuse_addr();
+    }
+
+    /// Sends and receives only through the network device numbered `ifindex`.
+    pub fn bind_to_device(&self, ifindex: i32) -> Result {
+        self.sock.bind_to_device(ifindex)
+    }
+
+    /// Binds the socket to a local address (port 0: any free port).
+    pub fn bind(&self, addr: SocketAddrV4) -> Result {
+        self.sock.bind(addr)
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> Result<SocketAddrV4> {
+        self.sock.local_addr()
+    }
+
+    /// Sends `buf` as one datagram to `to`; returns its length. `EAGAIN` if the socket's send
+    /// buffer has no room now, `EMSGSIZE` if it is longer than a datagram can be.
+    pub fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> Result<usize> {
+        let mut vec = bindings::kvec {
+            iov_base: buf.as_ptr().cast_mut().cast(),
+            iov_len: buf.len(),
+        };
+        let mut sin = to.to_raw();
+        let mut msg = empty_msghdr();
+        msg.msg_name = (&raw mut sin).cast();
+        // CAST: 16 bytes.
+        msg.msg_namelen = size_of::<bindings::sockaddr_in>() as i32;
+        msg.msg_flags = bindings::MSG_DONTWAIT | bindings::MSG_NOSIGNAL;
+        // SAFETY: The socket is live; `vec` describes `buf`, which the call only reads, and
+        // `msg` names `sin`, which lives through the call.
+        let ret = unsafe {
+            bindings::kernel_sendmsg(self.sock.as_ptr(), &mut msg, &mut vec, 1, buf.len())
+        };
+        to_result(ret.min(0))?;
+        // CAST: not negative.
+        Ok(ret as usize)
+    }
+
+    /// Takes one datagram that has arrived, into `buf` (what does not fit is dropped); `EAGAIN`
+    /// if none is there.
+    pub fn recv_from(&self, buf: &mut [u8]) -> Result<Received> {
+        let mut vec = bindings::kvec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut raw = bindings::__kernel_sockaddr_storage::default();
+        let mut msg = empty_msghdr();
+        msg.msg_name = (&raw mut raw).cast();
+        // CAST: 128 bytes.
+        msg.msg_namelen = size_of::<bindings::__kernel_sockaddr_storage>() as i32;
+        // SAFETY: The socket is live; `vec` describes `buf`, which the call writes at most, and
+        // `msg` names `raw`, large enough for any address, which lives through the call.
+        let ret = unsafe {
+            bindings::kernel_recvmsg(
+                self.sock.as_ptr(),
+                &mut msg,
+                &mut vec,
+                1,
+                buf.len(),
+                // CAST: a flag of the message flags.
+                bindings::MSG_DONTWAIT as i32,
+            )
+        };
+        to_result(ret.min(0))?;
+        Ok(Received {
+            // CAST: not negative.
+            len: ret as usize,
+            from: SocketAddrV4::from_storage(&raw)?,
+            truncated: msg.msg_flags & bindings::MSG_TRUNC != 0,
+        })
+    }
+
+    /// Reports the socket's events to `target` from now on (see the
+    /// [module documentation](self)); a target watched before is released first.
+    pub fn watch<T: SocketEvents>(&mut self, target: Arc<T>) -> Result {
+        self.sock.watch(target)
+    }
+
+    /// Stops reporting the socket's events; when this returns, no report is running.
+    pub fn unwatch(&mut self) {
+        self.sock.unwatch();
+    }
+}
