@@ -280,7 +280,7 @@ unsafe extern "C" fn data_ready(sk: *mut bindings::sock) {
 
 /// A message header with no name, control data or flags: what `kernel_sendmsg` and
 /// `kernel_recvmsg` take for a plain transfer (they set up the data iterator).
-pub(crate) fn empty_msghdr() -> bindings::msghdr {
+fn empty_msghdr() -> bindings::msghdr {
     // SAFETY: `msghdr` is a C struct of integers, pointers and unions of them, for which all
     // zeroes is valid (no name, no control buffer, no flags), as C callers `memset` it.
     unsafe { core::mem::zeroed() }
@@ -395,6 +395,67 @@ impl OwnedSocket {
             unsafe { bindings::kernel_getpeername(self.sock.as_ptr(), (&raw mut raw).cast()) };
         to_result(ret.min(0))?;
         SocketAddrV4::from_storage(&raw)
+    }
+
+    /// Sends what fits of `buf` now, to `to` if given (a datagram socket's destination);
+    /// returns how much.
+    pub(crate) fn send(&self, buf: &[u8], to: Option<SocketAddrV4>) -> Result<usize> {
+        let mut vec = bindings::kvec {
+            iov_base: buf.as_ptr().cast_mut().cast(),
+            iov_len: buf.len(),
+        };
+        let mut sin = to.map(SocketAddrV4::to_raw);
+        let mut msg = empty_msghdr();
+        if let Some(sin) = sin.as_mut() {
+            msg.msg_name = core::ptr::from_mut(sin).cast();
+            // CAST: 16 bytes.
+            msg.msg_namelen = size_of::<bindings::sockaddr_in>() as i32;
+        }
+        msg.msg_flags = bindings::MSG_DONTWAIT | bindings::MSG_NOSIGNAL;
+        // SAFETY: The socket is live; `vec` describes `buf`, which the call only reads, and
+        // `msg` names `sin` or nothing; `sin` lives through the call.
+        let ret = unsafe {
+            bindings::kernel_sendmsg(self.sock.as_ptr(), &mut msg, &mut vec, 1, buf.len())
+        };
+        to_result(ret.min(0))?;
+        // CAST: not negative.
+        Ok(ret as usize)
+    }
+
+    /// Receives into `buf` what has arrived, at most `buf.len()` bytes, and the sender's address
+    /// into `from` if given; returns how many bytes and the message's flags (`MSG_TRUNC` ...).
+    /// `EAGAIN` if nothing is there.
+    pub(crate) fn recv(
+        &self,
+        buf: &mut [u8],
+        from: Option<&mut bindings::__kernel_sockaddr_storage>,
+    ) -> Result<(usize, u32)> {
+        let mut vec = bindings::kvec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut msg = empty_msghdr();
+        if let Some(from) = from {
+            msg.msg_name = core::ptr::from_mut(from).cast();
+            // CAST: 128 bytes.
+            msg.msg_namelen = size_of::<bindings::__kernel_sockaddr_storage>() as i32;
+        }
+        // SAFETY: The socket is live; `vec` describes `buf`, which the call writes at most, and
+        // `msg` names `from`, large enough for any address, or nothing; `from` outlives the call.
+        let ret = unsafe {
+            bindings::kernel_recvmsg(
+                self.sock.as_ptr(),
+                &mut msg,
+                &mut vec,
+                1,
+                buf.len(),
+                // CAST: a flag of the message flags.
+                bindings::MSG_DONTWAIT as i32,
+            )
+        };
+        to_result(ret.min(0))?;
+        // CAST: not negative.
+        Ok((ret as usize, msg.msg_flags))
     }
 
     /// Takes the socket's pending error, if any.

@@ -50,10 +50,7 @@
 //! }
 //! ```
 
-use super::sock::{
-    empty_msghdr,
-    OwnedSocket, //
-};
+use super::sock::OwnedSocket;
 use crate::{
     bindings,
     error::to_result,
@@ -285,44 +282,13 @@ impl TcpSocket {
 
     /// Sends what fits of `buf` into the socket's send buffer now; returns how much.
     pub fn send(&self, buf: &[u8]) -> Result<usize> {
-        let mut vec = bindings::kvec {
-            iov_base: buf.as_ptr().cast_mut().cast(),
-            iov_len: buf.len(),
-        };
-        let mut msg = empty_msghdr();
-        msg.msg_flags = bindings::MSG_DONTWAIT | bindings::MSG_NOSIGNAL;
-        // SAFETY: The socket is live; `vec` describes `buf`, which the call only reads.
-        let ret = unsafe {
-            bindings::kernel_sendmsg(self.sock.as_ptr(), &mut msg, &mut vec, 1, buf.len())
-        };
-        to_result(ret.min(0))?;
-        // CAST: not negative.
-        Ok(ret as usize)
+        self.sock.send(buf, None)
     }
 
     /// Receives into `buf` what has arrived, at most `buf.len()` bytes. Returns how many bytes
     /// it received, 0 at the end of the stream, or `EAGAIN` if none are there yet.
     pub fn recv(&self, buf: &mut [u8]) -> Result<usize> {
-        let mut vec = bindings::kvec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let mut msg = empty_msghdr();
-        // SAFETY: The socket is live; `vec` describes `buf`, which the call writes at most.
-        let ret = unsafe {
-            bindings::kernel_recvmsg(
-                self.sock.as_ptr(),
-                &mut msg,
-                &mut vec,
-                1,
-                buf.len(),
-                // CAST: a flag of the message flags.
-                bindings::MSG_DONTWAIT as i32,
-            )
-        };
-        to_result(ret.min(0))?;
-        // CAST: not negative.
-        Ok(ret as usize)
+        Ok(self.sock.recv(buf, None)?.0)
     }
 
     /// The local address.

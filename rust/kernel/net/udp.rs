@@ -49,13 +49,9 @@
 //! # Ok::<(), Error>(())
 //! ```
 
-use super::sock::{
-    empty_msghdr,
-    OwnedSocket, //
-};
+use super::sock::OwnedSocket;
 use crate::{
     bindings,
-    error::to_result,
     prelude::*,
     sync::Arc, //
 };
@@ -146,57 +142,18 @@ impl UdpSocket {
     /// Sends `buf` as one datagram to `to`; returns its length. `EAGAIN` if the socket's send
     /// buffer has no room now, `EMSGSIZE` if it is longer than a datagram can be.
     pub fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> Result<usize> {
-        let mut vec = bindings::kvec {
-            iov_base: buf.as_ptr().cast_mut().cast(),
-            iov_len: buf.len(),
-        };
-        let mut sin = to.to_raw();
-        let mut msg = empty_msghdr();
-        msg.msg_name = (&raw mut sin).cast();
-        // CAST: 16 bytes.
-        msg.msg_namelen = size_of::<bindings::sockaddr_in>() as i32;
-        msg.msg_flags = bindings::MSG_DONTWAIT | bindings::MSG_NOSIGNAL;
-        // SAFETY: The socket is live; `vec` describes `buf`, which the call only reads, and
-        // `msg` names `sin`, which lives through the call.
-        let ret = unsafe {
-            bindings::kernel_sendmsg(self.sock.as_ptr(), &mut msg, &mut vec, 1, buf.len())
-        };
-        to_result(ret.min(0))?;
-        // CAST: not negative.
-        Ok(ret as usize)
+        self.sock.send(buf, Some(to))
     }
 
     /// Takes one datagram that has arrived, into `buf` (what does not fit is dropped); `EAGAIN`
     /// if none is there.
     pub fn recv_from(&self, buf: &mut [u8]) -> Result<Received> {
-        let mut vec = bindings::kvec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let mut raw = bindings::__kernel_sockaddr_storage::default();
-        let mut msg = empty_msghdr();
-        msg.msg_name = (&raw mut raw).cast();
-        // CAST: 128 bytes.
-        msg.msg_namelen = size_of::<bindings::__kernel_sockaddr_storage>() as i32;
-        // SAFETY: The socket is live; `vec` describes `buf`, which the call writes at most, and
-        // `msg` names `raw`, large enough for any address, which lives through the call.
-        let ret = unsafe {
-            bindings::kernel_recvmsg(
-                self.sock.as_ptr(),
-                &mut msg,
-                &mut vec,
-                1,
-                buf.len(),
-                // CAST: a flag of the message flags.
-                bindings::MSG_DONTWAIT as i32,
-            )
-        };
-        to_result(ret.min(0))?;
+        let mut from = bindings::__kernel_sockaddr_storage::default();
+        let (len, flags) = self.sock.recv(buf, Some(&mut from))?;
         Ok(Received {
-            // CAST: not negative.
-            len: ret as usize,
-            from: SocketAddrV4::from_storage(&raw)?,
-            truncated: msg.msg_flags & bindings::MSG_TRUNC != 0,
+            len,
+            from: SocketAddrV4::from_storage(&from)?,
+            truncated: flags & bindings::MSG_TRUNC != 0,
         })
     }
 
