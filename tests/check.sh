@@ -407,8 +407,8 @@ lane_rest() {
 	# fuzz target pay for this issue's tests.)
 	# Last, the upstream C driver's same sweeps, the reference for ours, on
 	# the debug kernel (in this guest, after ours: a boot less; its rdma_cm
-	# set-up on iWARP, 2,200 points in the caller's thread against ours' 200,
-	# sampled every 128th after the first 30). What they
+	# set-up, on iWARP 2,200 points in the caller's thread against ours' 200,
+	# is sampled every 128th point after the first 30). What they
 	# find of the C driver is named exactly (the harness's --tolerate, the
 	# tests' ERDMA_KNOWN_REPORTS and FAILNTH_KNOWN), written up in
 	# Documentation/infiniband/erdma_rs_selftests.rst and not fixed; any other
