@@ -30,7 +30,7 @@
 //!   RTS). Its messages ([`StreamMsg`], in [`Body::Stream`]) go only to the QP whose binding
 //!   names it back ([`Binding::peer`]: the mirrored tuple, the two cookies swapped), which the
 //!   fabric writes into [`Packet::dst_qpn`] ([`Port::send_stream`]). The cookies are random
-//!   (32 bits each, chosen by the adapter): a QP of another guest that binds the same tuple
+//!   (30 bits each, chosen by the adapter): a QP of another guest that binds the same tuple
 //!   with cookies of its choice neither receives the stream nor can inject into it, and the
 //!   legitimate pair does not notice it. A tuple may carry several bindings, at most
 //!   [`MAX_CLAIMS`] of one port (so another port can never use up the tuple for the QP that

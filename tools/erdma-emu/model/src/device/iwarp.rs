@@ -47,6 +47,14 @@
 //! also send a Terminate to a live peer). A device without a fabric binds nothing: its messages
 //! are lost.
 //!
+//! Compat mode (erdma_rs_hw 7.3): a cookie field with [`COMPAT_COOKIE`] names the peer's QPN
+//! (bits 19:0), as the peer only knows that; the QP then binds with its own QPN and the same bit
+//! as its own cookie, so the two ends that named each other's QPNs on mirrored tuples pair up.
+//! Such a stream is as guessable as a QPN: a guest that binds the same tuple with the same two
+//! "cookies" first makes the victim's RTS fail ([`Status::Exists`]) instead of joining the
+//! stream unnoticed, and on a real network the addresses in the tuple are the provider's to
+//! police.
+//!
 //! # The byte stream
 //!
 //! Each message occupies [`StreamMsg::stream_len`] bytes of its sender's sequence space (one
@@ -105,7 +113,9 @@ use super::{Device, RETRY_COUNT, RETRY_TIMEOUT};
 use crate::cmdq::{Request as CmdRequest, Status};
 use crate::fabric::{Binding, Body, Conn, Nak, Packet, PortId, Refused, Reply, Request, StreamMsg};
 use crate::io::Io;
-use crate::wire::{wc, IwarpConnection, IwarpState, ModifyQpIwarp, QpState};
+use crate::wire::{
+    wc, IwarpConnection, IwarpState, ModifyQpIwarp, QpState, COMPAT_COOKIE, COMPAT_QPN_MASK,
+};
 
 /// AE type: QP fatal (what the requester of a terminated stream, and a broken stream, post).
 pub const AE_QP_FATAL: u8 = 0;
@@ -365,7 +375,6 @@ fn stream_receive(qp: &mut Qp, conn: Conn, seq: u32, cookie: u32, msg: StreamMsg
     let Some(iw) = qp.iw.as_mut() else {
         return Arrival::Stale;
     };
-    let own = iw.cookie;
     let Some(c) = iw
         .conn
         .as_mut()
@@ -373,6 +382,7 @@ fn stream_receive(qp: &mut Qp, conn: Conn, seq: u32, cookie: u32, msg: StreamMsg
     else {
         return Arrival::Stale;
     };
+    let own = c.own;
     if let StreamMsg::Terminate { status } = msg {
         return Arrival::Terminate(status);
     }
@@ -482,9 +492,16 @@ impl DataPath<'_> {
         let Some(iw) = qp.iw.as_mut() else {
             return Err(Status::InvalidParam);
         };
+        // Compat mode (erdma_rs_hw 7.3): the cookie field names the peer's QPN, so the peer's
+        // messages name this QP's.
+        let own = if c.cookie & COMPAT_COOKIE != 0 {
+            (qpn & COMPAT_QPN_MASK) | COMPAT_COOKIE
+        } else {
+            iw.cookie
+        };
         let binding = Binding {
             conn: tuple,
-            cookie: iw.cookie,
+            cookie: own,
             peer_cookie: c.cookie,
         };
         if let Some(port) = self.wire.port {
@@ -503,6 +520,7 @@ impl DataPath<'_> {
         iw.conn = Some(IwConn {
             tuple,
             cookie: c.cookie,
+            own,
             cc,
             snd_nxt: c.snd_nxt,
             rcv_nxt: c.rcv_nxt,
@@ -921,6 +939,7 @@ mod tests {
             conn: Some(IwConn {
                 tuple: tuple(),
                 cookie: PEER,
+                own: OWN,
                 cc: 0,
                 snd_nxt: 100,
                 rcv_nxt: 0,

@@ -10,8 +10,10 @@
 //! peer (§7.1) and the peer hands back to its adapter at RTS. The fabric delivers a stream
 //! message only between two QPs whose bindings name each other by these cookies, and the
 //! receiver checks the cookie the sender names again, so a cookie must be something a guest
-//! cannot predict: 32 random bits per QP ([`Cookies`]), unique among the function's QPs,
-//! never 0. (A QPN would not do: the driver chooses it, and another guest can guess it.)
+//! cannot predict: 30 random bits per QP ([`Cookies`]), unique among the function's QPs,
+//! never 0. (A QPN would not do: the driver chooses it, and another guest can guess it.) Bits
+//! 31:30 are clear: in the cookie field of MODIFY_QP, bit 30 marks compat mode's QPN and bit 31
+//! IPv6 (erdma_rs_hw 7.3).
 
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeSet, VecDeque};
@@ -24,7 +26,10 @@ use crate::wire::IwarpState;
 /// (only a function holding a large share of all 2^32 values could need it).
 const COOKIE_DRAWS: usize = 16;
 
-/// The cookies of a function's iWARP QPs: 32 random bits each (SipHash of a counter, keyed
+/// Bits a cookie may have: 29:0 (bit 30 marks a compat-mode QPN, bit 31 IPv6).
+pub(super) const COOKIE_MASK: u32 = (1 << 30) - 1;
+
+/// The cookies of a function's iWARP QPs: 30 random bits each (SipHash of a counter, keyed
 /// from the operating system's randomness through [`RandomState`], so neither predictable from
 /// the cookies a guest sees nor shared between functions), unique among the live ones, never
 /// 0. A clone draws the same values as the original.
@@ -38,12 +43,12 @@ pub(super) struct Cookies {
 }
 
 impl Cookies {
-    /// The next 32 random bits.
+    /// The next 30 random bits.
     fn next(&mut self) -> u32 {
         let h = self.keys.hash_one(self.drawn);
         self.drawn = self.drawn.wrapping_add(1);
         // Fold the hash's two halves. CAST: both are 32 bits wide after the shift and mask.
-        ((h >> 32) ^ (h & u64::from(u32::MAX))) as u32
+        ((h >> 32) ^ (h & u64::from(u32::MAX))) as u32 & COOKIE_MASK
     }
 
     /// A cookie for a new QP: random, nonzero, not live; it is live from now on.
@@ -56,9 +61,9 @@ impl Cookies {
             }
         }
         // Every draw collided: the next free value after the last one. The live set is far
-        // smaller than 2^32 - 1 (one cookie per QP), so this ends.
+        // smaller than 2^30 - 1 (one cookie per QP), so this ends.
         loop {
-            cookie = cookie.wrapping_add(1);
+            cookie = cookie.wrapping_add(1) & COOKIE_MASK;
             if cookie != 0 && self.live.insert(cookie) {
                 return cookie;
             }
@@ -79,6 +84,9 @@ pub(super) struct IwConn {
     /// The peer's cookie (from its MPA frame): the messages this QP sends name it, and the
     /// fabric delivers them only to the QP whose own cookie it is.
     pub cookie: u32,
+    /// The cookie this QP's messages must name to be taken: its own (CREATE_QP's reply), or
+    /// in compat mode its QPN with [`crate::wire::COMPAT_COOKIE`] (erdma_rs_hw 7.3).
+    pub own: u32,
     /// Congestion-control algorithm (recorded only).
     pub cc: u8,
     /// Sequence number of the next byte this QP sends.
@@ -211,8 +219,12 @@ mod tests {
         assert_eq!(set.len(), drawn.len(), "no duplicates");
         assert!(!set.contains(&0));
         assert!(
-            drawn.iter().filter(|&&x| x < 1 << 20).count() < 16,
-            "not small numbers: about 4096 / 4096 = 1 of them is expected below 2^20"
+            set.iter().all(|&x| x & !COOKIE_MASK == 0),
+            "bits 31:30 clear"
+        );
+        assert!(
+            drawn.iter().filter(|&&x| x < 1 << 20).count() < 24,
+            "not small numbers: about 4096 / 1024 = 4 of them are expected below 2^20"
         );
         // Two functions draw different sequences.
         let mut other = Cookies::default();
@@ -234,7 +246,7 @@ mod tests {
         c.live.extend(next.iter().copied());
         c.live.insert(last.wrapping_add(1));
         let cookie = c.draw();
-        assert_eq!(cookie, last.wrapping_add(2).max(1));
+        assert_eq!(cookie, (last.wrapping_add(2) & COOKIE_MASK).max(1));
         assert!(c.live.contains(&cookie));
     }
 }

@@ -19,8 +19,8 @@ use crate::regs;
 use crate::testing::dp::{fabric, pump, Wqe, ALL_ACCESS, EQN, PDN};
 use crate::testing::TestDriver;
 use crate::wire::{
-    self, access, op, wc, AeqEvent, CqeExtra, DataCqe, IwarpConnection, IwarpState, CQE_QTYPE_RQ,
-    CQE_QTYPE_SQ, QP_TYPE_RC, QP_TYPE_UD,
+    self, access, op, wc, AeqEvent, CqeExtra, DataCqe, IwarpConnection, IwarpState, COMPAT_COOKIE,
+    CQE_QTYPE_RQ, CQE_QTYPE_SQ, QP_TYPE_RC, QP_TYPE_UD,
 };
 
 const CQ: u32 = 1;
@@ -996,4 +996,94 @@ fn a_stream_packet_with_a_guessed_cookie_is_refused() {
     assert_eq!(rq(&p.a.poll_all(CQ)), [(op::RECEIVE, wc::SUCCESS)]);
     assert_eq!(p.a.peek(p.buf_a, 7), b"genuine");
     assert_eq!(sq(&p.b.poll_all(CQ)), [(op::SEND, wc::SUCCESS)]);
+}
+
+/// Compat mode (erdma_rs_hw 7.3): each end names the other's QPN with bit 30 in the cookie
+/// field, on the tuple both computed from the addresses and QPNs. B's address is the larger as
+/// the out-of-tree driver compares them (the last octet weighs most), so both use QB: B sends
+/// from QB's low 16 bits to the reserved base, A the other way; each direction's sequence
+/// numbers start at its source port's bytes swapped, times 4.
+fn compat_conns() -> (IwarpConnection, IwarpConnection) {
+    const BASE: u16 = 0x7790;
+    // CAST: QB is small.
+    let (low, high) = (QB as u16, BASE);
+    let isn = |port: u16| u32::from(port.swap_bytes()) * 4;
+    let a = IwarpConnection {
+        cookie: QB | COMPAT_COOKIE,
+        dst_ip: IP_B,
+        src_ip: IP_A,
+        src_port: high,
+        dst_port: low,
+        snd_nxt: isn(high),
+        rcv_nxt: isn(low),
+    };
+    let b = IwarpConnection {
+        cookie: QA | COMPAT_COOKIE,
+        dst_ip: IP_A,
+        src_ip: IP_B,
+        src_port: low,
+        dst_port: high,
+        snd_nxt: isn(low),
+        rcv_nxt: isn(high),
+    };
+    (a, b)
+}
+
+#[test]
+fn compat_mode_connects_by_qpns_without_cookies() {
+    let mut p = Pair::new(true);
+    let (ca, cb) = compat_conns();
+    // Either end first: nothing was handshaken.
+    assert_eq!(p.a.iwarp_rts(QA, &ca).status, 0);
+    assert_eq!(p.b.iwarp_rts(QB, &cb).status, 0);
+    p.b.post_recv(QB, p.buf_b, 0x100, stag(1));
+    p.a.poke(p.buf_a, b"compat");
+    p.a.send_wqe(QA, &Wqe::send(&[sge(p.buf_a, 6)]));
+    p.pump();
+    assert_eq!(sq(&p.a.poll_all(CQ)), [(op::SEND, wc::SUCCESS)]);
+    assert_eq!(rq(&p.b.poll_all(CQ)), [(op::RECEIVE, wc::SUCCESS)]);
+    assert_eq!(p.b.peek(p.buf_b, 6), b"compat");
+    let (a, b) = (p.a.dev.iwarp_qp(QA).unwrap(), p.b.dev.iwarp_qp(QB).unwrap());
+    assert_eq!(b.rcv_nxt, a.snd_nxt);
+    assert_eq!(a.snd_nxt, ca.snd_nxt + send_len(6));
+}
+
+#[test]
+fn compat_mode_needs_both_ends_to_name_each_other() {
+    let mut p = Pair::new(true);
+    let (ca, cb) = compat_conns();
+    // B names another QPN than A's: A's messages reach nobody, and are kept for retransmission.
+    let wrong = IwarpConnection {
+        cookie: (QA + 1) | COMPAT_COOKIE,
+        ..cb
+    };
+    assert_eq!(p.a.iwarp_rts(QA, &ca).status, 0);
+    assert_eq!(p.b.iwarp_rts(QB, &wrong).status, 0);
+    p.b.post_recv(QB, p.buf_b, 0x100, stag(1));
+    p.a.send_wqe(QA, &Wqe::send(&[sge(p.buf_a, 6)]));
+    p.pump();
+    assert!(p.b.poll_all(CQ).is_empty());
+    // Nor does a QP in standard mode that names A's random cookie: A names QB's QPN, and the
+    // stream of a standard-mode QP carries its random cookie.
+    let (mut c, _, _) = p.intruder(QB);
+    let std_b = IwarpConnection {
+        cookie: p.a.dev.iwarp_qp(QA).unwrap().own_cookie,
+        ..cb
+    };
+    assert_eq!(c.iwarp_rts(QB, &std_b).status, 0);
+    p.pump();
+    pump(&mut [&mut p.a, &mut c]);
+    assert!(c.poll_all(CQ).is_empty());
+}
+
+#[test]
+fn a_compat_tuple_taken_first_fails_the_victims_rts() {
+    let mut p = Pair::new(true);
+    let (ca, cb) = compat_conns();
+    // Another guest's QP of B's number binds B's compat connection first: B's RTS is refused
+    // (the two would be indistinguishable), so B's user hears of it instead of a silent split.
+    let (mut x, _, _) = p.intruder(QB);
+    assert_eq!(x.iwarp_rts(QB, &cb).status, 0);
+    assert_eq!(p.a.iwarp_rts(QA, &ca).status, 0);
+    assert_eq!(p.b.iwarp_rts(QB, &cb).status, Status::Exists.code());
 }

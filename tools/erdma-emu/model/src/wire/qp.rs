@@ -380,6 +380,13 @@ impl ModifyQpIwarp {
     }
 }
 
+/// Bit 30 of [`IwarpConnection::cookie`]: compat mode (erdma_rs_hw 7.3), the field names the
+/// peer's QPN (bits 19:0) instead of a cookie from its MPA frame.
+pub const COMPAT_COOKIE: u32 = 1 << 30;
+
+/// The QPN bits of a compat-mode cookie.
+pub const COMPAT_QPN_MASK: u32 = 0xf_ffff;
+
 /// MODIFY_QP (RDMA/3), iWARP layout, words @12..@36: the connection handed over at RTS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IwarpConnection {
