@@ -188,10 +188,12 @@ use crate::bindings;
 ///
 /// let gid = Gid::from_ipv4([192, 168, 0, 1]);
 /// assert_eq!(gid.0[10..], [0xff, 0xff, 192, 168, 0, 1]);
+/// assert_eq!(gid.to_ipv4(), Some([192, 168, 0, 1]));
 ///
 /// let gid = Gid::from_mac([0x02, 0x16, 0x3e, 0x01, 0x02, 0x03]);
 /// assert_eq!(gid.0[..6], [0x02, 0x16, 0x3e, 0x01, 0x02, 0x03]);
 /// assert_eq!(gid.0[6..], [0; 10]);
+/// assert_eq!(gid.to_ipv4(), None);
 /// ```
 #[repr(transparent)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -208,6 +210,15 @@ impl Gid {
         gid[14] = addr[2];
         gid[15] = addr[3];
         Self(gid)
+    }
+
+    /// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`); `None` for any other GID.
+    pub fn to_ipv4(&self) -> Option<[u8; 4]> {
+        let (prefix, v4) = self.0.split_at(12);
+        if prefix[..10].iter().any(|&b| b != 0) || prefix[10..] != [0xff, 0xff] {
+            return None;
+        }
+        v4.try_into().ok()
     }
 
     /// The GID whose first eight bytes are zero and last eight hold `mac` as an EUI-64 (the

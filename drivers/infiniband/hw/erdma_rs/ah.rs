@@ -53,8 +53,7 @@ pub(crate) fn address_vector(
     if sgid.gid_type() != Some(rdma::GidType::RoceV2) {
         return Err(EINVAL);
     }
-    let g = sgid.gid().0;
-    let ipv4 = g[..10].iter().all(|&b| b == 0) && g[10] == 0xff && g[11] == 0xff;
+    let ipv4 = sgid.gid().to_ipv4().is_some();
     let flow_label = grh.flow_label() & 0xf_ffff;
     Ok(AddressVector {
         flow: AvFlow::zeroed()
@@ -70,6 +69,20 @@ pub(crate) fn address_vector(
         pad: [0; 2],
         dgid: grh.dgid().0,
     })
+}
+
+/// Compat mode's two IPv4 addresses (erdma_rs_hw 7.3) in the address vector `ah`: the local
+/// one from its RoCEv2 source GID, the remote one from its destination GID, both IPv4-mapped
+/// (`EAFNOSUPPORT` for IPv6).
+pub(crate) fn compat_ips(ah: &AhAttr<'_>) -> Result<([u8; 4], [u8; 4])> {
+    let grh = ah.grh().ok_or(EINVAL)?;
+    let sgid = grh.sgid_attr().ok_or(EINVAL)?;
+    if sgid.gid_type() != Some(rdma::GidType::RoceV2) {
+        return Err(EINVAL);
+    }
+    let local = sgid.gid().to_ipv4().ok_or(EAFNOSUPPORT)?;
+    let remote = grh.dgid().to_ipv4().ok_or(EAFNOSUPPORT)?;
+    Ok((local, remote))
 }
 
 /// An address handle.

@@ -572,6 +572,19 @@ fn check_holders() -> Result {
     Ok(())
 }
 
+/// Refuses parameters out of their ranges.
+fn check_params() -> Result {
+    let base = module_parameters::reserve_ports_base.value();
+    if base == 0 || base > u16::MAX - (cm::RESERVED_PORTS - 1) {
+        pr_err!(
+            "reserve_ports_base={base}: compat mode needs {} TCP ports from it, within 1 to 65535\n",
+            cm::RESERVED_PORTS
+        );
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
 /// The module: the PCI driver, registered unless another driver holds every adapter.
 #[pin_data]
 struct ErdmaModule {
@@ -582,6 +595,7 @@ struct ErdmaModule {
 impl InPlaceModule for ErdmaModule {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
         pin_init::pin_init_scope(move || {
+            check_params()?;
             check_holders()?;
             Ok(try_pin_init!(Self {
                 driver <- driver::Registration::new(<Self as ModuleMetadata>::NAME, module),
@@ -604,6 +618,14 @@ module! {
         health_check_ms: u32 {
             default: 1000,
             description: "How often the driver looks at each adapter's health, in ms (100 to 60000; 0: never): a failed adapter is reported to its consumers (IB_EVENT_DEVICE_FATAL), its kernel work flushed, and the function probed again",
+        },
+        compat_mode: bool {
+            default: false,
+            description: "iWARP adapters: compat mode (as Alibaba's out-of-tree driver's): a RoCEv2 device to applications, whose queue pairs are connected the RoCE way (ibv_modify_qp with the peer's GID and QPN: NCCL, perftest, ibv_rc_pingpong), on a TCP 4-tuple both ends compute from the addresses and QPNs",
+        },
+        reserve_ports_base: u16 {
+            default: 30608,
+            description: "compat mode: the first of the 16 TCP ports its connections use (0x7790 by default, as Alibaba's driver)",
         },
         mpa_request_timeout_ms: u32 {
             default: 20000,

@@ -64,6 +64,14 @@ impl MrAccess {
             .with_remote_write(flags.contains(AccessFlag::RemoteWrite))
             .with_remote_atomic(flags.contains(AccessFlag::RemoteAtomic))
     }
+
+    /// Compat mode's rights (erdma_rs_hw 7.3): a locally writable region is also remotely
+    /// writable, as the sink of an RDMA Read is on iWARP (the peer writes the response into
+    /// it), and applications written for RoCE register their sinks with local write only.
+    pub(crate) fn read_sink(self) -> Self {
+        let w = self.local_write();
+        self.with_remote_write(self.remote_write() || w)
+    }
 }
 
 impl From<Bounded<u32, 5>> for MrAccess {

@@ -64,7 +64,8 @@ use crate::{
         CmHw,
         CmOps,
         Registry,
-        Timeouts, //
+        Timeouts,
+        RESERVED_PORTS, //
     },
     commands::{
         AllocDb,
@@ -114,6 +115,9 @@ use crate::{
 /// The one port.
 pub(crate) const PORT: u32 = 1;
 
+/// The GID table of an iWARP adapter in compat mode (erdma_rs_hw 7.3).
+const COMPAT_GIDS: u32 = 16;
+
 /// The port counters: those of GET_STATS, in its order, then the driver's count of
 /// [`DeviceReports`](crate::report::DeviceReports).
 pub(crate) static HW_STATS: [StatDesc; STATS_COUNTERS + 1] = [
@@ -157,6 +161,9 @@ pub(crate) struct IbData<'bound> {
     pub(crate) mac: MacAddr,
     /// What the adapter's protocol gives it.
     pub(crate) proto: Personality,
+    /// Compat mode (erdma_rs_hw 7.3), on an iWARP adapter: it shows itself as a RoCEv2 device,
+    /// and its queue pairs are connected the RoCE way.
+    pub(crate) compat: Option<Compat>,
     /// Completion vectors (CEQs).
     pub(crate) ceqs: u32,
     pub(crate) ids: Arc<Mutex<ObjIds>>,
@@ -171,6 +178,28 @@ pub(crate) enum Personality {
     Roce(Arc<AhIds>),
     /// iWARP: the driver's connection manager (MPA over kernel TCP sockets).
     Iwarp(Pin<KBox<Cm>>),
+}
+
+/// Compat mode on an iWARP adapter (erdma_rs_hw 7.3): to the RDMA core and to applications a
+/// RoCEv2 device (a CA with RoCEv2 GIDs the core manages, a P_Key, 256-byte MADs), whose
+/// queue pairs reach RTS by `modify_qp` with an address vector and the peer's QPN, on a TCP
+/// 4-tuple both ends make up ([`crate::cm::compat_link`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Compat {
+    /// The first of the [`RESERVED_PORTS`] TCP ports compat connections use.
+    pub(crate) ports_base: u16,
+}
+
+impl Compat {
+    /// Compat mode for an adapter of `protocol`, as the module parameters ask: iWARP adapters
+    /// only.
+    fn of(protocol: Protocol) -> Option<Self> {
+        (protocol == Protocol::Iwarp && crate::module_parameters::compat_mode.value()).then(|| {
+            Self {
+                ports_base: crate::module_parameters::reserve_ports_base.value(),
+            }
+        })
+    }
 }
 
 /// A user context: the doorbell pages it was given, if the adapter hands them out, and the
@@ -191,12 +220,29 @@ impl<'bound> IbData<'bound> {
         ceqs: u32,
     ) -> Result<Self> {
         let max_qp = caps.max_qp();
+        let compat = Compat::of(protocol);
+        if let Some(c) = compat {
+            dev_info!(
+                hw.dev(),
+                "compat mode: a RoCEv2 device to applications, its connections on TCP ports {} \
+                 to {} (erdma_rs_hw 7.3)\n",
+                c.ports_base,
+                c.ports_base + (RESERVED_PORTS - 1)
+            );
+        }
         // QPN, CQN and MPT index 0 are never used (erdma_rs_hw 6, 9.1).
         let ids = ObjIds {
             pd: Ids::new(1, MAX_PD)?,
             cq: Ids::new(1, 2 * max_qp)?,
-            // QPN 1 of a RoCE adapter is its GSI QP (erdma_rs_hw 7.2).
-            qp: Ids::new(if protocol == Protocol::RoceV2 { 2 } else { 1 }, max_qp)?,
+            // QPN 1 of a RoCE adapter is its GSI QP (erdma_rs_hw 7.2), in compat mode too.
+            qp: Ids::new(
+                if protocol == Protocol::RoceV2 || compat.is_some() {
+                    2
+                } else {
+                    1
+                },
+                max_qp,
+            )?,
             mr: Ids::new(1, 2 * max_qp)?,
         };
         Ok(Self {
@@ -219,6 +265,7 @@ impl<'bound> IbData<'bound> {
                     GFP_KERNEL,
                 )?),
             },
+            compat,
             ceqs,
             ids: Arc::pin_init(new_mutex!(ids), GFP_KERNEL)?,
             contexts: AtomicU32::new(0),
@@ -234,11 +281,18 @@ impl<'bound> IbData<'bound> {
         self.hw.bound()
     }
 
-    /// The GID table: a RoCEv2 adapter's from its capabilities, an iWARP adapter's one entry
-    /// (its MAC).
+    /// Whether the RDMA core sees a RoCEv2 device: a RoCEv2 adapter, or an iWARP adapter in
+    /// compat mode.
+    pub(crate) fn roce_face(&self) -> bool {
+        matches!(self.proto, Personality::Roce(_)) || self.compat.is_some()
+    }
+
+    /// The GID table: a RoCEv2 adapter's from its capabilities, 16 entries in compat mode (as
+    /// the out-of-tree driver has), an iWARP adapter's one entry (its MAC).
     fn gid_table_len(&self) -> u32 {
         match self.proto {
             Personality::Roce(_) => 1 << self.caps.max_gid_log2,
+            Personality::Iwarp(_) if self.compat.is_some() => COMPAT_GIDS,
             Personality::Iwarp(_) => 1,
         }
     }
@@ -275,9 +329,11 @@ impl<'bound> IbData<'bound> {
             } else {
                 AtomicCap::None
             });
+        if self.roce_face() {
+            attr.set_max_pkeys(1);
+        }
         if let Personality::Roce(_) = self.proto {
-            attr.set_max_pkeys(1)
-                .set_max_ah(ids::max_ahs(caps.max_ah_log2));
+            attr.set_max_ah(ids::max_ahs(caps.max_ah_log2));
         }
         Ok(())
     }
@@ -305,7 +361,7 @@ impl<'bound> IbData<'bound> {
         attr.set_gid_tbl_len(self.gid_table_len() as i32)
             .set_port_cap_flags(PortCap::CmSup | PortCap::DeviceMgmtSup)
             .set_max_msg_sz(u32::MAX);
-        if let Personality::Roce(_) = self.proto {
+        if self.roce_face() {
             attr.set_ip_gids(true).set_pkey_tbl_len(1);
         }
         Ok(())
@@ -314,16 +370,13 @@ impl<'bound> IbData<'bound> {
     pub(crate) fn get_port_immutable(&self, immutable: &mut PortImmutable) {
         // CAST: the GID table has at most 2^15 entries.
         immutable.set_gid_tbl_len(self.gid_table_len() as i32);
-        match self.proto {
-            Personality::Roce(_) => {
-                immutable
-                    .set_core_cap_flags(CoreCap::RoceUdpEncap.into())
-                    .set_pkey_tbl_len(1)
-                    .set_max_mad_size(MGMT_MAD_SIZE);
-            }
-            Personality::Iwarp(_) => {
-                immutable.set_core_cap_flags(CoreCap::Iwarp.into());
-            }
+        if self.roce_face() {
+            immutable
+                .set_core_cap_flags(CoreCap::RoceUdpEncap.into())
+                .set_pkey_tbl_len(1)
+                .set_max_mad_size(MGMT_MAD_SIZE);
+        } else {
+            immutable.set_core_cap_flags(CoreCap::Iwarp.into());
         }
     }
 
@@ -334,20 +387,25 @@ impl<'bound> IbData<'bound> {
         Ok(Gid::from_mac(self.mac.0))
     }
 
+    /// Adds or removes entry `attr` of the GID table; an iWARP adapter in compat mode has no
+    /// table of its own (the core's is all there is: the addresses reach the adapter in
+    /// `MODIFY_QP`).
     pub(crate) fn set_gid(&self, attr: &GidAttr, add: bool) -> Result {
         if attr.port() != PORT || u32::from(attr.index()) >= self.gid_table_len() {
             return Err(EINVAL);
         }
+        if add && attr.gid_type() != Some(GidType::RoceV2) {
+            return Err(EINVAL);
+        }
+        if self.compat.is_some() {
+            return Ok(());
+        }
         let cfg = SetGidCfg::zeroed().with_index(attr.index());
+        // Only RoCEv2 entries (IPv4-mapped or IPv6) reach the wire.
         let cmd = if add {
-            // Only RoCEv2 entries (IPv4-mapped or IPv6) reach the wire.
-            if attr.gid_type() != Some(GidType::RoceV2) {
-                return Err(EINVAL);
-            }
             let gid = attr.gid();
-            let ipv4 = gid.0[..10].iter().all(|&b| b == 0) && gid.0[10..12] == [0xff, 0xff];
             SetGid {
-                cfg: cfg.with_ipv6(!ipv4),
+                cfg: cfg.with_ipv6(gid.to_ipv4().is_none()),
                 gid: gid.0,
             }
         } else {

@@ -118,6 +118,9 @@ impl Mr {
             return Err(EINVAL);
         }
         let mut cmd = reg_mr(pd.data(), mr_type::NORMAL, req.access);
+        if data.compat.is_some() {
+            cmd.cfg1 = cmd.cfg1.with_access(cmd.cfg1.access().read_sink());
+        }
         cmd.cfg0 = cmd.cfg0.with_valid(true);
         cmd.start_va = req.iova;
         // CAST: the low half; version 1 carries the rest.

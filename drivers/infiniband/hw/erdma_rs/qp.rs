@@ -41,8 +41,12 @@ use kernel::{
 use zerocopy::FromZeros;
 
 use crate::{
-    ah::address_vector,
+    ah::{
+        address_vector,
+        compat_ips, //
+    },
     cm::{
+        CompatEnd,
         IwQp,
         IwStateSink, //
     },
@@ -118,10 +122,35 @@ struct CreateQpResp {
     rq_offset: u32,
 }
 
+/// What a compat-mode modify gives a queue pair (erdma_rs_hw 7.3), kept once it succeeds.
+#[derive(Clone, Copy)]
+struct CompatKept {
+    ips: Option<([u8; 4], [u8; 4])>,
+    dest_qpn: Option<u32>,
+    timeout: Option<u8>,
+}
+
+impl CompatKept {
+    fn apply(self, shadow: &mut QpShadow) {
+        if let Some(ips) = self.ips {
+            shadow.compat_ips = Some(ips);
+        }
+        if let Some(qpn) = self.dest_qpn {
+            shadow.dest_qpn = qpn;
+        }
+        if let Some(t) = self.timeout {
+            shadow.timeout = t;
+        }
+    }
+}
+
 /// The state of a queue pair the driver keeps for modify and query.
 struct QpShadow {
     state: QpState,
     dest_qpn: u32,
+    /// Compat mode (erdma_rs_hw 7.3): the local and remote IPv4 addresses of the last address
+    /// vector, for RTS.
+    compat_ips: Option<([u8; 4], [u8; 4])>,
     qkey: u32,
     /// The local ACK timeout, reported by query only: the adapter does not take it
     /// (erdma_rs_hw 10.15).
@@ -268,6 +297,7 @@ impl Qp {
             shadow <- new_mutex!(QpShadow {
                 state: QpState::Reset,
                 dest_qpn: 0,
+                compat_ips: None,
                 qkey: 0,
                 timeout: 0,
             }),
@@ -587,22 +617,7 @@ impl Qp {
             return self.modify_iwarp(data, iw, attr, mask);
         }
         let mut shadow = self.shadow.lock();
-        let cur = if mask.contains(QpAttrBit::CurState) {
-            attr.cur_state().ok_or(EINVAL)?
-        } else {
-            shadow.state
-        };
-        let next = if mask.contains(QpAttrBit::State) {
-            attr.state().ok_or(EINVAL)?
-        } else {
-            cur
-        };
-        if !ibqp::modify_is_ok(cur, next, self.hw.qp_type, mask) {
-            return Err(EINVAL);
-        }
-        if mask.contains(QpAttrBit::PkeyIndex) && attr.pkey_index() != 0 {
-            return Err(EINVAL);
-        }
+        let next = self.transition(shadow.state, attr, mask)?;
         let dest_qpn = if mask.contains(QpAttrBit::DestQpn) {
             attr.dest_qp_num()
         } else {
@@ -662,7 +677,9 @@ impl Qp {
         Ok(())
     }
 
-    /// Modifies an iWARP queue pair (erdma_rs_hw 7.1): only its state counts.
+    /// Modifies an iWARP queue pair (erdma_rs_hw 7.1): only its state counts. In compat mode
+    /// (7.3) the transitions and their attributes are checked as on RoCEv2, the address vector
+    /// and the destination QPN are kept, and RTR makes the connection up from them.
     fn modify_iwarp(
         &self,
         data: &IbData<'_>,
@@ -670,13 +687,31 @@ impl Qp {
         attr: &QpAttr<'_>,
         mask: QpAttrMask,
     ) -> Result {
+        let mut shadow = self.shadow.lock();
+        let compat = match data.compat {
+            Some(c) => Some((c, self.compat_attrs(&shadow, iw, attr, mask)?)),
+            None => None,
+        };
         if !mask.contains(QpAttrBit::State) {
+            if let Some((_, kept)) = compat {
+                kept.apply(&mut shadow);
+            }
             return Ok(());
         }
         let next = attr.state().ok_or(EINVAL)?;
         let dev = data.iw().ok_or(EINVAL)?;
-        let mut shadow = self.shadow.lock();
-        let modified = match iw.modify(&dev, next) {
+        let moved = match compat {
+            // The adapter has no receive-only state for a stream: RTR hands it the connection
+            // already (as Alibaba's driver does), so that a peer that only reaches RTR (a
+            // perftest server) receives; RTS then changes nothing.
+            Some((c, kept)) if matches!(next, QpState::Rtr | QpState::Rts) => {
+                let (local, remote) = kept.ips.or(shadow.compat_ips).ok_or(EINVAL)?;
+                let qpn = kept.dest_qpn.unwrap_or(shadow.dest_qpn);
+                iw.compat_rts(&dev, local, CompatEnd { ip: remote, qpn }, c.ports_base)
+            }
+            _ => iw.modify(&dev, next),
+        };
+        let modified = match moved {
             // As for RoCEv2 queue pairs: a failed adapter has stopped them all.
             Err(_) if data.hw.failed() && next == QpState::Err => Ok(()),
             m => m,
@@ -694,8 +729,62 @@ impl Qp {
             }
         }
         modified?;
+        if let Some((_, kept)) = compat {
+            kept.apply(&mut shadow);
+        }
         shadow.state = next;
         Ok(())
+    }
+
+    /// The state a modify moves the queue pair to from `known` (or the current state the
+    /// caller gives), if the verbs allow the transition with these attributes (erdma_rs_hw
+    /// 7.2: P_Key index 0 only).
+    fn transition(&self, known: QpState, attr: &QpAttr<'_>, mask: QpAttrMask) -> Result<QpState> {
+        let cur = if mask.contains(QpAttrBit::CurState) {
+            attr.cur_state().ok_or(EINVAL)?
+        } else {
+            known
+        };
+        let next = if mask.contains(QpAttrBit::State) {
+            attr.state().ok_or(EINVAL)?
+        } else {
+            cur
+        };
+        if !ibqp::modify_is_ok(cur, next, self.hw.qp_type, mask)
+            || (mask.contains(QpAttrBit::PkeyIndex) && attr.pkey_index() != 0)
+        {
+            return Err(EINVAL);
+        }
+        Ok(next)
+    }
+
+    /// Compat mode (erdma_rs_hw 7.3): checks a modify as on RoCEv2 (the transition, with the
+    /// attributes the verbs require and allow for it; P_Key index 0) and returns what it gives
+    /// for RTS, kept once it succeeds.
+    fn compat_attrs(
+        &self,
+        shadow: &QpShadow,
+        iw: &IwQp,
+        attr: &QpAttr<'_>,
+        mask: QpAttrMask,
+    ) -> Result<CompatKept> {
+        let known = if iw.state() == QpState::Err {
+            QpState::Err
+        } else {
+            shadow.state
+        };
+        self.transition(known, attr, mask)?;
+        Ok(CompatKept {
+            ips: if mask.contains(QpAttrBit::Av) {
+                Some(compat_ips(&attr.ah_attr())?)
+            } else {
+                None
+            },
+            dest_qpn: mask
+                .contains(QpAttrBit::DestQpn)
+                .then(|| attr.dest_qp_num()),
+            timeout: mask.contains(QpAttrBit::Timeout).then(|| attr.timeout()),
+        })
     }
 
     /// Reports the state and attributes: a RoCEv2 queue pair's PSNs and state from the adapter,
@@ -704,7 +793,12 @@ impl Qp {
         let qpn = self.hw.qpn;
         let shadow = self.shadow.lock();
         if let Some(iw) = &self.hw.iw {
-            out.set_state(iw.state(), false);
+            // In compat mode the verbs' state, which the adapter's RTS from RTR on hides.
+            let state = match iw.state() {
+                QpState::Rts if data.compat.is_some() => shadow.state,
+                s => s,
+            };
+            out.set_state(state, false);
         } else {
             let resp = data.hw.exec(&QueryQp { qpn })?;
             // CAST: an 8-bit field.

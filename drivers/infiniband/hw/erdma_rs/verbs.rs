@@ -68,7 +68,6 @@ use crate::{
         DeviceRef,
         IbData,
         IwDev,
-        Personality,
         UCtx,
         HW_STATS,
         PORT, //
@@ -499,22 +498,21 @@ impl<'bound> IbDevice<'bound> {
     pub(crate) fn register(data: IbData<'bound>, ndev: &NetDevice, ceqs: u32) -> Result<Self> {
         let pdev = data.hw.pdev;
         let mut dev = rdma::UnregisteredDevice::<Erdma>::new(pdev.as_ref())?;
-        match data.proto {
-            Personality::Roce(_) => dev
-                .add_ops::<Roce>()
+        // An iWARP adapter in compat mode is a RoCEv2 device to the core (erdma_rs_hw 7.3).
+        if data.roce_face() {
+            dev.add_ops::<Roce>()
                 .add_ops::<DataPath>()
-                .set_node_type(rdma::NodeType::IbCa),
-            Personality::Iwarp(_) => {
-                // The port mapper learns the interface from the device (an unset name made
-                // rdma_cm fail with Alibaba's own driver).
-                let mut name = [0u8; 16];
-                let len = ndev.name(&mut name);
-                dev.add_ops::<Iwarp>()
-                    .add_ops::<DataPath>()
-                    .set_node_type(rdma::NodeType::Rnic)
-                    .set_iw_ifname(&name[..len])
-            }
-        };
+                .set_node_type(rdma::NodeType::IbCa);
+        } else {
+            // The port mapper learns the interface from the device (an unset name made rdma_cm
+            // fail with Alibaba's own driver).
+            let mut name = [0u8; 16];
+            let len = ndev.name(&mut name);
+            dev.add_ops::<Iwarp>()
+                .add_ops::<DataPath>()
+                .set_node_type(rdma::NodeType::Rnic)
+                .set_iw_ifname(&name[..len]);
+        }
         dev.set_node_guid(Guid::from_mac(data.mac.0))
             .set_node_desc(NODE_DESC)
             .set_num_comp_vectors(ceqs)

@@ -36,7 +36,8 @@
 //! releases what the endpoint holds.
 //!
 //! The module's parts, each using only those before it: [`mpa`] (the frames, as pure
-//! functions), [`machine`] (the endpoint's states and transitions), [`device`] (the traits
+//! functions), [`machine`] (the endpoint's states and transitions), [`compat`] (compat mode's
+//! made-up connection, erdma_rs_hw 7.3, as a pure function), [`device`] (the traits
 //! through which the parts reach the device and the tables), [`endpoint`] (one side of one
 //! connection: the machine's kernel transport), [`qp`] (a queue pair's side of its
 //! connection), [`listener`] (passive TCP listeners) and [`tables`] (the connection manager of
@@ -59,6 +60,7 @@ use kernel::{
 
 use crate::consts::MAX_RD_ATOM;
 
+mod compat;
 mod device;
 mod endpoint;
 mod listener;
@@ -87,6 +89,10 @@ pub(crate) use device::{
     Registry, //
 };
 
+pub(crate) use compat::{
+    CompatEnd,
+    RESERVED_PORTS, //
+};
 pub(crate) use machine::Timeouts;
 pub(crate) use qp::{
     IwQp,

@@ -36,6 +36,10 @@ use crate::{
 };
 
 use super::{
+    compat::{
+        compat_link,
+        CompatEnd, //
+    },
     device::CmHw,
     endpoint::{
         Endpoint,
@@ -217,6 +221,29 @@ impl IwQp {
             ep.kick(EV_LOCAL_CLOSE);
         }
         Ok(())
+    }
+
+    /// Compat mode's RTS (erdma_rs_hw 7.3): the connection between this queue pair at
+    /// `local_ip` and `remote`, made up from the two ends' addresses and QPNs (the TCP ports
+    /// from `ports_base`), handed to the adapter with no endpoint. A queue pair in RTS already
+    /// stays as it is; one stopped cannot go back.
+    pub(crate) fn compat_rts(
+        &self,
+        hw: &dyn CmHw,
+        local_ip: [u8; 4],
+        remote: CompatEnd,
+        ports_base: u16,
+    ) -> Result {
+        match self.conn.lock().state {
+            IwState::Rts => return Ok(()),
+            IwState::Idle => {}
+            _ => return Err(EINVAL),
+        }
+        let local = CompatEnd {
+            ip: local_ip,
+            qpn: self.qpn,
+        };
+        self.to_rts(hw, &compat_link(local, remote, ports_base, hw.cc()))
     }
 
     /// The adapter reported the queue pair failed (an asynchronous event, erdma_rs_hw 4.2: on

@@ -584,6 +584,11 @@ impl DataPath<'_> {
     /// peer's oldest unanswered request) goes to the peer, the binding is removed, undelivered
     /// messages are dropped. The adapter's state becomes ERROR unless the QP was stopped
     /// already. Called whenever an iWARP QP goes to ERROR.
+    ///
+    /// A compat-mode stream (erdma_rs_hw 7.3) that ends without an error for the peer (a stop,
+    /// DESTROY_QP) ends silently, as a RoCEv2 QP's does: its applications expect the peer's
+    /// work to go on until it sends to a QP that is gone (ibv_rc_pingpong's last completions
+    /// would otherwise meet their receives flushed by the Terminate of a peer that finished).
     pub(super) fn iw_close(&mut self, qpn: u32, peer_status: Option<u8>) {
         let Some((seq, msg)) = self
             .rdma
@@ -606,6 +611,13 @@ impl DataPath<'_> {
             return;
         };
         let tuple = c.tuple;
+        if peer_status.is_none() && c.own & COMPAT_COOKIE != 0 {
+            if self.warned.note() {
+                log::info!("QP {qpn}: compat connection {tuple} ended");
+            }
+            port.unbind(qpn);
+            return;
+        }
         let sent = self.wire.transmit_stream(qpn, c, seq, msg).is_ok();
         if self.warned.note() {
             if sent {

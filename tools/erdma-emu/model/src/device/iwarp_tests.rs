@@ -1046,6 +1046,16 @@ fn compat_mode_connects_by_qpns_without_cookies() {
     let (a, b) = (p.a.dev.iwarp_qp(QA).unwrap(), p.b.dev.iwarp_qp(QB).unwrap());
     assert_eq!(b.rcv_nxt, a.snd_nxt);
     assert_eq!(a.snd_nxt, ca.snd_nxt + send_len(6));
+    // B's QP goes (its application finished): A hears nothing, as from a RoCEv2 peer; its
+    // receives stay posted, and its next Send finds nobody.
+    p.a.post_recv(QA, p.buf_a + 0x100, 0x100, stag(1));
+    let c =
+        p.b.exec(Command::DestroyQp, |s| wire::U32Arg(QB).write_fields(s));
+    assert_eq!(c.status, 0);
+    p.pump();
+    assert!(p.a.poll_all(CQ).is_empty(), "no flush");
+    assert!(aeqes(&mut p.a).is_empty(), "no Terminate");
+    assert_eq!(p.a.dev.iwarp_qp(QA).unwrap().state, IwarpState::Rts);
 }
 
 #[test]

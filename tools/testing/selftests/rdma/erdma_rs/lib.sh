@@ -648,6 +648,23 @@ run_pair() {
 	fi
 }
 
+# pingpong NAME SERVER_IB SERVER_GID CLIENT_IB CLIENT_GID SERVER_IP ARGS...:
+# one ibv_rc_pingpong run (run_pair, on the next port); both ends must finish
+# and report their transfer, with no corrupted data (with -c each side checks
+# the bytes it received).
+pingpong() {
+	name=$1 sib=$2 sgid=$3 cib=$4 cgid=$5 sip=$6
+	shift 6
+	next_port
+	run_pair "$name" "$PORT" 'bytes in' \
+		ibv_rc_pingpong -d "$sib" -g "$sgid" -p "$PORT" "$@" -- \
+		ibv_rc_pingpong -d "$cib" -g "$cgid" -p "$PORT" "$@" "$sip" || return 1
+	grep -q 'bytes in' "$tmp/$name.srv" || { tap_diag "server: $(tr '\n' ';' <"$tmp/$name.srv")"; return 1; }
+	! grep -qi 'invalid' "$tmp/$name.srv" "$tmp/$name.cli" ||
+		{ tap_diag "corrupted data: $(grep -hi invalid "$tmp/$name.srv" "$tmp/$name.cli" | head -n 3)"; return 1; }
+	tap_diag "$name: $(grep 'bytes in' "$tmp/$name.cli")"
+}
+
 # kill_tree PID: PID and every process below it get TERM (the shell's
 # background job of a timeout, and the timeout's command).
 kill_tree() {
