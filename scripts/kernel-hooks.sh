@@ -113,7 +113,8 @@ edit_rust_helpers() {
 	insert_after "$1" '^#include "net/genetlink.c"$' '#include "net/netdevice.c"\n#include "net/sock.c"'
 }
 
-# kernel::rdma, kernel::capability, kernel::net::device, kernel::net::tcp, kernel::net::udp.
+# kernel::rdma, kernel::capability, kernel::net::device, kernel::net::namespace,
+# kernel::net::tcp, kernel::net::udp.
 edit_rust_lib() {
 	insert_after "$1" '^pub mod rbtree;$' '#[cfg(CONFIG_INFINIBAND = "y")]\npub mod rdma;'
 	insert_after "$1" '^pub mod build_assert;$' 'pub mod capability;'
@@ -121,7 +122,7 @@ edit_rust_lib() {
 }
 
 edit_rust_net() {
-	insert_before "$1" '^pub mod netlink;$' 'pub mod device;'
+	insert_before "$1" '^pub mod netlink;$' 'pub mod device;\npub mod namespace;'
 	insert_after "$1" '^pub mod netlink;$' '#[cfg(CONFIG_INET)]\nmod sock;\n#[cfg(CONFIG_INET)]\npub mod tcp;\n#[cfg(CONFIG_INET)]\npub mod udp;'
 }
 

@@ -2,6 +2,7 @@
 
 #include <linux/netdevice.h>
 #include <linux/tcp.h>
+#include <net/netns/generic.h>
 #include <net/sock.h>
 
 /*
@@ -87,4 +88,9 @@ __rust_helper void rust_helper_sk_swap_callbacks(struct sock *sk,
 __rust_helper int rust_helper_sk_state(const struct sock *sk)
 {
 	return READ_ONCE(sk->sk_state);
+}
+
+__rust_helper void *rust_helper_net_generic(const struct net *net, unsigned int id)
+{
+	return net_generic(net, id);
 }

@@ -7,6 +7,7 @@
 //! C headers: [`include/linux/net.h`](srctree/include/linux/net.h),
 //! [`include/net/sock.h`](srctree/include/net/sock.h).
 
+use super::namespace::Net;
 use crate::{
     bindings,
     error::to_result,
@@ -307,14 +308,15 @@ unsafe impl Send for OwnedSocket {}
 unsafe impl Sync for OwnedSocket {}
 
 impl OwnedSocket {
-    /// Makes a socket of `ty` (`SOCK_STREAM`, `SOCK_DGRAM`) and `protocol` in the initial network
-    /// namespace.
-    pub(crate) fn new(ty: u32, protocol: u32) -> Result<Self> {
+    /// Makes a socket of `ty` (`SOCK_STREAM`, `SOCK_DGRAM`) and `protocol` in network namespace
+    /// `net`. A kernel socket holds no reference on its namespace: it must be released before
+    /// the namespace goes (a [`super::namespace::PernetOps::exit`] releases those it made).
+    pub(crate) fn new_in(net: &Net, ty: u32, protocol: u32) -> Result<Self> {
         let mut sock = core::ptr::null_mut();
-        // SAFETY: `init_net` lives forever; `sock` is a valid place for the result.
+        // SAFETY: `net` is a live namespace; `sock` is a valid place for the result.
         to_result(unsafe {
             bindings::sock_create_kern(
-                &raw mut bindings::init_net,
+                net.as_raw(),
                 // CAST: small constants.
                 bindings::AF_INET as i32,
                 ty as i32,

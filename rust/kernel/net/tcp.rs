@@ -50,7 +50,10 @@
 //! }
 //! ```
 
-use super::sock::OwnedSocket;
+use super::{
+    namespace::Net,
+    sock::OwnedSocket, //
+};
 use crate::{
     bindings,
     error::to_result,
@@ -200,8 +203,15 @@ pub struct TcpSocket {
 impl TcpSocket {
     /// Makes a TCP socket in the initial network namespace.
     pub fn new() -> Result<Self> {
+        Self::new_in(Net::initial())
+    }
+
+    /// Makes a TCP socket in network namespace `net`, which it must not outlive (it holds no
+    /// reference on it: a [`PernetOps::exit`](crate::net::namespace::PernetOps::exit) of the
+    /// namespace releases it).
+    pub fn new_in(net: &Net) -> Result<Self> {
         Ok(Self {
-            sock: OwnedSocket::new(bindings::sock_type_SOCK_STREAM, bindings::IPPROTO_TCP)?,
+            sock: OwnedSocket::new_in(net, bindings::sock_type_SOCK_STREAM, bindings::IPPROTO_TCP)?,
         })
     }
 

@@ -49,7 +49,10 @@
 //! # Ok::<(), Error>(())
 //! ```
 
-use super::sock::OwnedSocket;
+use super::{
+    namespace::Net,
+    sock::OwnedSocket, //
+};
 use crate::{
     bindings,
     prelude::*,
@@ -115,7 +118,11 @@ impl UdpSocket {
     /// Makes a UDP socket in the initial network namespace.
     pub fn new() -> Result<Self> {
         Ok(Self {
-            sock: OwnedSocket::new(bindings::sock_type_SOCK_DGRAM, bindings::IPPROTO_UDP)?,
+            sock: OwnedSocket::new_in(
+                Net::initial(),
+                bindings::sock_type_SOCK_DGRAM,
+                bindings::IPPROTO_UDP,
+            )?,
         })
     }
 

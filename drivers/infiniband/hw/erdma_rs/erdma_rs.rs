@@ -69,7 +69,10 @@ use kernel::{
         IrqReturn,
         NamedRegistration, //
     },
-    net::device::NetDevice,
+    net::{
+        device::NetDevice,
+        namespace::PernetRegistration, //
+    },
     new_mutex,
     new_spinlock_irq,
     page::PAGE_SHIFT,
@@ -585,11 +588,14 @@ fn check_params() -> Result {
     Ok(())
 }
 
-/// The module: the PCI driver, registered unless another driver holds every adapter.
+/// The module: the PCI driver, registered unless another driver holds every adapter, and in
+/// compat mode the TCP ports its connections use, held in every network namespace.
 #[pin_data]
 struct ErdmaModule {
     #[pin]
     driver: driver::Registration<pci::Adapter<ErdmaDriver>>,
+    /// Released after the driver (fields drop in this order).
+    ports: Option<Pin<KBox<PernetRegistration<cm::ReservedPorts>>>>,
 }
 
 impl InPlaceModule for ErdmaModule {
@@ -597,7 +603,13 @@ impl InPlaceModule for ErdmaModule {
         pin_init::pin_init_scope(move || {
             check_params()?;
             check_holders()?;
+            let ports = if module_parameters::compat_mode.value() {
+                Some(KBox::pin_init(PernetRegistration::new(), GFP_KERNEL)?)
+            } else {
+                None
+            };
             Ok(try_pin_init!(Self {
+                ports,
                 driver <- driver::Registration::new(<Self as ModuleMetadata>::NAME, module),
             }))
         })

@@ -500,6 +500,9 @@ impl QpSink for QpEntry {
 pub(crate) struct KernelQp {
     /// An unreliable-datagram queue pair (the GSI QP included).
     ud: bool,
+    /// Compat mode (erdma_rs_hw 7.3): fast-registered regions that are locally writable are
+    /// also remotely writable, as the sink of an iWARP RDMA Read must be.
+    read_sink: bool,
     /// Its protection domain: datagrams go through address handles of the same.
     pdn: u32,
     /// Its Q_Key, for datagrams sent with a "controlled" Q_Key (bit 31 set).
@@ -674,13 +677,15 @@ impl IwStateSink for KernelQp {
 }
 
 impl KernelQp {
-    /// Zeroed queues of `sq_depth` basic blocks and `rq_depth` entries.
+    /// Zeroed queues of `sq_depth` basic blocks and `rq_depth` entries; `read_sink` in compat
+    /// mode.
     pub(crate) fn new(
         dev: &device::Device<device::Bound>,
         sq_depth: u16,
         rq_depth: u16,
         sq_sig_all: bool,
         ud: bool,
+        read_sink: bool,
         pdn: u32,
     ) -> Result<impl PinInit<Self, Error>> {
         let sq_ring = Coherent::zeroed_slice(dev, usize::from(sq_depth) * WQEBB_WORDS, GFP_KERNEL)?;
@@ -691,6 +696,7 @@ impl KernelQp {
         let rq = WorkQueue::new_recv(rq_depth)?;
         Ok(try_pin_init!(Self {
             ud,
+            read_sink,
             pdn,
             qkey: AtomicU32::new(0),
             qpn: AtomicU32::new(0),
@@ -983,7 +989,11 @@ impl KernelQp {
                     length: mr.length() as u32,
                     stag: key,
                     attrs: RegMrSqeAttrs::zeroed()
-                        .with_access(MrAccess::from_verbs(access))
+                        .with_access(if self.read_sink {
+                            MrAccess::from_verbs(access).read_sink()
+                        } else {
+                            MrAccess::from_verbs(access)
+                        })
                         .with_npages(low32(npages)),
                     reserved: 0,
                     pages: [0; 4],

@@ -411,6 +411,7 @@ impl Qp {
                 rq_depth as u16,
                 attr.sq_sig_all(),
                 datagram,
+                data.compat.is_some(),
                 setup.pd().data().pdn,
             )?;
             let k = Arc::pin_init(k, GFP_KERNEL)?;

@@ -11,7 +11,17 @@
 //! running Alibaba's connect.
 
 use kernel::{
-    net::tcp::SocketAddrV4,
+    net::{
+        namespace::{
+            Net,
+            PernetId,
+            PernetOps, //
+        },
+        tcp::{
+            SocketAddrV4,
+            TcpSocket, //
+        },
+    },
     prelude::*, //
 };
 
@@ -78,6 +88,37 @@ pub(crate) fn compat_link(local: CompatEnd, remote: CompatEnd, base: u16, cc: u8
         cc,
         snd_nxt: isn(sport),
         rcv_nxt: isn(dport),
+    }
+}
+
+/// The storage of [`ReservedPorts`] in every network namespace.
+static RESERVED: PernetId = PernetId::new();
+
+/// Compat mode's TCP ports, [`RESERVED_PORTS`] from the module's base, held by kernel sockets
+/// bound to them in every network namespace, so that the host's TCP never uses them for
+/// connections of its own (erdma_rs_hw 7.3); released when the module unloads.
+pub(crate) struct ReservedPorts;
+
+impl PernetOps for ReservedPorts {
+    type State = KVec<TcpSocket>;
+    const ID: &'static PernetId = &RESERVED;
+
+    fn init(net: &Net) -> Result<KVec<TcpSocket>> {
+        let base = crate::module_parameters::reserve_ports_base.value();
+        let mut held = KVec::with_capacity(RESERVED_PORTS.into(), GFP_KERNEL)?;
+        for port in (0..RESERVED_PORTS).map(|i| base.wrapping_add(i)) {
+            let sock = TcpSocket::new_in(net)?;
+            if let Err(e) = sock.bind(SocketAddrV4::new([0; 4], port)) {
+                pr_err!(
+                    "compat mode: TCP port {port} is in use (error {}); free it or choose \
+                     another reserve_ports_base\n",
+                    e.to_errno()
+                );
+                return Err(e);
+            }
+            held.push(sock, GFP_KERNEL)?;
+        }
+        Ok(held)
     }
 }
 

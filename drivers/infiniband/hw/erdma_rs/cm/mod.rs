@@ -91,6 +91,7 @@ pub(crate) use device::{
 
 pub(crate) use compat::{
     CompatEnd,
+    ReservedPorts,
     RESERVED_PORTS, //
 };
 pub(crate) use machine::Timeouts;

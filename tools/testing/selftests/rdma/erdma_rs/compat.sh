@@ -13,6 +13,8 @@
 # perftest without rdma_cm runs in perftest.sh, run after this test in the
 # same scenario with the same module parameter.
 # First, a base port that leaves no room for the 16 ports is refused.
+# The 16 ports are held in every network namespace while compat mode is
+# loaded, and free once the driver unloads or without compat mode.
 # erdma_rs only (the upstream C driver has no compat mode); the adapters must
 # be iWARP ones (CM_PROTO=iwarp), changed by loading the driver, so the test
 # may reconfigure.
@@ -40,6 +42,31 @@ looks_roce() {
 	[ "$(ls "/sys/class/infiniband/$1/ports/1/gids" | wc -l)" = 16 ] ||
 		{ tap_diag "$1: $(ls "/sys/class/infiniband/$1/ports/1/gids" | wc -l) GID entries, not 16"; return 1; }
 	[ "$(cat "/sys/class/infiniband/$1/ports/1/pkeys/0")" = 0xffff ]
+}
+
+# port_free [unshare -n] PORT: a TCP socket of this user binds PORT (in a new
+# network namespace with "unshare -n").
+port_free() {
+	_ns=""
+	[ "$1" != unshare ] || { _ns="unshare -n"; shift 2; }
+	$_ns python3 -c 'import socket, sys; socket.socket().bind(("0.0.0.0", int(sys.argv[1])))' "$1" 2>"$tmp/bind.err"
+}
+
+# ports_held: compat mode's 16 ports are taken, in this namespace and in a
+# new one (the kernel sockets of every namespace), and the port after them is
+# not.
+ports_held() {
+	for _p in 30608 30615 30623; do
+		! port_free "$_p" || { tap_diag "port $_p is free"; return 1; }
+		grep -q 'Address already in use' "$tmp/bind.err" || { tap_diag "port $_p: $(cat "$tmp/bind.err")"; return 1; }
+	done
+	if command -v unshare >/dev/null; then
+		! port_free unshare -n 30608 || { tap_diag "port 30608 is free in a new namespace"; return 1; }
+		grep -q 'Address already in use' "$tmp/bind.err" || { tap_diag "a new namespace: $(cat "$tmp/bind.err")"; return 1; }
+	else
+		tap_diag "no unshare: the new namespace is not tried"
+	fi
+	port_free 30624
 }
 
 # said_compat BDF: the driver's log says that adapter BDF is in compat mode,
@@ -83,4 +110,11 @@ if [ "$(echo $compat_bdfs | wc -w)" -ge 2 ] && adapter_pair roce; then
 else
 	tap_skip "compat mode's device and connections" "fewer than two iWARP adapters in compat mode"
 fi
+tap_check "compat mode holds TCP ports 30608 to 30623 in every network namespace" ports_held
+# Unloaded, the ports are free; loaded without compat mode, they stay free.
+tap_check "rmmod erdma_rs" unload erdma_rs
+tap_check "the ports are free after rmmod" port_free 30608
+ERDMA_MODPROBE_ARGS=""
+load_driver
+tap_check "without compat mode the ports are free" port_free 30608
 unload_and_finish "$DRV"
