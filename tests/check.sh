@@ -294,6 +294,8 @@ MIXED="$MIXED; XGUEST_DRIVERS='erdma erdma_rs' ERDMA_TAP_PREFIX=mix2- erdma_rs/r
 # Compat mode on iWARP adapters (issue 31): compat.sh, then perftest.sh
 # without rdma_cm (the software GSI that rdma_cm needs there is not yet in).
 COMPAT="CM_PROTO=roce ERDMA_MODPROBE_ARGS=compat_mode=1 PERFTEST_NO_CM='rdma_cm in compat mode needs its software GSI QP (issue 31, not yet)' ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh compat.sh perftest.sh"
+# Compat mode between two guests, each with one iWARP adapter.
+COMPAT_XGUEST="ERDMA_MODPROBE_ARGS=compat_mode=1 ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh xguest.sh"
 lane_ours() {
 	# Every guest boots the debug kernel (KASAN, lockdep, kmemleak, ...): a kernel
 	# report ends the guest and fails the test that was running; time limits are
@@ -429,12 +431,14 @@ lane_rest() {
 	# connecting, then the other way round: rdma_cm's tools), whose MPA
 	# frames are compared byte for byte on the wire (with the C pair's, when it ran before in this
 	# run's guests: not any more, so the comparison is between the two mixed
-	# pairs); last, the serving guest stops in the middle of a connection
+	# pairs); then compat mode across the two guests (issue 31: xguest.sh's
+	# ibv_rc_pingpong and ib_write_bw, QPs connected the RoCE way); last, the
+	# serving guest stops in the middle of a connection
 	# (xguest_stop.sh: vmrun kills it) and ours, in the other, must see the
 	# connection end and clean up.
 	guest two-guests-iwarp --smp 1 --timeout 2400 --memory 2G --kmemleak 1 \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on --guest 0 --guest 1 \
-		--run "r=0; export CM_PROTO=iwarp NVMEOF_MODE=xguest; erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1 $MIXED; ERDMA_STATUS_SO_FAR=\$r erdma_rs/run_tests.sh xguest_stop.sh || r=1; exit \$r"
+		--run "r=0; export CM_PROTO=iwarp NVMEOF_MODE=xguest; erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1 $MIXED; $COMPAT_XGUEST || r=1; ERDMA_STATUS_SO_FAR=\$r erdma_rs/run_tests.sh xguest_stop.sh || r=1; exit \$r"
 	# The rehearsal of an ECS instance (issue 12, tests/rehearsal.sh): the
 	# packages installed with apt on a Debian trixie instance booted from its disk
 	# (systemd, udev, an initramfs, Debian's kernel), the reboot into the installed
