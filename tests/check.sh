@@ -464,7 +464,7 @@ lane_rest() {
 # injected failure drops (the C driver closes its socket in the caller's
 # thread, and tcp_send_fin gives up on a failed allocation), so the peer
 # hears of no close.
-C_FAILNTH_REPORTS='BUG: KASAN: (slab-)?use-after-free in erdma_aeq_event_handler\+'
+C_FAILNTH_REPORTS='BUG: KASAN: (slab-)?use-after-free in (erdma_aeq_event_handler|erdma_polling_cmd_completions)\+'
 C_FAILNTH_FAILURES='^rdma_cm on [0-9.]+ \(iwarp\): .*: no rdma_cm event within [0-9]+ s \(server disconnected\)$'
 rehearsed=()
 rm -f "$RELEASE.done" "$RELEASE.ok"

@@ -98,17 +98,10 @@ for bdf in $functions; do
 	tap_check "$ib: a command completion for no command is reported" wait_for 5 logged "$mark" "which is not in flight"
 	tap_check "$ib: ... counted, and commands work on" counted_and_works "$ib" "$before"
 
-	# Event storms for objects that do not exist: rate-limited, harmless.
-	klog_mark mark
-	model_cmd "$bdf" "aeq type=0 data0=0xffff0 count=2000" >/dev/null
-	model_cmd "$bdf" "ceq eqn=1 cqn=0xffff0 count=2000" >/dev/null
-	sleep 2
-	lines=$(klog_since "$mark" | grep -c "$bdf")
-	tap_check "$ib: 4000 events for nothing log at most 30 lines (logged $lines)" [ "$lines" -le 30 ]
-	tap_check "$ib: works after the storms" verbs_smoke "$ib"
-
 	# Completions in the GSI QP's CQ for work it never posted (RoCEv2: the
 	# RDMA core's MAD layer has a kernel QP 1 and its CQ at all times).
+	# Before the storms: those spend the reports' rate limit (a burst of 10
+	# in 5 s), and a report made within its window is counted, not logged.
 	read -r type <"/sys/class/infiniband/$ib/node_type"
 	if [ "$type" != "4: RNIC" ]; then
 		cqs=$(model_cmd "$bdf" "query cqs")
@@ -121,6 +114,15 @@ for bdf in $functions; do
 		tap_check "$ib: completions for no posted work are reported" wait_for 5 logged "$mark" "for no posted work"
 		tap_check "$ib: ... and counted" more_errors "$ib" "$before"
 	fi
+
+	# Event storms for objects that do not exist: rate-limited, harmless.
+	klog_mark mark
+	model_cmd "$bdf" "aeq type=0 data0=0xffff0 count=2000" >/dev/null
+	model_cmd "$bdf" "ceq eqn=1 cqn=0xffff0 count=2000" >/dev/null
+	sleep 2
+	lines=$(klog_since "$mark" | grep -c "$bdf")
+	tap_check "$ib: 4000 events for nothing log at most 30 lines (logged $lines)" [ "$lines" -le 30 ]
+	tap_check "$ib: works after the storms" verbs_smoke "$ib"
 
 	# Events for objects being destroyed.
 	model_cmd "$bdf" "hostile aeq-on-destroy on" >/dev/null
