@@ -197,10 +197,10 @@ count() {
 # (Documentation/infiniband/erdma-upstream-rmmod-race.rst), and there it runs
 # several times faster. Without the packages they fall back to the debug
 # kernel. The C driver runs every test that applies to it: its ctrlq.sh,
-# ibdev.sh, verbs.sh and abdiff.sh, rc.sh, perftest.sh, badinput.sh (without
+# ibdev.sh, verbs.sh and abdiff.sh, rc.sh, nccl.sh, perftest.sh, badinput.sh (without
 # the checks it lacks), kverbs.sh, cm.sh and nvmeof.sh (rdma_cm, issue 10), the
 # pyverbs modules of its device, PD, CQ, MR and QP verbs and of rdma_cm, and
-# the tests between two guests; on iWARP cm.sh, perftest.sh and nvmeof.sh
+# the tests between two guests; on iWARP cm.sh, nccl.sh, perftest.sh and nvmeof.sh
 # (iwarp_mpa.sh proves a connection manager, not the model: see below); ERDMA_CHECK_AB=part keeps for a quick run its
 # device attributes, the field-by-field comparison, RC traffic and every kernel
 # opcode. handover.sh (the two adapters handed over between erdma and erdma_rs
@@ -208,17 +208,17 @@ count() {
 # Between two guests: RC traffic (xguest.sh), rdma_cm's tools and perftest
 # -R (xguest_cm.sh) and NVMe over RDMA (nvmeof.sh with NVMEOF_MODE=xguest).
 XGUEST_TESTS="xguest.sh xguest_cm.sh nvmeof.sh"
-IWARP_TESTS="cm.sh perftest.sh nvmeof.sh iwarp_mpa.sh"
+IWARP_TESTS="cm.sh nccl.sh perftest.sh nvmeof.sh iwarp_mpa.sh"
 # The C driver's iWARP reference leaves out iwarp_mpa.sh: a hostile MPA peer
 # meets the driver's connection manager over the guest's TCP, not the model
 # (81 s of the C driver's fixed 10 and 20 s waits); its MPA frames are
 # compared with ours byte for byte on the wire in the mixed pairs of
 # two-guests-iwarp.
-C_IWARP_TESTS="cm.sh perftest.sh nvmeof.sh"
+C_IWARP_TESTS="cm.sh nccl.sh perftest.sh nvmeof.sh"
 IWARP_XGUEST_TESTS="xguest_cm.sh nvmeof.sh"
 if [ "${ERDMA_CHECK_AB:-full}" = full ] || [ "$ERDMA_CHECK_AB" = all ]; then
 	C_CTL_TESTS="ctrlq.sh ibdev.sh verbs.sh abdiff.sh"
-	C_DP_TESTS="rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh"
+	C_DP_TESTS="rc.sh nccl.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh"
 	C_XGUEST=$XGUEST_TESTS
 	C_IWARP=$C_IWARP_TESTS
 	# The C driver on both ends between two iWARP guests is left out: what it
@@ -293,7 +293,7 @@ MIXED="; XGUEST_DRIVERS='erdma_rs erdma' ERDMA_TAP_PREFIX=mix1- erdma_rs/run_tes
 MIXED="$MIXED; XGUEST_DRIVERS='erdma erdma_rs' ERDMA_TAP_PREFIX=mix2- erdma_rs/run_tests.sh xguest_cm.sh || r=1"
 # Compat mode on iWARP adapters (issue 31): compat.sh, then perftest.sh
 # without rdma_cm (the software GSI that rdma_cm needs there is not yet in).
-COMPAT="CM_PROTO=roce ERDMA_MODPROBE_ARGS=compat_mode=1 PERFTEST_NO_CM='rdma_cm in compat mode needs its software GSI QP (issue 31, not yet)' ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh compat.sh perftest.sh"
+COMPAT="CM_PROTO=roce ERDMA_MODPROBE_ARGS=compat_mode=1 PERFTEST_NO_CM='rdma_cm in compat mode needs its software GSI QP (issue 31, not yet)' ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh compat.sh nccl.sh perftest.sh"
 # Compat mode between two guests, each with one iWARP adapter.
 COMPAT_XGUEST="ERDMA_MODPROBE_ARGS=compat_mode=1 ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh xguest.sh"
 lane_ours() {
@@ -301,7 +301,8 @@ lane_ours() {
 	# report ends the guest and fails the test that was running; time limits are
 	# set for that kernel under TCG.
 	# The RC data path (RoCEv2) between two adapters of one guest, through the
-	# stock provider: ibv_rc_pingpong (rc.sh), perftest with and without
+	# stock provider: ibv_rc_pingpong (rc.sh), queue pairs set up and driven
+	# as NCCL's IB transport does and zero-byte messages (nccl.sh), perftest with and without
 	# rdma_cm (perftest.sh), bad requests through raw uverbs (badinput.sh) and
 	# rdma-core's pyverbs suite (pyverbs.sh), kernel consumers posting every
 	# opcode (kverbs.sh), librdmacm's tools (cm.sh) and NVMe over RDMA
@@ -311,7 +312,7 @@ lane_ours() {
 	# driver recovers from, then both adapters gone).
 	guest data-path --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
 		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-		--run 'erdma_rs/run_tests.sh rc.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh handover.sh dead.sh'
+		--run 'erdma_rs/run_tests.sh rc.sh nccl.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh handover.sh dead.sh'
 	# rdma_cm on iWARP (issue 11): librdmacm's tools, perftest -R and NVMe over
 	# RDMA between two iWARP adapters of one guest, connected by the driver's
 	# own connection manager (MPA over the guest's TCP), a hostile MPA peer on
@@ -319,9 +320,11 @@ lane_ours() {
 	# (iwarp_mpa.sh); and a kernel QP in ERROR posted to from softirq and
 	# under a spinlock (kverbs.sh). Floods of half-open connections, listeners
 	# killed under connection attempts, connect/disconnect storms
-	# (cm_flood.sh). Then compat mode (issue 31, compat.sh): the adapters shown
-	# as RoCEv2 devices, ibv_rc_pingpong and perftest without rdma_cm
-	# connecting their queue pairs the RoCE way. Last, the adapters fail
+	# (cm_flood.sh). Zero-byte messages and NCCL's traffic over queue pairs
+	# rdma_cm connects by number (nccl.sh). Then compat mode (issue 31,
+	# compat.sh): the adapters shown as RoCEv2 devices, ibv_rc_pingpong,
+	# nccl.sh and perftest without rdma_cm connecting their queue pairs the
+	# RoCE way. Last, the adapters fail
 	# (dead.sh).
 	guest iwarp-cm --smp 1 --timeout 1800 --memory 2G \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on \
