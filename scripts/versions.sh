@@ -19,7 +19,7 @@ QEMU_SERIES=11.1
 # Guest userland: Debian trixie, with rdma-core of this upstream version.
 GUEST_SUITE=trixie
 RDMA_CORE_SERIES=56.1
-GUEST_PACKAGES="rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,python3-pyverbs,iproute2,kmod,busybox,pciutils,nvme-cli,fio"
+GUEST_PACKAGES="rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,python3-pyverbs,iproute2,kmod,busybox,pciutils,nvme-cli,fio,nfs-kernel-server,nfs-common,bsdextrautils"
 
 # The rehearsal's instance (make check, scripts/build-ecs-image.sh): a trixie
 # system as an ECS instance runs it, with Debian's cloud kernel and the

@@ -207,15 +207,15 @@ count() {
 # on the running system, issue 12) drives ours too: it runs in data-path.
 # Between two guests: RC traffic (xguest.sh), rdma_cm's tools and perftest
 # -R (xguest_cm.sh) and NVMe over RDMA (nvmeof.sh with NVMEOF_MODE=xguest).
-XGUEST_TESTS="xguest.sh xguest_cm.sh nvmeof.sh"
-IWARP_TESTS="cm.sh nccl.sh perftest.sh nvmeof.sh iwarp_mpa.sh"
+XGUEST_TESTS="xguest.sh xguest_cm.sh nvmeof.sh nfsrdma.sh"
+IWARP_TESTS="cm.sh nccl.sh perftest.sh nvmeof.sh nfsrdma.sh iwarp_mpa.sh"
 # The C driver's iWARP reference leaves out iwarp_mpa.sh: a hostile MPA peer
 # meets the driver's connection manager over the guest's TCP, not the model
 # (81 s of the C driver's fixed 10 and 20 s waits); its MPA frames are
 # compared with ours byte for byte on the wire in the mixed pairs of
 # two-guests-iwarp.
 C_IWARP_TESTS="cm.sh nccl.sh perftest.sh nvmeof.sh"
-IWARP_XGUEST_TESTS="xguest_cm.sh nvmeof.sh"
+IWARP_XGUEST_TESTS="xguest_cm.sh nvmeof.sh nfsrdma.sh"
 if [ "${ERDMA_CHECK_AB:-full}" = full ] || [ "$ERDMA_CHECK_AB" = all ]; then
 	C_CTL_TESTS="ctrlq.sh ibdev.sh verbs.sh abdiff.sh"
 	C_DP_TESTS="rc.sh nccl.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh"
@@ -305,8 +305,9 @@ lane_ours() {
 	# as NCCL's IB transport does and zero-byte messages (nccl.sh), perftest with and without
 	# rdma_cm (perftest.sh), bad requests through raw uverbs (badinput.sh) and
 	# rdma-core's pyverbs suite (pyverbs.sh), kernel consumers posting every
-	# opcode (kverbs.sh), librdmacm's tools (cm.sh) and NVMe over RDMA
-	# (nvmeof.sh), and the adapters handed over between the drivers
+	# opcode (kverbs.sh), librdmacm's tools (cm.sh), NVMe over RDMA
+	# (nvmeof.sh) and NFS over RDMA (nfsrdma.sh: the kernel's NFS server
+	# and client, proto=rdma), and the adapters handed over between the drivers
 	# (handover.sh). Ours runs all of rdma-core's suite. Last, the adapters
 	# fail under traffic, user and NVMe over RDMA (dead.sh: a fatal error the
 	# driver recovers from, then both adapters gone).
@@ -317,7 +318,7 @@ lane_ours() {
 	# that report is named exactly, for dead.sh alone.
 	guest data-path --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" --tolerate "$NVME_RDMA_REMOVE_UAF" \
 		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-		--run "r=0; erdma_rs/run_tests.sh rc.sh nccl.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh handover.sh || r=1; ERDMA_KNOWN_REPORTS='$NVME_RDMA_REMOVE_UAF' erdma_rs/run_tests.sh dead.sh || r=1; exit \$r"
+		--run "r=0; erdma_rs/run_tests.sh rc.sh nccl.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh nfsrdma.sh pyverbs.sh handover.sh || r=1; ERDMA_KNOWN_REPORTS='$NVME_RDMA_REMOVE_UAF' erdma_rs/run_tests.sh dead.sh || r=1; exit \$r"
 	# rdma_cm on iWARP (issue 11): librdmacm's tools, perftest -R and NVMe over
 	# RDMA between two iWARP adapters of one guest, connected by the driver's
 	# own connection manager (MPA over the guest's TCP), a hostile MPA peer on
@@ -338,7 +339,7 @@ lane_ours() {
 	# model process.
 	guest two-guests-data-path --smp 1 --timeout 2400 --memory 2G --kmemleak none \
 		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
-		--run "NVMEOF_MODE=xguest; export NVMEOF_MODE; erdma_rs/run_tests.sh $XGUEST_TESTS"
+		--run "export NVMEOF_MODE=xguest NFS_MODE=xguest; erdma_rs/run_tests.sh $XGUEST_TESTS"
 	# The selftests the kernel developers' way (issue 12,
 	# tests/kselftest-standard.sh): a kselftest install from the kernel's own
 	# selftests tree, run by its run_kselftest.sh in one guest: as the harness
@@ -403,10 +404,10 @@ lane_rest() {
 	# iWARP.
 	[ -z "$C_XGUEST" ] || c_guest two-guests-data-path-c-driver --smp 1 --timeout 2400 --memory 2G \
 		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
-		--run "export NVMEOF_MODE=xguest ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c-; erdma_rs/run_tests.sh $C_XGUEST"
+		--run "export NVMEOF_MODE=xguest NFS_MODE=xguest ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c-; erdma_rs/run_tests.sh $C_XGUEST"
 	[ -z "$C_IWARP_XGUEST" ] || c_guest two-guests-iwarp-c-driver --smp 1 --timeout 2400 --memory 2G \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on --guest 0 --guest 1 \
-		--run "export CM_PROTO=iwarp NVMEOF_MODE=xguest ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c-; erdma_rs/run_tests.sh $C_IWARP_XGUEST"
+		--run "export CM_PROTO=iwarp NVMEOF_MODE=xguest NFS_MODE=xguest ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c-; erdma_rs/run_tests.sh $C_IWARP_XGUEST"
 	# The control plane, both protocols, 2 vCPUs (so 2 CEQs per adapter); faults are
 	# injected through the model's test page.
 	# The RDMA device on top: attributes (ibdev.sh), contexts, MTU, GIDs, counters,
@@ -446,7 +447,7 @@ lane_rest() {
 	# connection end and clean up.
 	guest two-guests-iwarp --smp 1 --timeout 2400 --memory 2G --kmemleak 1 \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on --guest 0 --guest 1 \
-		--run "r=0; export CM_PROTO=iwarp NVMEOF_MODE=xguest; erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1 $MIXED; $COMPAT_XGUEST || r=1; ERDMA_STATUS_SO_FAR=\$r erdma_rs/run_tests.sh xguest_stop.sh || r=1; exit \$r"
+		--run "r=0; export CM_PROTO=iwarp NVMEOF_MODE=xguest NFS_MODE=xguest; erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1 $MIXED; $COMPAT_XGUEST || r=1; ERDMA_STATUS_SO_FAR=\$r erdma_rs/run_tests.sh xguest_stop.sh || r=1; exit \$r"
 	# The rehearsal of an ECS instance (issue 12, tests/rehearsal.sh): the
 	# packages installed with apt on a Debian trixie instance booted from its disk
 	# (systemd, udev, an initramfs, Debian's kernel), the reboot into the installed

@@ -48,6 +48,8 @@ import signal
 import sys
 import time
 
+from rc_attr import rc_rts_attr
+
 # Every sweep stops here at the latest: an operation with more points than
 # this is reported as not finished (a loop in the driver, or a new path).
 MAX_POINTS = int(os.environ.get("FAILNTH_MAX_POINTS", "400"))
@@ -260,7 +262,6 @@ def sweep_probe(driver, bdf):
 
 def sweep_verbs(ibdev, proto, gid_index):
     import pyverbs.enums as e
-    from pyverbs.addr import AHAttr, GlobalRoute
     from pyverbs.cq import CQ
     from pyverbs.device import Context
     from pyverbs.mr import MR
@@ -281,22 +282,11 @@ def sweep_verbs(ibdev, proto, gid_index):
     sweep(f"{ibdev}: RC QP", lambda: QP(pd, init).close())
     if proto == "roce":
         gid = ctx.query_gid(port, gid_index)
-        ah_attr = AHAttr(port_num=port, is_global=1, gr=GlobalRoute(dgid=gid, sgid_index=gid_index))
 
         def to_rts():
             qp = QP(pd, init, QPAttr(port_num=port))
             try:
-                attr = QPAttr(port_num=port)
-                attr.path_mtu = e.IBV_MTU_1024
-                attr.max_dest_rd_atomic = 1
-                attr.max_rd_atomic = 1
-                attr.min_rnr_timer = 12
-                attr.timeout = 14
-                attr.retry_cnt = 7
-                attr.rnr_retry = 7
-                attr.dest_qp_num = qp.qp_num
-                attr.ah_attr = ah_attr
-                qp.to_rts(attr)
+                qp.to_rts(rc_rts_attr(port, qp.qp_num, gid, gid_index))
             finally:
                 qp.close()
         # The points of the QP's creation come first (swept above as well),

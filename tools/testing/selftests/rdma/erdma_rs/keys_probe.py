@@ -24,13 +24,13 @@ import sys
 import time
 
 import pyverbs.enums as e
-from pyverbs.addr import AHAttr, GlobalRoute
 from pyverbs.cq import CQ
 from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SendWR, SGE
+from rc_attr import rc_rts_attr
 
 PORT = 1
 SIZE = 4096
@@ -67,19 +67,8 @@ class Pair:
                        QPAttr(port_num=PORT)) for cq in self.cqs]
         gid = ctx.query_gid(PORT, gid_index)
         for qp, peer in zip(self.qps, reversed(self.qps)):
-            attr = QPAttr(port_num=PORT)
-            attr.path_mtu = e.IBV_MTU_1024
-            attr.max_dest_rd_atomic = 1
-            attr.max_rd_atomic = 1
-            attr.min_rnr_timer = 12
-            attr.timeout = 10
-            attr.retry_cnt = 1
-            attr.rnr_retry = 1
-            attr.rq_psn = attr.sq_psn = 0
-            attr.dest_qp_num = peer.qp_num
-            attr.ah_attr = AHAttr(port_num=PORT, is_global=1,
-                                  gr=GlobalRoute(dgid=gid, sgid_index=gid_index))
-            qp.to_rts(attr)
+            # One retry, a short timeout: a refused request breaks the pair at once.
+            qp.to_rts(rc_rts_attr(PORT, peer.qp_num, gid, gid_index, retries=1, timeout=10))
         self.bufs = []
         for _ in range(2):
             m = mmap.mmap(-1, SIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

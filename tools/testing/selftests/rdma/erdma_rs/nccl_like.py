@@ -52,13 +52,14 @@ import sys
 import time
 
 import pyverbs.enums as e
-from pyverbs.addr import GID, AHAttr, GlobalRoute
+from pyverbs.addr import GID
 from pyverbs.cq import CQ
 from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
+from rc_attr import rc_rts_attr
 
 PORT_NUM = 1
 # NCCL's alignment of the parts a message is split into over its queue pairs.
@@ -172,21 +173,8 @@ class Endpoint:
         """INIT, RTR and RTS by ibv_modify_qp with the peer's GID, QPN and PSN."""
         mtu = min(int(self.ctx.query_port(PORT_NUM).active_mtu), peer["mtu"])
         for qp, psn, pqpn, ppsn in zip(self.qps, self.psns, peer["qpns"], peer["psns"]):
-            attr = QPAttr(port_num=PORT_NUM)
-            attr.path_mtu = mtu
-            attr.dest_qp_num = pqpn
-            attr.rq_psn = ppsn
-            attr.sq_psn = psn
-            attr.max_dest_rd_atomic = 1
-            attr.max_rd_atomic = 1
-            attr.min_rnr_timer = 12
-            attr.timeout = 14
-            attr.retry_cnt = 7
-            attr.rnr_retry = 7
-            attr.qp_access_flags = ACCESS
-            attr.ah_attr = AHAttr(port_num=PORT_NUM, is_global=1,
-                                  gr=GlobalRoute(dgid=GID(peer["gid"]), sgid_index=int(self.args.gid)))
-            qp.to_rts(attr)
+            qp.to_rts(rc_rts_attr(PORT_NUM, pqpn, GID(peer["gid"]), int(self.args.gid), path_mtu=mtu,
+                                  sq_psn=psn, rq_psn=ppsn, access=ACCESS))
 
     def cm_event(self, want, what):
         from pyverbs.cmid import CMEvent
