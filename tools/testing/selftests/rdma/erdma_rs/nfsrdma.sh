@@ -65,7 +65,8 @@ nfs_server_up() {
 		return 1
 	undo_push "! mountpoint -q /proc/fs/nfsd || exportfs -ua"
 	# The shortest lease and grace period (10 s): a new server refuses
-	# opens in its grace period (90 s by default).
+	# opens in its grace period (90 s by default). (Without client tracking,
+	# nfsdcld or the legacy one, the grace period cannot be ended early.)
 	echo 10 >/proc/fs/nfsd/nfsv4leasetime && echo 10 >/proc/fs/nfsd/nfsv4gracetime || return 1
 	rpc.nfsd --no-nfs-version 3 --no-udp 4 >"$tmp/nfsd.log" 2>&1 || { tap_diag "rpc.nfsd: $(cat "$tmp/nfsd.log")"; return 1; }
 	undo_push "! mountpoint -q /proc/fs/nfsd || rpc.nfsd 0"
