@@ -311,14 +311,9 @@ lane_ours() {
 	# (handover.sh). Ours runs all of rdma-core's suite. Last, the adapters
 	# fail under traffic, user and NVMe over RDMA (dead.sh: a fatal error the
 	# driver recovers from, then both adapters gone).
-	# dead.sh's adapters can go while the NVMe host reconnects, and then
-	# nvme-rdma's removal reads the controller's device after its
-	# reconnect freed it (a use-after-free of the core's, written up in
-	# Documentation/infiniband/erdma_rs_selftests.rst, "A failed adapter"):
-	# that report is named exactly, for dead.sh alone.
-	guest data-path --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" --tolerate "$NVME_RDMA_REMOVE_UAF" \
+	guest data-path --smp 1 --timeout 3600 --memory 2G --copy "$PYVERBS_TESTS" \
 		--dev proto=roce,test_page=on --dev proto=roce,test_page=on \
-		--run "r=0; erdma_rs/run_tests.sh rc.sh nccl.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh nfsrdma.sh pyverbs.sh handover.sh || r=1; ERDMA_KNOWN_REPORTS='$NVME_RDMA_REMOVE_UAF' erdma_rs/run_tests.sh dead.sh || r=1; exit \$r"
+		--run 'erdma_rs/run_tests.sh rc.sh nccl.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh nfsrdma.sh pyverbs.sh handover.sh dead.sh'
 	# rdma_cm on iWARP (issue 11): librdmacm's tools, perftest -R and NVMe over
 	# RDMA between two iWARP adapters of one guest, connected by the driver's
 	# own connection manager (MPA over the guest's TCP), a hostile MPA peer on
@@ -473,9 +468,6 @@ lane_rest() {
 # injected failure drops (the C driver closes its socket in the caller's
 # thread, and tcp_send_fin gives up on a failed allocation), so the peer
 # hears of no close.
-# nvme-rdma's removal of an RDMA device reads each controller's device, which
-# a controller that is reconnecting has freed (dead.sh in data-path).
-NVME_RDMA_REMOVE_UAF='BUG: KASAN: slab-use-after-free in nvme_rdma_remove_one\+'
 C_FAILNTH_REPORTS='BUG: KASAN: (slab-)?use-after-free in (erdma_aeq_event_handler|erdma_polling_cmd_completions)\+'
 C_FAILNTH_FAILURES='^rdma_cm on [0-9.]+ \(iwarp\): .*: no rdma_cm event within [0-9]+ s \(server disconnected\)$'
 rehearsed=()
