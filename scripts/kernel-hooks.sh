@@ -104,7 +104,7 @@ edit_rust_condvar() {
 # abstractions use, for bindgen.
 edit_bindings_helper() {
 	insert_after "$1" '^#include <net/netlink.h>$' \
-		'#include <linux/netdevice.h>\n#include <linux/tcp.h>\n#include <net/sock.h>\n#include <rdma/ib_verbs.h>\n#include <rdma/ib_umem.h>\n#include <rdma/iter.h>\n#include <rdma/ib_cache.h>\n#include <rdma/uverbs_ioctl.h>\n#include <rdma/iw_cm.h>'
+		'#include <linux/netdevice.h>\n#include <linux/tcp.h>\n#include <net/ip.h>\n#include <net/sock.h>\n#include <net/udp.h>\n#include <rdma/ib_verbs.h>\n#include <rdma/ib_umem.h>\n#include <rdma/iter.h>\n#include <rdma/ib_cache.h>\n#include <rdma/uverbs_ioctl.h>\n#include <rdma/iw_cm.h>'
 }
 
 # C helpers for inline functions and macros of the RDMA core and of net devices.

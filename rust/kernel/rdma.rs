@@ -160,6 +160,7 @@ pub use self::ucontext::{
 pub use self::udata::UData;
 pub use self::umem::Umem;
 pub use self::wr::{
+    MappedBuf,
     NetworkType,
     RecvWr,
     RecvWrs,

@@ -4,6 +4,7 @@
 #include <linux/tcp.h>
 #include <net/netns/generic.h>
 #include <net/sock.h>
+#include <net/udp.h>
 
 /*
  * Bottom halves off, also where softirq already has them off: a state change or data-ready
@@ -93,4 +94,18 @@ __rust_helper int rust_helper_sk_state(const struct sock *sk)
 __rust_helper void *rust_helper_net_generic(const struct net *net, unsigned int id)
 {
 	return net_generic(net, id);
+}
+
+/*
+ * What a datagram __skb_recv_udp() took arrived with: its IPv4 and UDP headers, copied to @iph
+ * (20 bytes) and @udph (8 bytes), and whether its checksum is good (checked now unless the
+ * device or an earlier look did, as udp_recvmsg() does). Returns its payload's length.
+ */
+__rust_helper unsigned int rust_helper_udp_skb_headers(struct sk_buff *skb, bool *csum_ok,
+						       void *iph, void *udph)
+{
+	*csum_ok = udp_skb_csum_unnecessary(skb) || !__udp_lib_checksum_complete(skb);
+	memcpy(iph, ip_hdr(skb), sizeof(struct iphdr));
+	memcpy(udph, udp_hdr(skb), sizeof(struct udphdr));
+	return udp_skb_len(skb);
 }

@@ -55,6 +55,7 @@ use super::{
 };
 use crate::{
     bindings,
+    error::to_result,
     prelude::*,
     sync::Arc, //
 };
@@ -74,6 +75,24 @@ pub struct Received {
     pub from: SocketAddrV4,
     /// Whether it was longer than the buffer (the rest is dropped).
     pub truncated: bool,
+}
+
+/// A datagram [`UdpSocket::recv_datagram`] took, with the headers it arrived with: for
+/// protocols over UDP whose integrity checks cover them (RoCEv2's ICRC covers the IPv4 and UDP
+/// headers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Datagram {
+    /// How many of its bytes are in the buffer.
+    pub len: usize,
+    /// Whether it was longer than the buffer (the rest is dropped).
+    pub truncated: bool,
+    /// Where it came from.
+    pub from: SocketAddrV4,
+    /// The address and port it was sent to.
+    pub to: SocketAddrV4,
+    /// The first 20 bytes of its IPv4 header, as they arrived (options, if any, are not here:
+    /// the header length field says whether there were).
+    pub ip_header: [u8; 20],
 }
 
 /// A UDP socket of the kernel's, IPv4 (see the [module documentation](self)).
@@ -161,6 +180,85 @@ impl UdpSocket {
             len,
             from: SocketAddrV4::from_storage(&from)?,
             truncated: flags & bindings::MSG_TRUNC != 0,
+        })
+    }
+
+    /// Takes one datagram that has arrived, into `buf` (what does not fit is dropped), with its
+    /// IPv4 header; `EAGAIN` if none is there, `EBADMSG` for one whose UDP checksum is wrong
+    /// (it is dropped, as `recvmsg` drops it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::{
+    ///     net::udp::{
+    ///         Datagram,
+    ///         UdpSocket, //
+    ///     },
+    ///     prelude::*, //
+    /// };
+    ///
+    /// // The identification field of the IPv4 header of the next datagram waiting, if any.
+    /// fn next_ip_id(sock: &UdpSocket) -> Result<u16> {
+    ///     let mut buf = [0u8; 64];
+    ///     let got: Datagram = sock.recv_datagram(&mut buf)?;
+    ///     Ok(u16::from_be_bytes([got.ip_header[4], got.ip_header[5]]))
+    /// }
+    /// ```
+    pub fn recv_datagram(&self, buf: &mut [u8]) -> Result<Datagram> {
+        let sk = self.sock.sk();
+        let mut off = 0;
+        let mut err = 0;
+        // SAFETY: The socket is live; a datagram socket's receive queue is what this takes
+        // from, without waiting; `off` and `err` are writable.
+        let skb = unsafe {
+            bindings::__skb_recv_udp(sk, bindings::MSG_DONTWAIT, &mut off, &mut err)
+        };
+        if skb.is_null() {
+            to_result(err)?;
+            return Err(EAGAIN);
+        }
+        let mut csum_ok = false;
+        let mut ip = [0u8; 20];
+        let mut udp = [0u8; 8];
+        // SAFETY: `skb` is a datagram of this socket's queue, now ours; the buffers hold the
+        // 20 and 8 bytes the helper copies.
+        let ulen = unsafe {
+            bindings::udp_skb_headers(skb, &mut csum_ok, ip.as_mut_ptr().cast(), udp.as_mut_ptr().cast())
+        };
+        // CAST: a datagram's length fits in 16 bits.
+        let ulen = ulen as usize;
+        let len = ulen.min(buf.len());
+        let copied = if csum_ok {
+            // SAFETY: `skb` is ours; its data starts with the payload, of `ulen >= len` bytes;
+            // `buf` holds `len`.
+            to_result(unsafe {
+                // CAST: at most 65535.
+                bindings::skb_copy_bits(skb, 0, buf.as_mut_ptr().cast(), len as i32)
+            })
+        } else {
+            Err(EBADMSG)
+        };
+        // SAFETY: `skb` is ours and not used after this.
+        unsafe { bindings::consume_skb(skb) };
+        copied?;
+        let port = |b: &[u8]| u16::from_be_bytes([b[0], b[1]]);
+        Ok(Datagram {
+            len,
+            truncated: len < ulen,
+            from: SocketAddrV4::new([ip[12], ip[13], ip[14], ip[15]], port(&udp[0..2])),
+            to: SocketAddrV4::new([ip[16], ip[17], ip[18], ip[19]], port(&udp[2..4])),
+            ip_header: ip,
+        })
+    }
+
+    /// Sets the Don't Fragment bit of every datagram sent, fragmenting none
+    /// (`IP_PMTUDISC_DO`); unconnected, each is then sent with identification 0 (RFC 6864).
+    pub fn set_dont_fragment(&self) -> Result {
+        // SAFETY: The socket is live.
+        to_result(unsafe {
+            // CAST: a small constant.
+            bindings::ip_sock_set_mtu_discover(self.sock.sk(), bindings::IP_PMTUDISC_DO as i32)
         })
     }
 

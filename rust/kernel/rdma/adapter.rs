@@ -723,7 +723,7 @@ impl<T: Driver, P: DeviceOps<T>> OpsAdapter<T, P> {
             (
                 device::<T>((*qp).device),
                 Qp::<T>::from_raw(qp),
-                RecvWrs::from_raw(wr),
+                RecvWrs::from_raw(wr, qp),
             )
         };
         let ret = dev

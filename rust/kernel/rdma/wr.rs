@@ -49,7 +49,19 @@ use super::{
     qp::QpEvents,
     Driver, //
 };
-use crate::bindings;
+use crate::{
+    bindings,
+    device::Device,
+    error::{
+        code::{
+            EFAULT,
+            EINVAL, //
+        },
+        to_result,
+        Result, //
+    },
+    sync::aref::ARef,
+};
 use core::marker::PhantomData;
 
 c_enum! {
@@ -248,6 +260,122 @@ pub struct SendWr<'a, T: Driver> {
 struct QpOf {
     device: *mut bindings::ib_device,
     datagram: bool,
+    /// The device's DMA device, if the queue pair is a kernel consumer's (no user object) with
+    /// a protection domain: then SGEs with `local_dma_lkey` name memory mapped for it.
+    kernel_dma: Option<(*mut bindings::device, u32)>,
+}
+
+impl QpOf {
+    /// # Safety
+    ///
+    /// `qp` must be a live queue pair.
+    unsafe fn of(qp: *const bindings::ib_qp) -> Self {
+        // SAFETY: Guaranteed by the caller; a live QP's device, PD and user object are set at
+        // creation and do not change.
+        unsafe {
+            let device = (*qp).device;
+            let qp_type = (*qp).qp_type;
+            let pd = (*qp).pd;
+            let kernel_dma = ((*qp).uobject.is_null() && !pd.is_null() && !(*device).dma_device.is_null())
+                .then(|| ((*device).dma_device, (*pd).local_dma_lkey));
+            Self {
+                device,
+                datagram: qp_type == bindings::ib_qp_type_IB_QPT_UD
+                    || qp_type == bindings::ib_qp_type_IB_QPT_GSI,
+                kernel_dma,
+            }
+        }
+    }
+
+    /// The memory of `sge`, if it names memory mapped for the device's DMA (see [`MappedBuf`]).
+    fn mapped(&self, sge: Sge) -> Result<MappedBuf> {
+        let (dev, lkey) = self.kernel_dma.ok_or(EINVAL)?;
+        if sge.lkey != lkey || sge.addr.checked_add(u64::from(sge.length)).is_none() {
+            return Err(EINVAL);
+        }
+        Ok(MappedBuf {
+            // SAFETY: The DMA device of a live RDMA device is a live device.
+            dev: unsafe { Device::get_device(dev) },
+            addr: sge.addr,
+            len: sge.length,
+        })
+    }
+}
+
+/// Memory a kernel consumer names in a work request by the bus address it mapped it at for the
+/// device's DMA (`ib_dma_map_single()` and the like, with the protection domain's local DMA
+/// lkey, as the MAD layer's buffers are), for a driver that carries a queue pair in software:
+/// its bytes never reach the device, and the driver copies them.
+///
+/// Only requests posted by kernel consumers make one ([`SendWr::mapped`], [`RecvWr::mapped`]).
+/// A consumer keeps the memory mapped until the request completes, so the driver reads or
+/// writes it only until it reports that completion (or the queue pair is destroyed), as a device
+/// would.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::{
+///     prelude::*,
+///     rdma::{
+///         MappedBuf,
+///         RecvWr, //
+///     },
+/// };
+///
+/// // Fills the first buffer of a receive request with `data`, if it has room.
+/// fn fill(wr: &RecvWr<'_>, data: &[u8]) -> Result {
+///     let sge = wr.sges().next().ok_or(EINVAL)?;
+///     let buf: MappedBuf = wr.mapped(sge)?;
+///     buf.write(0, data)
+/// }
+/// ```
+pub struct MappedBuf {
+    dev: ARef<Device>,
+    addr: u64,
+    len: u32,
+}
+
+impl MappedBuf {
+    /// The buffer's length in bytes.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn copy(&self, offset: u32, buf: *mut u8, len: usize, to_mapping: bool) -> Result {
+        let end = u64::from(offset) + len as u64;
+        if end > u64::from(self.len) {
+            return Err(EINVAL);
+        }
+        // SAFETY: `addr + offset .. + len` lies in the buffer (checked), which the consumer
+        // mapped for `dev` and keeps mapped while its request is outstanding (the type's
+        // contract); `buf` is valid for `len` bytes in the direction asked.
+        to_result(unsafe {
+            bindings::ib_copy_dma_mapped(
+                self.dev.as_raw(),
+                self.addr + u64::from(offset),
+                buf.cast(),
+                len,
+                to_mapping,
+            )
+        })
+        .map_err(|e| if e == EINVAL { EFAULT } else { e })
+    }
+
+    /// Copies `out.len()` bytes of the buffer from `offset` into `out`.
+    pub fn read(&self, offset: u32, out: &mut [u8]) -> Result {
+        self.copy(offset, out.as_mut_ptr(), out.len(), false)
+    }
+
+    /// Copies `data` into the buffer at `offset`.
+    pub fn write(&self, offset: u32, data: &[u8]) -> Result {
+        self.copy(offset, data.as_ptr().cast_mut(), data.len(), true)
+    }
 }
 
 /// The datagram part of a send work request on an unreliable-datagram queue pair
@@ -345,6 +473,12 @@ impl<'a, T: Driver> SendWr<'a, T> {
     pub fn invalidate_rkey(&self) -> u32 {
         // SAFETY: As above.
         unsafe { self.raw.ex.invalidate_rkey }
+    }
+
+    /// The memory `sge` (one of this request's) names, if the request is a kernel consumer's and
+    /// the entry has the local DMA lkey; `EINVAL` otherwise.
+    pub fn mapped(&self, sge: Sge) -> Result<MappedBuf> {
+        self.qp.mapped(sge)
     }
 
     /// The datagram part of a request posted to an unreliable-datagram (or GSI) queue pair;
@@ -461,15 +595,10 @@ impl<T: Driver> SendWrs<'_, T> {
         wr: *const bindings::ib_send_wr,
         qp: *const bindings::ib_qp,
     ) -> Self {
-        // SAFETY: Guaranteed by the caller.
-        let (device, qp_type) = unsafe { ((*qp).device, (*qp).qp_type) };
         Self {
             next: wr,
-            qp: QpOf {
-                device,
-                datagram: qp_type == bindings::ib_qp_type_IB_QPT_UD
-                    || qp_type == bindings::ib_qp_type_IB_QPT_GSI,
-            },
+            // SAFETY: Guaranteed by the caller.
+            qp: unsafe { QpOf::of(qp) },
             _p: PhantomData,
         }
     }
@@ -496,6 +625,7 @@ impl<T: Driver> SendWrs<'_, T> {
 /// ```
 pub struct RecvWr<'a> {
     raw: &'a bindings::ib_recv_wr,
+    qp: QpOf,
 }
 
 impl<'a> RecvWr<'a> {
@@ -514,6 +644,12 @@ impl<'a> RecvWr<'a> {
     pub fn sges(&self) -> impl Iterator<Item = Sge> + 'a {
         // SAFETY: The consumer passes `num_sge` entries at `sg_list`.
         unsafe { sges(self.raw.sg_list, self.raw.num_sge) }
+    }
+
+    /// The memory `sge` (one of this request's) names, if the request is a kernel consumer's and
+    /// the entry has the local DMA lkey; `EINVAL` otherwise.
+    pub fn mapped(&self, sge: Sge) -> Result<MappedBuf> {
+        self.qp.mapped(sge)
     }
 }
 
@@ -541,6 +677,7 @@ impl<'a> RecvWr<'a> {
 /// ```
 pub struct RecvWrs<'a> {
     next: *const bindings::ib_recv_wr,
+    qp: QpOf,
     _p: PhantomData<&'a bindings::ib_recv_wr>,
 }
 
@@ -551,17 +688,23 @@ impl<'a> Iterator for RecvWrs<'a> {
         // SAFETY: The chain is valid for `'a`.
         let raw = unsafe { self.next.as_ref()? };
         self.next = raw.next;
-        Some(RecvWr { raw })
+        Some(RecvWr { raw, qp: self.qp })
     }
 }
 
 impl RecvWrs<'_> {
     /// # Safety
     ///
-    /// `wr` must be `NULL` or the head of a valid chain for `'a`.
-    pub(crate) unsafe fn from_raw(wr: *const bindings::ib_recv_wr) -> Self {
+    /// `wr` must be `NULL` or the head of a valid chain for `'a`, posted to `qp`, a live queue
+    /// pair.
+    pub(crate) unsafe fn from_raw(
+        wr: *const bindings::ib_recv_wr,
+        qp: *const bindings::ib_qp,
+    ) -> Self {
         Self {
             next: wr,
+            // SAFETY: Guaranteed by the caller.
+            qp: unsafe { QpOf::of(qp) },
             _p: PhantomData,
         }
     }

@@ -61,6 +61,15 @@ impl OwnedQueue {
     }
 }
 
+impl OwnedQueue {
+    /// Waits until the queue is empty, work that queues more work on it included
+    /// (`drain_workqueue`). Queueing work from elsewhere meanwhile is the caller's to stop.
+    pub fn drain(&self) {
+        // SAFETY: The queue is live; draining may sleep, which callers of this know.
+        unsafe { bindings::drain_workqueue(self.wq.as_ptr()) };
+    }
+}
+
 impl Deref for OwnedQueue {
     type Target = Queue;
 

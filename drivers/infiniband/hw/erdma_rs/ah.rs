@@ -31,6 +31,7 @@ use crate::{
     formats::low32,
     ibdev::IbData,
     kverbs::AddressHandle,
+    sgsi::SoftRoute,
     object::{
         retire,
         Numbers, //
@@ -85,12 +86,15 @@ pub(crate) fn compat_ips(ah: &AhAttr<'_>) -> Result<([u8; 4], [u8; 4])> {
     Ok((local, remote))
 }
 
-/// An address handle.
+/// An address handle: the adapter's (RoCEv2), or compat mode's, which only the software GSI QP
+/// sends to (erdma_rs_hw 7.3).
 pub(crate) struct Ah {
     ahn: u32,
     pdn: u32,
     /// What a query reports.
     addr: RoceAddress,
+    /// Compat mode's: the source GID's index and the destination's IPv4 address.
+    soft: Option<(u8, [u8; 4])>,
 }
 
 impl Ah {
@@ -100,11 +104,30 @@ impl Ah {
         setup: &AhSetup<'_, T>,
         attr: &AhAttr<'_>,
     ) -> Result<Self> {
-        let ahs = data.ahs()?;
         if !attr.is_roce() {
             return Err(EINVAL);
         }
         let pdn = setup.pd().data().pdn;
+        if data.compat.is_some() {
+            let grh = attr.grh().ok_or(EINVAL)?;
+            let (_, dst) = compat_ips(attr)?;
+            return Ok(Self {
+                ahn: 0,
+                pdn,
+                addr: RoceAddress {
+                    port: attr.port_num(),
+                    sl: attr.sl(),
+                    dgid: grh.dgid(),
+                    flow_label: grh.flow_label() & 0xf_ffff,
+                    sgid_index: grh.sgid_index(),
+                    hop_limit: grh.hop_limit(),
+                    traffic_class: grh.traffic_class(),
+                    dmac: attr.dmac(),
+                },
+                soft: Some((grh.sgid_index(), dst)),
+            });
+        }
+        let ahs = data.ahs()?;
         let ahn = ahs.lock().alloc()?;
         let av = address_vector(attr, |flow_label| {
             if flow_label != 0 {
@@ -135,7 +158,12 @@ impl Ah {
             Ok(addr)
         });
         match created {
-            Ok(addr) => Ok(Self { ahn, pdn, addr }),
+            Ok(addr) => Ok(Self {
+                ahn,
+                pdn,
+                addr,
+                soft: None,
+            }),
             Err(e) => {
                 ahs.lock().free(ahn);
                 Err(e)
@@ -146,6 +174,9 @@ impl Ah {
     /// Destroys the address handle in the adapter. If the adapter refuses, its AHN stays taken
     /// (the adapter may still use it).
     pub(crate) fn destroy(&self, data: &IbData<'_>, sleepable: bool) {
+        if self.soft.is_some() {
+            return;
+        }
         let wait = if sleepable { Wait::Sleep } else { Wait::Poll };
         let cmd = DestroyAh {
             pdn: self.pdn,
@@ -177,5 +208,11 @@ impl AddressHandle for Ah {
 
     fn pdn(&self) -> u32 {
         self.pdn
+    }
+}
+
+impl SoftRoute for Ah {
+    fn soft_route(&self) -> Option<(u8, [u8; 4])> {
+        self.soft
     }
 }

@@ -107,9 +107,11 @@ mod mtt;
 mod object;
 mod pd;
 mod qp;
+mod qpstate;
 mod regs;
 mod report;
 mod ring;
+mod sgsi;
 mod verbs;
 
 use commands::{

@@ -106,6 +106,12 @@ use crate::{
     },
     kverbs::Objects,
     mtt::DbRecPages,
+    sgsi::{
+        GsiOwner,
+        GsiPort,
+        COUNTERS as SGSI_COUNTERS,
+        COUNTER_NAMES as SGSI_COUNTER_NAMES, //
+    },
     regs::{
         MacAddr,
         Protocol, //
@@ -119,8 +125,9 @@ pub(crate) const PORT: u32 = 1;
 const COMPAT_GIDS: u32 = 16;
 
 /// The port counters: those of GET_STATS, in its order, then the driver's count of
-/// [`DeviceReports`](crate::report::DeviceReports).
-pub(crate) static HW_STATS: [StatDesc; STATS_COUNTERS + 1] = [
+/// [`DeviceReports`](crate::report::DeviceReports), then the software GSI's ([`crate::sgsi`]:
+/// zero but in compat mode).
+pub(crate) static HW_STATS: [StatDesc; STATS_COUNTERS + 1 + SGSI_COUNTERS] = [
     StatDesc::new(c"tx_reqs_cnt"),
     StatDesc::new(c"tx_packets_cnt"),
     StatDesc::new(c"tx_bytes_cnt"),
@@ -133,6 +140,15 @@ pub(crate) static HW_STATS: [StatDesc; STATS_COUNTERS + 1] = [
     StatDesc::new(c"rx_bps_limit_drop_cnt"),
     StatDesc::new(c"rx_pps_limit_drop_cnt"),
     StatDesc::new(c"adapter_errors_cnt"),
+    StatDesc::new(SGSI_COUNTER_NAMES[0]),
+    StatDesc::new(SGSI_COUNTER_NAMES[1]),
+    StatDesc::new(SGSI_COUNTER_NAMES[2]),
+    StatDesc::new(SGSI_COUNTER_NAMES[3]),
+    StatDesc::new(SGSI_COUNTER_NAMES[4]),
+    StatDesc::new(SGSI_COUNTER_NAMES[5]),
+    StatDesc::new(SGSI_COUNTER_NAMES[6]),
+    StatDesc::new(SGSI_COUNTER_NAMES[7]),
+    StatDesc::new(SGSI_COUNTER_NAMES[8]),
 ];
 
 /// The response to GET_CONTEXT (`struct erdma_uresp_alloc_ctx`).
@@ -164,6 +180,8 @@ pub(crate) struct IbData<'bound> {
     /// Compat mode (erdma_rs_hw 7.3), on an iWARP adapter: it shows itself as a RoCEv2 device,
     /// and its queue pairs are connected the RoCE way.
     pub(crate) compat: Option<Compat>,
+    /// Compat mode's software GSI.
+    sgsi: Option<GsiOwner>,
     /// Completion vectors (CEQs).
     pub(crate) ceqs: u32,
     pub(crate) ids: Arc<Mutex<ObjIds>>,
@@ -265,6 +283,7 @@ impl<'bound> IbData<'bound> {
                     GFP_KERNEL,
                 )?),
             },
+            sgsi: compat.map(|_| GsiOwner::new()).transpose()?,
             compat,
             ceqs,
             ids: Arc::pin_init(new_mutex!(ids), GFP_KERNEL)?,
@@ -398,7 +417,10 @@ impl<'bound> IbData<'bound> {
             return Err(EINVAL);
         }
         if self.compat.is_some() {
-            return Ok(());
+            return match &self.sgsi {
+                Some(g) => g.port().set_gid(attr.index(), attr.gid(), add),
+                None => Ok(()),
+            };
         }
         let cfg = SetGidCfg::zeroed().with_index(attr.index());
         // Only RoCEv2 entries (IPv4-mapped or IPv6) reach the wire.
@@ -563,7 +585,14 @@ impl<'bound> IbData<'bound> {
             return Ok(n);
         };
         *errors = self.hw.reports.count();
-        Ok(STATS_COUNTERS + 1)
+        let soft = self
+            .sgsi
+            .as_ref()
+            .map_or([0; SGSI_COUNTERS], |g| g.port().counters());
+        let rest = values.get_mut(STATS_COUNTERS + 1..).unwrap_or(&mut []);
+        let m = rest.len().min(SGSI_COUNTERS);
+        rest[..m].copy_from_slice(&soft[..m]);
+        Ok(STATS_COUNTERS + 1 + m)
     }
 
     pub(crate) fn netdev_event<T: rdma::Driver>(
@@ -646,6 +675,11 @@ impl<'bound> IbData<'bound> {
             Personality::Iwarp(cm) => Some(IwDev { data: self, cm }),
             Personality::Roce(_) => None,
         }
+    }
+
+    /// Compat mode's software GSI; `None` without compat mode.
+    pub(crate) fn soft_gsi(&self) -> Option<&Arc<GsiPort>> {
+        self.sgsi.as_ref().map(GsiOwner::port)
     }
 
     /// The AHNs of a RoCE adapter; `EOPNOTSUPP` on iWARP adapters, which have no address

@@ -242,6 +242,21 @@ struct CqState {
     qps: RBTree<u32, Arc<QpEntry>>,
     /// Completions to drop: those of queue pairs that went back to RESET.
     stale: StaleFilter,
+    /// An attached queue pair the driver carries (compat mode's GSI QP): its completions are
+    /// polled after the ring's.
+    soft: Option<Arc<dyn SoftCompletions>>,
+    /// Whether the consumer armed the CQ and no completion of a software queue pair has woken
+    /// it since.
+    soft_armed: bool,
+}
+
+/// The completions of a queue pair the driver carries, which the CQs it is attached to poll.
+/// Called under the CQ's lock.
+pub(crate) trait SoftCompletions: Send + Sync {
+    /// Whether completions for `cq` wait.
+    fn has_completions(&self, cq: &KernelCq) -> bool;
+    /// Fills `wcs` with the completions that wait for `cq`; returns how many.
+    fn poll_into(&self, cq: &KernelCq, wcs: &mut [Wc]) -> usize;
 }
 
 /// The completions a CQ drops (erdma_rs_hw 10.12): those of a queue pair that went back to RESET,
@@ -304,6 +319,8 @@ impl KernelCq {
                 arm_sn: 0,
                 qps: RBTree::new(),
                 stale: StaleFilter::new(),
+                soft: None,
+                soft_armed: false,
             }),
             cmdsn: AtomicU32::new(0),
         }? Error))
@@ -358,8 +375,10 @@ impl KernelCq {
             .into_raw();
         st.arm_sn = st.arm_sn.wrapping_add(1);
         self.doorbell.ring(bar, value);
+        st.soft_armed = true;
         report_missed
             && (self.cqe(st.ci).is_some()
+                || st.soft.as_ref().is_some_and(|s| s.has_completions(self))
                 || (failed
                     && st
                         .qps
@@ -372,11 +391,38 @@ impl KernelCq {
         self.state.lock().qps.insert(node);
     }
 
+    /// Lets the software queue pair `soft`, whose entry `node` is, complete work through this
+    /// CQ.
+    pub(crate) fn attach_soft(
+        &self,
+        node: RBTreeNode<u32, Arc<QpEntry>>,
+        soft: Arc<dyn SoftCompletions>,
+    ) {
+        let mut st = self.state.lock();
+        st.soft = Some(soft);
+        st.qps.insert(node);
+    }
+
     /// The queue pair `qpn` completes nothing more here. Its entry is dropped after the lock
     /// is released: the last reference may free DMA memory, which needs interrupts on.
     pub(crate) fn detach(&self, qpn: u32) {
-        let entry = self.state.lock().qps.remove(&qpn);
+        let mut st = self.state.lock();
+        let entry = st.qps.remove(&qpn);
+        let soft = if entry.as_ref().is_some_and(|e| e.soft.is_some()) {
+            st.soft.take()
+        } else {
+            None
+        };
+        drop(st);
         drop(entry);
+        drop(soft);
+    }
+
+    /// A software queue pair added a completion here: whether the consumer is to be woken (the
+    /// CQ was armed, and is no more).
+    pub(crate) fn soft_completed(&self) -> bool {
+        let mut st = self.state.lock();
+        core::mem::replace(&mut st.soft_armed, false)
     }
 
     /// Queue pair `qpn` went back to RESET: the completions of it the ring holds now are
@@ -433,6 +479,9 @@ impl KernelCq {
                 stray = Some((count + 1, qpn, cqe.wqe_index.get()));
             }
         }
+        if let (Some(soft), Some(rest)) = (&st.soft, wcs.get_mut(n..)) {
+            n += soft.poll_into(self, rest);
+        }
         if failed {
             for entry in st.qps.values() {
                 let (Some(qp), Some(rest)) = (entry.kernel.as_ref(), wcs.get_mut(n..)) else {
@@ -466,6 +515,8 @@ pub(crate) struct QpEntry {
     pub(crate) kernel: Option<Arc<KernelQp>>,
     /// The connection state of an iWARP queue pair, for the connection manager.
     pub(crate) iw: Option<Arc<IwQp>>,
+    /// A queue pair the driver carries (compat mode's GSI QP).
+    pub(crate) soft: Option<Arc<dyn SoftCompletions>>,
 }
 
 /// The adapter's lookup tables, holding the verbs objects' entries.

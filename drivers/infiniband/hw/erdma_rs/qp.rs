@@ -10,10 +10,7 @@ use kernel::{
     rbtree::RBTreeNode,
     rdma::{
         self,
-        qp::{
-            self as ibqp,
-            udp_sport, //
-        },
+        qp::udp_sport,
         AccessFlags,
         CqEvents,
         QpAttr,
@@ -110,6 +107,11 @@ use crate::{
         Numbers, //
     },
     pd::Pd,
+    qpstate::transition,
+    sgsi::{
+        SoftQp,
+        SoftRoute, //
+    },
 };
 
 /// The response to CREATE_QP (`struct erdma_uresp_create_qp`).
@@ -259,9 +261,15 @@ impl Reflusher {
 /// A queue pair.
 #[pin_data]
 pub(crate) struct Qp {
-    hw: QpHw,
+    imp: QpImpl,
     #[pin]
     shadow: Mutex<QpShadow>,
+}
+
+/// What carries a queue pair: the adapter, or the driver (compat mode's GSI QP, erdma_rs_hw 7.3).
+pub(crate) enum QpImpl {
+    Hw(QpHw),
+    Soft(Arc<SoftQp>),
 }
 
 /// The MTT word of CREATE_QP for a queue described by `mtt`.
@@ -290,10 +298,10 @@ fn check_cap(data: &IbData<'_>, cap: &QpCap) -> Result {
 }
 
 impl Qp {
-    /// A queue pair in RESET around what [`Qp::create_hw`] made.
-    pub(crate) fn new(hw: Result<QpHw>) -> impl PinInit<Self, Error> {
+    /// A queue pair in RESET around what [`Qp::create`] made.
+    pub(crate) fn new(imp: Result<QpImpl>) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
-            hw: hw?,
+            imp: imp?,
             shadow <- new_mutex!(QpShadow {
                 state: QpState::Reset,
                 dest_qpn: 0,
@@ -304,8 +312,47 @@ impl Qp {
         }? Error)
     }
 
+    /// Creates the queue pair: in the adapter, or in software for the GSI QP of an adapter in
+    /// compat mode.
+    pub(crate) fn create<T: rdma::Driver<UContext = UCtx, Pd = Pd, Cq = Cq>>(
+        data: &IbData<'_>,
+        dev: &rdma::Device<T>,
+        setup: &rdma::QpSetup<'_, T>,
+        attr: &QpInitAttr<'_, T>,
+        udata: &mut UData<'_>,
+        dev_ref: impl FnOnce() -> Result<Arc<dyn DeviceRef>>,
+    ) -> Result<QpImpl> {
+        if let (Some(QpType::Gsi), Some(gsi)) = (attr.qp_type(), data.soft_gsi()) {
+            if udata.is_user() {
+                return Err(EOPNOTSUPP);
+            }
+            if attr.has_srq() || !attr.create_flags().is_empty() {
+                return Err(EOPNOTSUPP);
+            }
+            let (Some(scq), Some(rcq)) = (attr.send_cq(), attr.recv_cq()) else {
+                return Err(EINVAL);
+            };
+            let (Some(sk), Some(rk)) = (scq.data().kernel(), rcq.data().kernel()) else {
+                return Err(EINVAL);
+            };
+            let qp = SoftQp::create(
+                gsi,
+                setup.events(),
+                [
+                    (sk, scq.data().events.clone()),
+                    (rk, rcq.data().events.clone()),
+                ],
+                attr.cap(),
+                attr.sq_sig_all(),
+            )?;
+            setup.set_qp_num(GSI_QPN);
+            return Ok(QpImpl::Soft(qp));
+        }
+        Self::create_hw(data, dev, setup, attr, udata, dev_ref).map(QpImpl::Hw)
+    }
+
     /// Creates the queue pair in the adapter.
-    pub(crate) fn create_hw<T: rdma::Driver<UContext = UCtx, Pd = Pd, Cq = Cq>>(
+    fn create_hw<T: rdma::Driver<UContext = UCtx, Pd = Pd, Cq = Cq>>(
         data: &IbData<'_>,
         dev: &rdma::Device<T>,
         setup: &rdma::QpSetup<'_, T>,
@@ -457,6 +504,7 @@ impl Qp {
                 events: setup.events(),
                 kernel: kernel.clone(),
                 iw: iw.clone(),
+                soft: None,
             },
             GFP_KERNEL,
         )?;
@@ -525,6 +573,16 @@ impl Qp {
 }
 
 impl QpHw {
+    /// After a post: a queue pair in ERROR flushes the new work only on REFLUSH, which posts
+    /// (that may run where sleeping is not allowed) leave to the device's work queue.
+    fn reflush_if_error(&self, data: &IbData<'_>, k: &KernelQp) {
+        if k.in_error() {
+            if let Some(r) = &self.reflusher {
+                r.request(data);
+            }
+        }
+    }
+
     /// What a kernel queue pair needs after it reached `state`: in ERROR, a REFLUSH for work
     /// posted while the adapter was getting there; in RESET, its completions in its CQs
     /// forgotten (erdma_rs_hw 10.12, 10.13).
@@ -601,24 +659,36 @@ impl QpHw {
 impl Qp {
     /// The connection state of an iWARP queue pair.
     pub(crate) fn iw(&self) -> Option<&Arc<IwQp>> {
-        self.hw.iw.as_ref()
+        match &self.imp {
+            QpImpl::Hw(hw) => hw.iw.as_ref(),
+            QpImpl::Soft(_) => None,
+        }
     }
 
-    /// Destroys the queue pair in the adapter; its memory goes with `self`.
+    /// Destroys the queue pair in the adapter (or the driver); its memory goes with `self`.
     pub(crate) fn destroy(&self, data: &IbData<'_>) {
-        let state = self.shadow.lock().state;
-        self.hw.destroy(data, state);
+        match &self.imp {
+            QpImpl::Hw(hw) => {
+                let state = self.shadow.lock().state;
+                hw.destroy(data, state);
+            }
+            QpImpl::Soft(soft) => soft.destroy(),
+        }
     }
 
     /// Modifies a queue pair: by [`Qp::modify_iwarp`] on iWARP adapters; on RoCEv2 adapters
     /// (erdma_rs_hw 7.2) checks the transition against the verbs state machine, then sends the
     /// state, Q_Key, address vector, PSNs and destination QPN.
     pub(crate) fn modify(&self, data: &IbData<'_>, attr: &QpAttr<'_>, mask: QpAttrMask) -> Result {
-        if let Some(iw) = &self.hw.iw {
-            return self.modify_iwarp(data, iw, attr, mask);
+        let hw = match &self.imp {
+            QpImpl::Hw(hw) => hw,
+            QpImpl::Soft(soft) => return soft.modify(attr, mask),
+        };
+        if let Some(iw) = &hw.iw {
+            return self.modify_iwarp(data, hw, iw, attr, mask);
         }
         let mut shadow = self.shadow.lock();
-        let next = self.transition(shadow.state, attr, mask)?;
+        let next = transition(hw.qp_type, shadow.state, attr, mask)?;
         let dest_qpn = if mask.contains(QpAttrBit::DestQpn) {
             attr.dest_qp_num()
         } else {
@@ -628,7 +698,7 @@ impl Qp {
         let mut cmd = ModifyQpRoce {
             cfg: ModifyQpCfg::zeroed()
                 .with_state(low32(next.to_raw()))
-                .with_qpn(low32(self.hw.qpn)),
+                .with_qpn(low32(hw.qpn)),
             mask: ModifyQpMask::zeroed().with_state(true),
             ..ModifyQpRoce::new_zeroed()
         };
@@ -650,7 +720,7 @@ impl Qp {
         }
         if mask.contains(QpAttrBit::Av) {
             cmd.mask = cmd.mask.with_av(true);
-            let qpn = self.hw.qpn;
+            let qpn = hw.qpn;
             cmd.av = address_vector(&attr.ah_attr(), |fl| udp_sport(fl, qpn, dest_qpn))?;
         }
         if let Err(e) = data.hw.exec(&cmd) {
@@ -660,12 +730,12 @@ impl Qp {
                 return Err(e);
             }
         }
-        if let Some(k) = &self.hw.kernel {
+        if let Some(k) = &hw.kernel {
             k.set_state(next);
             if mask.contains(QpAttrBit::Qkey) {
                 k.set_qkey(attr.qkey());
             }
-            self.hw.kernel_state_changed(data, k, next);
+            hw.kernel_state_changed(data, k, next);
         }
         shadow.state = next;
         shadow.dest_qpn = dest_qpn;
@@ -684,13 +754,14 @@ impl Qp {
     fn modify_iwarp(
         &self,
         data: &IbData<'_>,
+        hw: &QpHw,
         iw: &IwQp,
         attr: &QpAttr<'_>,
         mask: QpAttrMask,
     ) -> Result {
         let mut shadow = self.shadow.lock();
         let compat = match data.compat {
-            Some(c) => Some((c, self.compat_attrs(&shadow, iw, attr, mask)?)),
+            Some(c) => Some((c, compat_attrs(hw, &shadow, iw, attr, mask)?)),
             None => None,
         };
         if !mask.contains(QpAttrBit::State) {
@@ -717,7 +788,7 @@ impl Qp {
             Err(_) if data.hw.failed() && next == QpState::Err => Ok(()),
             m => m,
         };
-        if let Some(k) = &self.hw.kernel {
+        if let Some(k) = &hw.kernel {
             if modified.is_ok() {
                 k.iw_state_changed(next);
             }
@@ -726,7 +797,7 @@ impl Qp {
             // waits for its work before draining (nvmet-rdma) gets it back.
             let now = if k.in_error() { QpState::Err } else { next };
             if modified.is_ok() || now == QpState::Err {
-                self.hw.kernel_state_changed(data, k, now);
+                hw.kernel_state_changed(data, k, now);
             }
         }
         modified?;
@@ -737,63 +808,19 @@ impl Qp {
         Ok(())
     }
 
-    /// The state a modify moves the queue pair to from `known` (or the current state the
-    /// caller gives), if the verbs allow the transition with these attributes (erdma_rs_hw
-    /// 7.2: P_Key index 0 only).
-    fn transition(&self, known: QpState, attr: &QpAttr<'_>, mask: QpAttrMask) -> Result<QpState> {
-        let cur = if mask.contains(QpAttrBit::CurState) {
-            attr.cur_state().ok_or(EINVAL)?
-        } else {
-            known
-        };
-        let next = if mask.contains(QpAttrBit::State) {
-            attr.state().ok_or(EINVAL)?
-        } else {
-            cur
-        };
-        if !ibqp::modify_is_ok(cur, next, self.hw.qp_type, mask)
-            || (mask.contains(QpAttrBit::PkeyIndex) && attr.pkey_index() != 0)
-        {
-            return Err(EINVAL);
-        }
-        Ok(next)
-    }
-
-    /// Compat mode (erdma_rs_hw 7.3): checks a modify as on RoCEv2 (the transition, with the
-    /// attributes the verbs require and allow for it; P_Key index 0) and returns what it gives
-    /// for RTS, kept once it succeeds.
-    fn compat_attrs(
-        &self,
-        shadow: &QpShadow,
-        iw: &IwQp,
-        attr: &QpAttr<'_>,
-        mask: QpAttrMask,
-    ) -> Result<CompatKept> {
-        let known = if iw.state() == QpState::Err {
-            QpState::Err
-        } else {
-            shadow.state
-        };
-        self.transition(known, attr, mask)?;
-        Ok(CompatKept {
-            ips: if mask.contains(QpAttrBit::Av) {
-                Some(compat_ips(&attr.ah_attr())?)
-            } else {
-                None
-            },
-            dest_qpn: mask
-                .contains(QpAttrBit::DestQpn)
-                .then(|| attr.dest_qp_num()),
-            timeout: mask.contains(QpAttrBit::Timeout).then(|| attr.timeout()),
-        })
-    }
-
     /// Reports the state and attributes: a RoCEv2 queue pair's PSNs and state from the adapter,
     /// an iWARP queue pair's state as the connection left it.
     pub(crate) fn query(&self, data: &IbData<'_>, out: &mut QpAttrOut<'_>) -> Result {
-        let qpn = self.hw.qpn;
+        let hw = match &self.imp {
+            QpImpl::Hw(hw) => hw,
+            QpImpl::Soft(soft) => {
+                soft.query(out);
+                return Ok(());
+            }
+        };
+        let qpn = hw.qpn;
         let shadow = self.shadow.lock();
-        if let Some(iw) = &self.hw.iw {
+        if let Some(iw) = &hw.iw {
             // In compat mode the verbs' state, which the adapter's RTS from RTR on hides.
             let state = match iw.state() {
                 QpState::Rts if data.compat.is_some() => shadow.state,
@@ -814,11 +841,11 @@ impl Qp {
             .set_port(1)
             // CAST: 128 fits.
             .set_rd_atomic(MAX_RD_ATOM as u8, MAX_RD_ATOM as u8)
-            .set_sq_sig_all(self.hw.sq_sig_all)
+            .set_sq_sig_all(hw.sq_sig_all)
             .set_cap(QpCap {
                 // The send queue's depth in basic blocks, as the C driver reports it.
-                max_send_wr: self.hw.sq_depth,
-                max_recv_wr: self.hw.rq_depth,
+                max_send_wr: hw.sq_depth,
+                max_recv_wr: hw.rq_depth,
                 max_send_sge: MAX_SEND_SGE,
                 max_recv_sge: MAX_RECV_SGE,
                 max_inline_data: MAX_INLINE,
@@ -835,22 +862,16 @@ impl Qp {
     where
         T: rdma::Driver,
         T::Mr: FastReg,
-        T::Ah: AddressHandle,
+        T::Ah: AddressHandle + SoftRoute,
     {
-        let k = self.hw.kernel.as_ref().ok_or((EINVAL, 0))?;
+        let hw = match &self.imp {
+            QpImpl::Hw(hw) => hw,
+            QpImpl::Soft(soft) => return soft.post_send(wrs),
+        };
+        let k = hw.kernel.as_ref().ok_or((EINVAL, 0))?;
         let ret = k.post_send(&data.hw.bar, wrs);
-        self.reflush_if_error(data, k);
+        hw.reflush_if_error(data, k);
         ret
-    }
-
-    /// After a post: a queue pair in ERROR flushes the new work only on REFLUSH, which posts
-    /// (that may run where sleeping is not allowed) leave to the device's work queue.
-    fn reflush_if_error(&self, data: &IbData<'_>, k: &KernelQp) {
-        if k.in_error() {
-            if let Some(r) = &self.hw.reflusher {
-                r.request(data);
-            }
-        }
     }
 
     /// Posts a kernel consumer's receive work requests.
@@ -859,9 +880,42 @@ impl Qp {
         data: &IbData<'_>,
         wrs: RecvWrs<'_>,
     ) -> core::result::Result<(), (Error, usize)> {
-        let k = self.hw.kernel.as_ref().ok_or((EINVAL, 0))?;
+        let hw = match &self.imp {
+            QpImpl::Hw(hw) => hw,
+            QpImpl::Soft(soft) => return soft.post_recv(wrs),
+        };
+        let k = hw.kernel.as_ref().ok_or((EINVAL, 0))?;
         let ret = k.post_recv(&data.hw.bar, wrs);
-        self.reflush_if_error(data, k);
+        hw.reflush_if_error(data, k);
         ret
     }
+}
+
+/// Compat mode (erdma_rs_hw 7.3): checks a modify as on RoCEv2 (the transition, with the
+/// attributes the verbs require and allow for it; P_Key index 0) and returns what it gives
+/// for RTS, kept once it succeeds.
+fn compat_attrs(
+    hw: &QpHw,
+    shadow: &QpShadow,
+    iw: &IwQp,
+    attr: &QpAttr<'_>,
+    mask: QpAttrMask,
+) -> Result<CompatKept> {
+    let known = if iw.state() == QpState::Err {
+        QpState::Err
+    } else {
+        shadow.state
+    };
+    transition(hw.qp_type, known, attr, mask)?;
+    Ok(CompatKept {
+        ips: if mask.contains(QpAttrBit::Av) {
+            Some(compat_ips(&attr.ah_attr())?)
+        } else {
+            None
+        },
+        dest_qpn: mask
+            .contains(QpAttrBit::DestQpn)
+            .then(|| attr.dest_qp_num()),
+        timeout: mask.contains(QpAttrBit::Timeout).then(|| attr.timeout()),
+    })
 }

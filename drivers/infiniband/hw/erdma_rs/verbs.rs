@@ -283,7 +283,7 @@ impl rdma::DeviceOps<Erdma> for DataPath {
         attr: &QpInitAttr<'_, Erdma>,
         udata: &mut UData<'_>,
     ) -> impl PinInit<Qp, Error> {
-        Qp::new(Qp::create_hw(data, dev, setup, attr, udata, || {
+        Qp::new(Qp::create(data, dev, setup, attr, udata, || {
             let handle: Arc<dyn DeviceRef> = Arc::new(DevHandle(ARef::from(dev)), GFP_KERNEL)?;
             Ok(handle)
         }))
