@@ -40,6 +40,14 @@ import sys
 from collections import defaultdict
 
 OURS, C, RXE = "erdma_rs", "erdma", "rxe"
+# Ours in compat mode (issue 31), measured in the iWARP boot's rounds right
+# after ours in standard mode: its rows compare the two, not ours with C.
+COMPAT = "erdma_rs_compat"
+COMPAT_ROWS = [
+    ("iw_write_lat_p50", "ib_write_lat 8 B median", True),
+    ("iw_write_lat_p99", "ib_write_lat 8 B p99", True),
+    ("iw_write_bw_q1", "ib_write_bw 64 KiB, 1 QP", False),
+]
 
 # Good rounds a row needs, of ours and of C, for a verdict.
 MIN_ROUNDS = 3
@@ -232,8 +240,30 @@ def main():
         lines.append("* some rounds failed for ours or C: the median is over the rounds that did not")
         lines.append(f"  (a row needs {MIN_ROUNDS} rounds, or every round run, with figures for both for a verdict;"
                      " see every round below)")
+    # What compat mode costs: the same adapters, ours in compat mode (QPs
+    # connected by ibv_modify_qp, no -R) against standard mode (-R).
+    compat_missing = []
+    if any(values[m][COMPAT] for m, _, _ in COMPAT_ROWS):
+        chead = ["iWARP, ours", "unit", "standard (-R)", "compat (no -R)", "compat/standard", "interval"]
+        crows = []
+        for metric, label, lower in COMPAT_ROWS:
+            s_med, _ = median(values[metric][OURS])
+            c_med, _ = median(values[metric][COMPAT])
+            cs, (lo, hi), n, _w = paired(values[metric][COMPAT], values[metric][OURS], lower)
+            if math.isnan(cs):
+                compat_missing.append(metric)
+            crows.append([label, units.get(metric, "-"), num(s_med), num(c_med),
+                          "-" if math.isnan(cs) else f"{cs:.2f}",
+                          "-" if math.isnan(lo) else f"{lo:.2f}-{hi:.2f}"])
+        cw = [max(len(str(x)) for x in col) for col in zip(chead, *crows)]
+        lines += ["", "Compat mode (erdma_rs compat_mode=1) against standard mode on the same iWARP adapters,",
+                  "paired by round (>= 1.00: compat at least as good; the data path is the adapter's iWARP in both):",
+                  "  ".join(str(x).ljust(w) for x, w in zip(chead, cw)).rstrip(),
+                  "  ".join("-" * w for w in cw)]
+        lines += ["  ".join(str(x).ljust(w) for x, w in zip(r, cw)).rstrip() for r in crows]
     verdict = (f"bench: {len(rows)} rows, {len(slower)} slower than C, {len(missing)} without figures, "
-               f"{len(few)} with too few good rounds")
+               f"{len(few)} with too few good rounds"
+               + (f", compat rows without figures: {' '.join(compat_missing)}" if compat_missing else ""))
     lines += ["", verdict]
     table = "\n".join(lines) + "\n"
     print(table, end="")
@@ -250,7 +280,7 @@ def main():
                                                                 for r in rounds_of(values, metric)))
         with open(args.out, "w") as f:
             f.write(table + "\n".join(detail) + "\n")
-    return 1 if slower or missing or few else 0
+    return 1 if slower or missing or few or compat_missing else 0
 
 
 if __name__ == "__main__":

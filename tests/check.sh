@@ -206,8 +206,11 @@ count() {
 # opcode. handover.sh (the two adapters handed over between erdma and erdma_rs
 # on the running system, issue 12) drives ours too: it runs in data-path.
 # Between two guests: RC traffic (xguest.sh), rdma_cm's tools and perftest
-# -R (xguest_cm.sh) and NVMe over RDMA (nvmeof.sh with NVMEOF_MODE=xguest).
-XGUEST_TESTS="xguest.sh xguest_cm.sh nvmeof.sh nfsrdma.sh"
+# -R (xguest_cm.sh), NVMe over RDMA (nvmeof.sh with NVMEOF_MODE=xguest), NFS
+# over RDMA (nfsrdma.sh) and SMC-R (smc.sh: SMC sockets over the adapters,
+# the kernel's SMC diagnostics showing SMC-R carry them; on iWARP in standard
+# mode, their fallback to TCP).
+XGUEST_TESTS="xguest.sh xguest_cm.sh nvmeof.sh nfsrdma.sh smc.sh"
 IWARP_TESTS="cm.sh nccl.sh perftest.sh nvmeof.sh iwarp_mpa.sh"
 # The C driver's iWARP reference leaves out iwarp_mpa.sh: a hostile MPA peer
 # meets the driver's connection manager over the guest's TCP, not the model
@@ -215,7 +218,7 @@ IWARP_TESTS="cm.sh nccl.sh perftest.sh nvmeof.sh iwarp_mpa.sh"
 # compared with ours byte for byte on the wire in the mixed pairs of
 # two-guests-iwarp.
 C_IWARP_TESTS="cm.sh nccl.sh perftest.sh nvmeof.sh"
-IWARP_XGUEST_TESTS="xguest_cm.sh nvmeof.sh nfsrdma.sh"
+IWARP_XGUEST_TESTS="xguest_cm.sh nvmeof.sh nfsrdma.sh smc.sh"
 if [ "${ERDMA_CHECK_AB:-full}" = full ] || [ "$ERDMA_CHECK_AB" = all ]; then
 	C_CTL_TESTS="ctrlq.sh ibdev.sh verbs.sh abdiff.sh"
 	C_DP_TESTS="rc.sh nccl.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh"
@@ -291,11 +294,16 @@ c_guest() {
 # ends in its own pair, so it does not run again in the mixed pairs.
 MIXED="; XGUEST_DRIVERS='erdma_rs erdma' ERDMA_TAP_PREFIX=mix1- erdma_rs/run_tests.sh xguest_cm.sh || r=1"
 MIXED="$MIXED; XGUEST_DRIVERS='erdma erdma_rs' ERDMA_TAP_PREFIX=mix2- erdma_rs/run_tests.sh xguest_cm.sh || r=1"
-# Compat mode on iWARP adapters (issue 31): compat.sh, then perftest.sh
-# without rdma_cm (the software GSI that rdma_cm needs there is not yet in).
-COMPAT="CM_PROTO=roce ERDMA_MODPROBE_ARGS=compat_mode=1 PERFTEST_NO_CM='rdma_cm in compat mode needs its software GSI QP (issue 31, not yet)' ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh compat.sh nccl.sh perftest.sh"
-# Compat mode between two guests, each with one iWARP adapter.
-COMPAT_XGUEST="ERDMA_MODPROBE_ARGS=compat_mode=1 ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh xguest.sh"
+# Compat mode on iWARP adapters (issue 31): the device and its software GSI
+# (compat.sh, hostile datagrams included), NCCL's QP set-up (nccl.sh), every
+# perftest tool with and without rdma_cm, librdmacm's tools, NVMe over RDMA
+# and the pyverbs suite's modules that run on the device, rdma_cm's MADs on
+# the software GSI QP.
+COMPAT="CM_PROTO=roce ERDMA_MODPROBE_ARGS=compat_mode=1 PYVERBS_MODULES='test_device test_pd test_cq test_mr test_qp test_cq_events test_atomic test_relaxed_ordering test_rdmacm' ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh compat.sh nccl.sh perftest.sh cm.sh nvmeof.sh pyverbs.sh"
+# Compat mode between two guests, each with one iWARP adapter: QPs connected
+# the RoCE way (xguest.sh), then rdma_cm's tools and NVMe over RDMA over the
+# software GSI.
+COMPAT_XGUEST="ERDMA_MODPROBE_ARGS=compat_mode=1 ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh xguest.sh || r=1; CM_PROTO=roce ERDMA_MODPROBE_ARGS=compat_mode=1 ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh xguest_cm.sh nvmeof.sh smc.sh"
 lane_ours() {
 	# Every guest boots the debug kernel (KASAN, lockdep, kmemleak, ...): a kernel
 	# report ends the guest and fails the test that was running; time limits are
@@ -322,14 +330,11 @@ lane_ours() {
 	# under a spinlock (kverbs.sh). Floods of half-open connections, listeners
 	# killed under connection attempts, connect/disconnect storms
 	# (cm_flood.sh). Zero-byte messages and NCCL's traffic over queue pairs
-	# rdma_cm connects by number (nccl.sh). Then compat mode (issue 31,
-	# compat.sh): the adapters shown as RoCEv2 devices, ibv_rc_pingpong,
-	# nccl.sh and perftest without rdma_cm connecting their queue pairs the
-	# RoCE way. Last, the adapters fail
-	# (dead.sh).
+	# rdma_cm connects by number (nccl.sh). Last, the adapters fail
+	# (dead.sh). Compat mode has its own guest (compat, in lane_rest).
 	guest iwarp-cm --smp 1 --timeout 1800 --memory 2G \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on \
-		--run "r=0; export CM_PROTO=iwarp CM_FLOOD_STORM=20; erdma_rs/run_tests.sh $IWARP_TESTS kverbs.sh cm_flood.sh || r=1; $COMPAT || r=1; erdma_rs/run_tests.sh dead.sh || r=1; exit \$r"
+		--run "r=0; export CM_PROTO=iwarp CM_FLOOD_STORM=20; erdma_rs/run_tests.sh $IWARP_TESTS kverbs.sh cm_flood.sh || r=1; erdma_rs/run_tests.sh dead.sh || r=1; exit \$r"
 	# RC traffic, rdma_cm and NVMe over RDMA between two guests through one
 	# model process.
 	guest two-guests-data-path --smp 1 --timeout 2400 --memory 2G --kmemleak none \
@@ -427,6 +432,12 @@ lane_rest() {
 	guest two-guests-iwarp --smp 1 --timeout 2400 --memory 2G --kmemleak 1 \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on --guest 0 --guest 1 \
 		--run "r=0; export CM_PROTO=iwarp NVMEOF_MODE=xguest NFS_MODE=xguest; erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1 $MIXED; $COMPAT_XGUEST || r=1; ERDMA_STATUS_SO_FAR=\$r erdma_rs/run_tests.sh xguest_stop.sh || r=1; exit \$r"
+	# Compat mode (issue 31): two iWARP adapters of one guest shown as RoCEv2
+	# devices, their queue pairs connected the RoCE way, rdma_cm over the
+	# software GSI QP ($COMPAT above).
+	guest compat --smp 1 --timeout 2400 --memory 2G --copy "$PYVERBS_TESTS" \
+		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on \
+		--run "$COMPAT"
 	# The rehearsal of an ECS instance (issue 12, tests/rehearsal.sh): the
 	# packages installed with apt on a Debian trixie instance booted from its disk
 	# (systemd, udev, an initramfs, Debian's kernel), the reboot into the installed

@@ -211,9 +211,8 @@ impl UdpSocket {
         let mut err = 0;
         // SAFETY: The socket is live; a datagram socket's receive queue is what this takes
         // from, without waiting; `off` and `err` are writable.
-        let skb = unsafe {
-            bindings::__skb_recv_udp(sk, bindings::MSG_DONTWAIT, &mut off, &mut err)
-        };
+        let skb =
+            unsafe { bindings::__skb_recv_udp(sk, bindings::MSG_DONTWAIT, &mut off, &mut err) };
         if skb.is_null() {
             to_result(err)?;
             return Err(EAGAIN);
@@ -224,7 +223,12 @@ impl UdpSocket {
         // SAFETY: `skb` is a datagram of this socket's queue, now ours; the buffers hold the
         // 20 and 8 bytes the helper copies.
         let ulen = unsafe {
-            bindings::udp_skb_headers(skb, &mut csum_ok, ip.as_mut_ptr().cast(), udp.as_mut_ptr().cast())
+            bindings::udp_skb_headers(
+                skb,
+                &mut csum_ok,
+                ip.as_mut_ptr().cast(),
+                udp.as_mut_ptr().cast(),
+            )
         };
         // CAST: a datagram's length fits in 16 bits.
         let ulen = ulen as usize;

@@ -276,8 +276,9 @@ impl QpOf {
             let device = (*qp).device;
             let qp_type = (*qp).qp_type;
             let pd = (*qp).pd;
-            let kernel_dma = ((*qp).uobject.is_null() && !pd.is_null() && !(*device).dma_device.is_null())
-                .then(|| ((*device).dma_device, (*pd).local_dma_lkey));
+            let kernel_dma =
+                ((*qp).uobject.is_null() && !pd.is_null() && !(*device).dma_device.is_null())
+                    .then(|| ((*device).dma_device, (*pd).local_dma_lkey));
             Self {
                 device,
                 datagram: qp_type == bindings::ib_qp_type_IB_QPT_UD

@@ -31,12 +31,12 @@ use crate::{
     formats::low32,
     ibdev::IbData,
     kverbs::AddressHandle,
-    sgsi::SoftRoute,
     object::{
         retire,
         Numbers, //
     },
     pd::Pd,
+    sgsi::SoftRoute,
 };
 
 /// The lowest UDP source port of RoCEv2 flows (`IB_ROCE_UDP_ENCAP_VALID_PORT_MIN`).

@@ -106,15 +106,15 @@ use crate::{
     },
     kverbs::Objects,
     mtt::DbRecPages,
+    regs::{
+        MacAddr,
+        Protocol, //
+    },
     sgsi::{
         GsiOwner,
         GsiPort,
         COUNTERS as SGSI_COUNTERS,
         COUNTER_NAMES as SGSI_COUNTER_NAMES, //
-    },
-    regs::{
-        MacAddr,
-        Protocol, //
     },
 };
 

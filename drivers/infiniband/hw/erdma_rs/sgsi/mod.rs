@@ -27,7 +27,7 @@ use core::sync::atomic::{
 };
 
 use kernel::{
-    impl_has_work, new_mutex, new_spinlock_irq, new_work,
+    impl_has_work,
     net::udp::{
         Datagram,
         SocketAddrV4,
@@ -35,6 +35,7 @@ use kernel::{
         SocketEvents,
         UdpSocket, //
     },
+    new_mutex, new_spinlock_irq, new_work,
     prelude::*,
     rdma::{
         self,
@@ -82,15 +83,7 @@ use crate::{
     qpstate::transition,
 };
 use wire::{
-    Refused,
-    Ud,
-    DEFAULT_PKEY,
-    GSI_QKEY,
-    HEADERS_LEN,
-    ICRC_LEN,
-    IPV4_LEN,
-    MAX_PACKET,
-    MAX_PAYLOAD,
+    Refused, Ud, DEFAULT_PKEY, GSI_QKEY, HEADERS_LEN, ICRC_LEN, IPV4_LEN, MAX_PACKET, MAX_PAYLOAD,
     ROCE_PORT,
 };
 
@@ -220,6 +213,19 @@ struct Done {
     src_qp: Option<u32>,
 }
 
+impl Done {
+    /// The completion of a request flushed (ERROR).
+    fn flushed(wr_id: u64, opcode: WcOpcode) -> Self {
+        Self {
+            wr_id,
+            status: WcStatus::WrFlushErr,
+            opcode,
+            byte_len: 0,
+            src_qp: None,
+        }
+    }
+}
+
 /// What a [`SoftQp`] keeps under its lock.
 struct SoftState {
     state: QpState,
@@ -240,23 +246,11 @@ impl SoftState {
     fn flush(&mut self) -> bool {
         let mut any = false;
         while let Some(s) = self.sends.pop() {
-            let _ = self.send_done.push(Done {
-                wr_id: s.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::Send,
-                byte_len: 0,
-                src_qp: None,
-            });
+            let _ = self.send_done.push(Done::flushed(s.wr_id, WcOpcode::Send));
             any = true;
         }
         while let Some(r) = self.recvs.pop() {
-            let _ = self.recv_done.push(Done {
-                wr_id: r.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                src_qp: None,
-            });
+            let _ = self.recv_done.push(Done::flushed(r.wr_id, WcOpcode::Recv));
             any = true;
         }
         any
@@ -421,7 +415,10 @@ impl SoftQp {
     /// Posts a kernel consumer's sends: each is a SEND of at most [`MAX_PAYLOAD`] bytes to an
     /// address handle of compat mode; its payload is copied now, and the port's send work sends
     /// it. Any context.
-    pub(crate) fn post_send<T>(&self, wrs: SendWrs<'_, T>) -> core::result::Result<(), (Error, usize)>
+    pub(crate) fn post_send<T>(
+        &self,
+        wrs: SendWrs<'_, T>,
+    ) -> core::result::Result<(), (Error, usize)>
     where
         T: rdma::Driver,
         T::Ah: SoftRoute,
@@ -476,13 +473,7 @@ impl SoftQp {
                 st.send_outstanding += 1;
                 if st.state == QpState::Err {
                     // Posted to a queue pair in ERROR: completes as flushed.
-                    let _ = st.send_done.push(Done {
-                        wr_id: send.wr_id,
-                        status: WcStatus::WrFlushErr,
-                        opcode: WcOpcode::Send,
-                        byte_len: 0,
-                        src_qp: None,
-                    });
+                    let _ = st.send_done.push(Done::flushed(send.wr_id, WcOpcode::Send));
                 } else {
                     // CAST: 24-bit sequence numbers.
                     send.ud.psn = st.psn;
@@ -528,13 +519,7 @@ impl SoftQp {
                 }
                 st.recv_outstanding += 1;
                 if st.state == QpState::Err {
-                    let _ = st.recv_done.push(Done {
-                        wr_id: recv.wr_id,
-                        status: WcStatus::WrFlushErr,
-                        opcode: WcOpcode::Recv,
-                        byte_len: 0,
-                        src_qp: None,
-                    });
+                    let _ = st.recv_done.push(Done::flushed(recv.wr_id, WcOpcode::Recv));
                     flushed = true;
                 } else {
                     let _ = st.recvs.push(recv);
@@ -555,7 +540,12 @@ impl SoftQp {
             let Some(send) = self.st.lock().sends.pop() else {
                 return;
             };
-            port.send(send.sgid_index, send.dst, &send.ud, &send.payload[..send.len]);
+            port.send(
+                send.sgid_index,
+                send.dst,
+                &send.ud,
+                &send.payload[..send.len],
+            );
             let mut st = self.st.lock();
             if st.state == QpState::Reset {
                 // Reset (or destroyed) while it was sent: nothing to complete.
@@ -647,7 +637,6 @@ impl SoftQp {
             events.completion();
         }
     }
-
 }
 
 impl SoftCompletions for SoftQp {

@@ -327,8 +327,8 @@ mod tests {
         assert_eq!(
             out[..HEADERS_LEN],
             [
-                0x64, 0x00, 0xff, 0xff, 0, 0, 0, 1, 0, 0x12, 0x34, 0x56, 0x80, 0x01, 0, 0, 0, 0,
-                0, 1
+                0x64, 0x00, 0xff, 0xff, 0, 0, 0, 1, 0, 0x12, 0x34, 0x56, 0x80, 0x01, 0, 0, 0, 0, 0,
+                1
             ]
         );
         assert_eq!(out[n - 4..n], [0xa2, 0x5f, 0xc3, 0xa2]);
@@ -395,7 +395,14 @@ mod tests {
             Err(Refused::Length)
         );
         assert_eq!(
-            build(&ud(), &[0; 257], &ip, ROCE_PORT, ROCE_PORT, &mut [0; MAX_PACKET]),
+            build(
+                &ud(),
+                &[0; 257],
+                &ip,
+                ROCE_PORT,
+                ROCE_PORT,
+                &mut [0; MAX_PACKET]
+            ),
             Err(EMSGSIZE)
         );
     }

@@ -27,7 +27,11 @@
 # driver's MPA connection manager: rping as above and ib_write_lat (median,
 # p99) and ib_write_bw (1 QP) with -R (rdma_cm: on iWARP there is no other
 # way), and rdma_cm connections per second with cmtime_mesh.sh's cmtime (the
-# guest's cannot run on iWARP), recorded as iw_*.
+# guest's cannot run on iWARP), recorded as iw_*. Then, in each round, ours
+# again with compat_mode=1 (issue 31: the adapters as RoCEv2 devices, their
+# queue pairs connected the RoCE way): ib_write_lat and ib_write_bw without
+# -R, recorded as driver erdma_rs_compat, against ours' standard-mode -R
+# figures of the same round.
 #
 # The control path of ours and C is measured first, in BENCH_PAIRS pairs: both
 # drivers bound at once, each to an adapter of its own (driver_override), and
@@ -166,7 +170,7 @@ pair_ready() {
 	IB_A=$(ibdev_of "$ND_A") IB_B=$(ibdev_of "$ND_B")
 	[ -n "$IB_A" ] && [ -n "$IB_B" ] || return 1
 	IP_A=$(ipv4_of "$ND_A") IP_B=$(ipv4_of "$ND_B")
-	if [ "$PROTO" = iwarp ]; then
+	if [ "$PROTO" = iwarp ] && [ "${COMPAT_NOW:-0}" = 0 ]; then
 		GID_A=- GID_B=-
 		[ -n "$IP_A" ] && [ -n "$IP_B" ]
 		return
@@ -316,7 +320,7 @@ perf() {
 	_drv=$1 _round=$2 _name=$3 _tool=$4
 	shift 4
 	next_port
-	if [ "$PROTO" = iwarp ]; then
+	if [ "$PROTO" = iwarp ] && [ "${COMPAT_NOW:-0}" = 0 ]; then
 		RUN_PAIR_READY=cm_listening
 		run_pair "$_drv-r$_round-$_name" "$PORT" '#bytes' \
 			taskset -c 1 "$_tool" -d "$IB_A" -R --bind_source_ip "$IP_A" -p "$PORT" -F "$@" -- \
@@ -581,7 +585,7 @@ nvmeof() {
 	say "$1 round $2: NVMe/RDMA ${NS:-?}: 4 KiB randread QD32 ${rr:-nan} IOPS; 128 KiB write QD8 ${sw:-nan} MiB/s"
 }
 
-# iwarp DRIVER ROUND: the iWARP rows.
+# iwarp DRIVER ROUND: the iWARP rows; for ours, then its compat-mode rows.
 iwarp() {
 	summary=""
 	cm_rate "$1" "$2"
@@ -589,6 +593,23 @@ iwarp() {
 	lat "$1" "$2" ib_write_lat
 	bw "$1" "$2" ib_write_bw 1
 	say "$1 round $2: iWARP: $summary"
+	[ "$1" = erdma_rs ] || return 0
+	# Ours reloaded in compat mode on the same adapters, and back.
+	summary=""
+	COMPAT_NOW=1
+	if unload_driver erdma_rs && modprobe erdma_rs compat_mode=1 && wait_for 20 pair_ready; then
+		lat erdma_rs_compat "$2" ib_write_lat
+		bw erdma_rs_compat "$2" ib_write_bw 1
+	else
+		say "round $2: erdma_rs did not come up in compat mode"
+		for m in iw_write_lat_p50 iw_write_lat_p99 iw_write_bw_q1; do
+			record "erdma_rs_compat $2 $m nan -"
+		done
+	fi
+	COMPAT_NOW=0
+	say "erdma_rs round $2: compat mode (no -R): $summary"
+	unload_driver erdma_rs && modprobe erdma_rs && wait_for 20 pair_ready ||
+		say "round $2: erdma_rs did not come back in standard mode"
 }
 
 nics_up $NET

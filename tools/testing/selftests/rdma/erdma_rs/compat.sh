@@ -75,6 +75,24 @@ said_compat() {
 	dmesg | grep -q "$1: compat mode: a RoCEv2 device to applications, its connections on TCP ports 30608 to 30623"
 }
 
+# udp_held IP: the software GSI's socket holds IP:4791 (RoCEv2's port).
+udp_held() {
+	! python3 -c 'import socket, sys; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).bind((sys.argv[1], 4791))' "$1" 2>"$tmp/udp.err" &&
+		grep -q 'Address already in use' "$tmp/udp.err"
+}
+
+# udp_free IP: nothing holds IP:4791.
+udp_free() {
+	python3 -c 'import socket, sys; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).bind((sys.argv[1], 4791))' "$1"
+}
+
+# quiet_since MARK: the driver logged nothing since MARK (hostile datagrams
+# are counted, never logged).
+quiet_since() {
+	_lines=$(klog_since "$1" | grep -c 'erdma_rs')
+	[ "$_lines" -eq 0 ] || { tap_diag "$(klog_since "$1" | grep erdma_rs | head -n 3)"; return 1; }
+}
+
 # refused_base: a base that leaves no room for the 16 ports is refused, with
 # the reason.
 refused_base() {
@@ -107,6 +125,15 @@ if [ "$(echo $compat_bdfs | wc -w)" -ge 2 ] && adapter_pair roce; then
 		pingpong large "$IB_A" "$GID_A" "$IB_B" "$GID_B" "$IP_A" -s 65536 -n 20 -c
 	tap_check "rc_pingpong $IB_A -> $IB_A (one adapter: the smaller QPN's tuple), 4096 bytes x 50" \
 		pingpong loop "$IB_A" "$GID_A" "$IB_A" "$GID_A" "$IP_A" -s 4096 -n 50 -c
+	# The software GSI QP (ib_cm's and rdma_cm's MADs as RoCEv2 datagrams on
+	# UDP 4791): its socket, and hostile datagrams refused and counted under
+	# their reasons, never logged (sgsi_bad.py); rdma_cm over it runs in
+	# cm.sh, nvmeof.sh and perftest.sh of this scenario.
+	tap_check "$IB_A: the software GSI holds UDP $IP_A:4791" udp_held "$IP_A"
+	klog_mark sgsi_mark
+	py_points "$IB_A: " sgsi_bad.py "$IB_A" "$IP_A" "$IP_B"
+	tap_check "the hostile datagrams left no line in the kernel log" quiet_since "$sgsi_mark"
+	udp_ip=$IP_A
 else
 	tap_skip "compat mode's device and connections" "fewer than two iWARP adapters in compat mode"
 fi
@@ -117,4 +144,5 @@ tap_check "the ports are free after rmmod" port_free 30608
 ERDMA_MODPROBE_ARGS=""
 load_driver
 tap_check "without compat mode the ports are free" port_free 30608
+[ -z "${udp_ip:-}" ] || tap_check "without compat mode nothing holds UDP $udp_ip:4791" udp_free "$udp_ip"
 unload_and_finish "$DRV"

@@ -918,14 +918,21 @@ py_points() {
 	_pp_prefix=$1 _pp_script=$2
 	shift 2
 	python3 "$(dirname "$0")/$_pp_script" "$@" >/tmp/erdma-py-points.$$ 2>&1
-	while read -r _pp_line; do
-		case "$_pp_line" in
-		"ok "[0-9]*" - "*) tap_ok "$_pp_prefix${_pp_line#ok * - }" ;;
-		"not ok "[0-9]*" - "*) tap_not_ok "$_pp_prefix${_pp_line#not ok * - }" ;;
-		*) tap_diag "$_pp_line" ;;
-		esac
-	done </tmp/erdma-py-points.$$
+	tap_points /tmp/erdma-py-points.$$ "$_pp_prefix"
 	rm -f /tmp/erdma-py-points.$$
+}
+
+# tap_points FILE [PREFIX]: each TAP point in FILE ("ok N - ...", "not ok N -
+# ...") becomes one of this test, named PREFIX and its description; any other
+# line becomes a diagnostic.
+tap_points() {
+	while read -r _tp_line; do
+		case "$_tp_line" in
+		"ok "[0-9]*" - "*) tap_ok "${2:-}${_tp_line#ok * - }" ;;
+		"not ok "[0-9]*" - "*) tap_not_ok "${2:-}${_tp_line#not ok * - }" ;;
+		*) tap_diag "$_tp_line" ;;
+		esac
+	done <"$1"
 }
 
 # ---- undoing what a test changed -----------------------------------------------

@@ -170,13 +170,9 @@ else
 fi
 # The same through rdma_cm (-R), which needs the adapters' GSI QPs (UD, issue
 # 10). perftest 25.01 has no data validation (--data_validation came later).
-# PERFTEST_NO_CM=REASON skips them for REASON (iWARP adapters in compat mode,
-# whose GSI QP is not there yet: issue 31).
-if [ -n "${PERFTEST_NO_CM:-}" ]; then
-	tap_skip "perftest with rdma_cm (-R)" "$PERFTEST_NO_CM"
-else
-	each_tool perf_cm " -R"
-fi
+# In compat mode (iWARP adapters as RoCEv2 devices) rdma_cm's MADs go
+# through the driver's software GSI QP.
+each_tool perf_cm " -R"
 # Every tool at its largest messages through the model: its memory held.
 model_memory_check
 

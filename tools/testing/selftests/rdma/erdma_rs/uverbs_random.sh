@@ -76,13 +76,7 @@ timeout "$(ksft_within $((SECS + 90)))" setpriv --reuid=65534 --regid=65534 --cl
 	--inh-caps=-all env HOME=/ python3 -B "$tmp/uverbs_random.py" run --seed "$SEED" \
 	--seconds "$SECS" $devs >"$tmp/out" 2>&1
 rc=$?
-while read -r line; do
-	case "$line" in
-	"ok "[0-9]*" - "*) tap_ok "${line#ok * - }" ;;
-	"not ok "[0-9]*" - "*) tap_not_ok "${line#not ok * - }" ;;
-	*) tap_diag "$line" ;;
-	esac
-done <"$tmp/out"
+tap_points "$tmp/out"
 tap_check "uverbs_random.py ended by itself (exit $rc; 124: its timeout)" [ "$rc" != 124 ]
 grep -q '^ok \|^not ok ' "$tmp/out" || tap_not_ok "uverbs_random.py reported on no device"
 lines=$(klog_since "$mark" | grep -c "$DRV\|erdma")

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""An SMC socket program and the kernel's SMC diagnostics, for smc.sh.
+
+Usage:
+  smc_peer.py ueid EID                  add a user EID (SMC's generic netlink)
+  smc_peer.py serve IP PORT EXPECT      accept one connection, check its data
+  smc_peer.py connect IP PORT EXPECT MIB  send MIB MiB, get the digest back
+
+A TCP client and server using SMC sockets (AF_INET, IPPROTO_SMC), as an
+application (or the smc_run preload library) makes them: the server reads
+what the client sends until the client shuts its side down, answers with the
+SHA-256 of it, and both compare. While the connection is up, each end looks
+itself up in the kernel's SMC diagnostics (sock_diag, AF_SMC: smc_diag) and
+says whether SMC-R carries it (mode SMCR, and over which RDMA device) or it
+fell back to TCP (and the reason the kernel gives). EXPECT is "smcr" or
+"fallback": the mode each end must see. (The diagnostics list the
+sockets of both AF_SMC and IPPROTO_SMC.)
+
+SMC-R version 2 (RoCEv2 GIDs) is proposed only with a user EID configured
+(smc_find_proposal_devices: smc_clc_ueid_count()), as smc-tools' "smcr ueid
+add" sets it: "ueid" does that over SMC's generic netlink family.
+
+Prints TAP points ("ok N - ..."); exits 1 if one failed.
+"""
+
+import hashlib
+import os
+import socket
+import struct
+import sys
+import time
+
+AF_SMC = 43
+IPPROTO_SMC = 256
+NETLINK_GENERIC = 16
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 1, 4, 0x300
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+GENL_ID_CTRL, CTRL_CMD_GETFAMILY = 0x10, 3
+CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 1, 2
+SMC_NETLINK_ADD_UEID = 10
+SMC_NLA_EID_TABLE_ENTRY = 1
+SMC_MAX_EID_LEN = 32
+# smc_diag extensions (the request's diag_ext bit n - 1 asks for attribute n).
+SMC_DIAG_LGRINFO, SMC_DIAG_FALLBACK = 2, 5
+MODES = {0: "SMCR", 1: "FALLBACK_TCP", 2: "SMCD"}
+results = []
+
+
+def tap(name, ok, detail=""):
+    results.append(ok)
+    print(f"{'ok' if ok else 'not ok'} {len(results)} - {name}"
+          f"{': ' + detail if detail else ''}", flush=True)
+
+
+def attr(kind, data):
+    n = 4 + len(data)
+    return struct.pack("=HH", n, kind) + data + b"\0" * ((4 - n % 4) % 4)
+
+
+def attrs(buf):
+    out = {}
+    while len(buf) >= 4:
+        n, kind = struct.unpack("=HH", buf[:4])
+        if n < 4:
+            break
+        out[kind & 0x3fff] = buf[4:n]
+        buf = buf[(n + 3) & ~3:]
+    return out
+
+
+def nl_talk(proto, msg_type, flags, body):
+    """Sends one request; returns the payloads of the answers (an error
+    message's errno raised as OSError)."""
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, proto)
+    try:
+        s.bind((0, 0))
+        s.sendall(struct.pack("=IHHII", 16 + len(body), msg_type, flags, 1, 0) + body)
+        out = []
+        while True:
+            data = s.recv(65536)
+            while len(data) >= 16:
+                n, t, _f, _seq, _pid = struct.unpack("=IHHII", data[:16])
+                payload = data[16:n]
+                data = data[(n + 3) & ~3:]
+                if t == NLMSG_DONE:
+                    return out
+                if t == NLMSG_ERROR:
+                    err = struct.unpack("=i", payload[:4])[0]
+                    if err:
+                        raise OSError(-err, os.strerror(-err))
+                    return out
+                out.append((t, payload))
+            if not flags & NLM_F_DUMP and not flags & NLM_F_ACK:
+                return out
+    finally:
+        s.close()
+
+
+def add_ueid(eid):
+    """Adds user EID `eid` (smc-tools' "smcr ueid add"); an EID already
+    there is fine."""
+    name = b"SMC_GEN_NETLINK\0"
+    ans = nl_talk(NETLINK_GENERIC, GENL_ID_CTRL, NLM_F_REQUEST,
+                  struct.pack("=BBH", CTRL_CMD_GETFAMILY, 1, 0) + attr(CTRL_ATTR_FAMILY_NAME, name))
+    fam = struct.unpack("=H", attrs(ans[0][1][4:])[CTRL_ATTR_FAMILY_ID][:2])[0]
+    entry = eid.upper().encode().ljust(SMC_MAX_EID_LEN, b" ") + b"\0"
+    try:
+        nl_talk(NETLINK_GENERIC, fam, NLM_F_REQUEST | NLM_F_ACK,
+                struct.pack("=BBH", SMC_NETLINK_ADD_UEID, 1, 0) + attr(SMC_NLA_EID_TABLE_ENTRY, entry))
+    except OSError as e:
+        if e.errno != 17:  # EEXIST
+            raise
+    return fam
+
+
+def diag_of(local_port, remote_port):
+    """The kernel's SMC diagnostics of the SMC socket whose TCP side has
+    local port `local_port` and remote port `remote_port`: (mode, RDMA device
+    or None, fallback reason or None), or None if there is none."""
+    req = struct.pack("=BBBB", AF_SMC, 0, 0, 0xff) + bytes(48)
+    for _t, p in nl_talk(NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, req):
+        if len(p) < 64:
+            continue
+        _fam, _state, mode, _shut = struct.unpack("=BBBB", p[:4])
+        sport, dport = struct.unpack(">HH", p[4:8])
+        if (sport, dport) != (local_port, remote_port):
+            continue
+        a = attrs(p[64:])
+        ibname = None
+        if SMC_DIAG_LGRINFO in a:
+            # struct smc_diag_linkinfo: link_id, ibname[64], ...
+            ibname = a[SMC_DIAG_LGRINFO][1:65].split(b"\0")[0].decode() or None
+        reason = None
+        if SMC_DIAG_FALLBACK in a:
+            reason = struct.unpack("=II", a[SMC_DIAG_FALLBACK][:8])
+        return MODES.get(mode, str(mode)), ibname, reason
+    return None
+
+
+def check_mode(side, sock, expect):
+    port, peer = sock.getsockname()[1], sock.getpeername()[1]
+    got = diag_of(port, peer)
+    if got is None:
+        tap(f"{side}: the kernel's SMC diagnostics list the connection", False,
+            f"no AF_SMC socket of local port {port}")
+        return
+    mode, ibname, reason = got
+    detail = f"mode {mode}" + (f" over {ibname}" if ibname else "") + \
+        (f", fallback reason {reason[0]:#x} (peer {reason[1]:#x})" if reason and mode != "SMCR" else "")
+    if expect == "smcr":
+        tap(f"{side}: SMC-R carries the connection (smc_diag: mode SMCR, an RDMA device)",
+            mode == "SMCR" and bool(ibname), detail)
+    else:
+        tap(f"{side}: the connection fell back to TCP (smc_diag: mode FALLBACK_TCP)",
+            mode == "FALLBACK_TCP", detail)
+
+
+def stream(seed, mib):
+    """MIB MiB of data made from `seed`, in 64 KiB pieces."""
+    block = hashlib.sha256(seed).digest() * 2048
+    for i in range(mib * 16):
+        yield bytes(b ^ (i & 0xff) for b in block[:64]) + block[64:]
+
+
+def serve(ip, port, expect):
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_SMC)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((ip, port))
+    ls.listen(1)
+    ls.settimeout(180)
+    conn, peer = ls.accept()
+    conn.settimeout(120)
+    h = hashlib.sha256()
+    total = 0
+    checked = False
+    while True:
+        data = conn.recv(1 << 20)
+        if not data:
+            break
+        if not checked:
+            check_mode("server", conn, expect)
+            checked = True
+        h.update(data)
+        total += len(data)
+    conn.sendall(h.digest())
+    conn.shutdown(socket.SHUT_WR)
+    conn.recv(1)
+    conn.close()
+    ls.close()
+    print(f"# server: {total} bytes from {peer[0]}")
+    tap("server: the client's data arrived", total > 0, f"{total} bytes")
+
+
+def connect(ip, port, expect, mib):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_SMC)
+    s.settimeout(120)
+    deadline = time.time() + 60
+    while True:
+        try:
+            s.connect((ip, port))
+            break
+        except (ConnectionRefusedError, socket.timeout):
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+            s.close()
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_SMC)
+            s.settimeout(120)
+    h = hashlib.sha256()
+    start = time.time()
+    first = True
+    for piece in stream(b"erdma-rs smc", mib):
+        s.sendall(piece)
+        h.update(piece)
+        if first:
+            check_mode("client", s, expect)
+            first = False
+    s.shutdown(socket.SHUT_WR)
+    answer = b""
+    while len(answer) < 32:
+        data = s.recv(32 - len(answer))
+        if not data:
+            break
+        answer += data
+    took = time.time() - start
+    s.close()
+    tap(f"client: {mib} MiB sent, the server's SHA-256 of them matches", answer == h.digest(),
+        f"{mib / took:.1f} MiB/s")
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "ueid":
+        try:
+            add_ueid(sys.argv[2])
+            tap(f"user EID {sys.argv[2].upper()} added (SMC's generic netlink)", True)
+        except OSError as e:
+            tap(f"user EID {sys.argv[2].upper()} added (SMC's generic netlink)", False, str(e))
+    elif cmd == "serve":
+        serve(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    elif cmd == "connect":
+        connect(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
+    return 0 if results and all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
