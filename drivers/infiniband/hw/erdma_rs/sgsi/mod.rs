@@ -936,3 +936,41 @@ pub(crate) trait SoftRoute {
     /// mode's.
     fn soft_route(&self) -> Option<(u8, [u8; 4])>;
 }
+
+#[kunit_tests(erdma_rs_sgsi)]
+mod tests {
+    use super::*;
+
+    /// A ring gives its entries back in order across the wrap, holds exactly its capacity and
+    /// gives back what does not fit.
+    #[test]
+    fn a_ring_keeps_order_and_capacity() -> Result {
+        let mut r = Ring::new(3)?;
+        for round in 0..5u32 {
+            assert!(r.push(round * 10).is_ok());
+            assert!(r.push(round * 10 + 1).is_ok());
+            assert_eq!(r.pop(), Some(round * 10));
+            assert_eq!(r.pop(), Some(round * 10 + 1));
+            assert!(r.is_empty());
+        }
+        for i in 0..3 {
+            assert!(r.push(i).is_ok());
+        }
+        assert_eq!(r.push(9), Err(9));
+        assert_eq!(r.pop(), Some(0));
+        assert!(r.push(9).is_ok());
+        assert_eq!(
+            [r.pop(), r.pop(), r.pop(), r.pop()],
+            [Some(1), Some(2), Some(9), None]
+        );
+        Ok(())
+    }
+
+    /// Flushed completions carry their request and nothing received.
+    #[test]
+    fn a_flushed_completion_has_no_bytes_and_no_sender() {
+        let d = Done::flushed(7, WcOpcode::Recv);
+        assert_eq!(d.wr_id, 7);
+        assert!(d.status == WcStatus::WrFlushErr && d.byte_len == 0 && d.src_qp.is_none());
+    }
+}
