@@ -206,11 +206,12 @@ count() {
 # opcode. handover.sh (the two adapters handed over between erdma and erdma_rs
 # on the running system, issue 12) drives ours too: it runs in data-path.
 # Between two guests: RC traffic (xguest.sh), rdma_cm's tools and perftest
-# -R (xguest_cm.sh), NVMe over RDMA (nvmeof.sh with NVMEOF_MODE=xguest), NFS
+# -R (xguest_cm.sh), NCCL's QP set-up and traffic (nccl.sh with
+# NCCL_MODE=xguest), NVMe over RDMA (nvmeof.sh with NVMEOF_MODE=xguest), NFS
 # over RDMA (nfsrdma.sh) and SMC-R (smc.sh: SMC sockets over the adapters,
 # the kernel's SMC diagnostics showing SMC-R carry them; on iWARP in standard
 # mode, their fallback to TCP).
-XGUEST_TESTS="xguest.sh xguest_cm.sh nvmeof.sh nfsrdma.sh smc.sh"
+XGUEST_TESTS="xguest.sh xguest_cm.sh nccl.sh nvmeof.sh nfsrdma.sh smc.sh"
 IWARP_TESTS="cm.sh nccl.sh perftest.sh nvmeof.sh iwarp_mpa.sh"
 # The C driver's iWARP reference leaves out iwarp_mpa.sh: a hostile MPA peer
 # meets the driver's connection manager over the guest's TCP, not the model
@@ -218,7 +219,7 @@ IWARP_TESTS="cm.sh nccl.sh perftest.sh nvmeof.sh iwarp_mpa.sh"
 # compared with ours byte for byte on the wire in the mixed pairs of
 # two-guests-iwarp.
 C_IWARP_TESTS="cm.sh nccl.sh perftest.sh nvmeof.sh"
-IWARP_XGUEST_TESTS="xguest_cm.sh nvmeof.sh nfsrdma.sh smc.sh"
+IWARP_XGUEST_TESTS="xguest_cm.sh nccl.sh nvmeof.sh nfsrdma.sh smc.sh"
 if [ "${ERDMA_CHECK_AB:-full}" = full ] || [ "$ERDMA_CHECK_AB" = all ]; then
 	C_CTL_TESTS="ctrlq.sh ibdev.sh verbs.sh abdiff.sh"
 	C_DP_TESTS="rc.sh nccl.sh perftest.sh badinput.sh kverbs.sh cm.sh nvmeof.sh pyverbs.sh"
@@ -303,7 +304,7 @@ COMPAT="CM_PROTO=roce ERDMA_MODPROBE_ARGS=compat_mode=1 PYVERBS_MODULES='test_de
 # Compat mode between two guests, each with one iWARP adapter: QPs connected
 # the RoCE way (xguest.sh), then rdma_cm's tools and NVMe over RDMA over the
 # software GSI.
-COMPAT_XGUEST="ERDMA_MODPROBE_ARGS=compat_mode=1 ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh xguest.sh || r=1; CM_PROTO=roce ERDMA_MODPROBE_ARGS=compat_mode=1 ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh xguest_cm.sh nvmeof.sh smc.sh"
+COMPAT_XGUEST="ERDMA_MODPROBE_ARGS=compat_mode=1 ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh xguest.sh || r=1; CM_PROTO=roce ERDMA_MODPROBE_ARGS=compat_mode=1 ERDMA_TAP_PREFIX=compat- erdma_rs/run_tests.sh xguest_cm.sh nccl.sh nvmeof.sh smc.sh"
 lane_ours() {
 	# Every guest boots the debug kernel (KASAN, lockdep, kmemleak, ...): a kernel
 	# report ends the guest and fails the test that was running; time limits are
@@ -339,7 +340,7 @@ lane_ours() {
 	# model process.
 	guest two-guests-data-path --smp 1 --timeout 2400 --memory 2G --kmemleak none \
 		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
-		--run "export NVMEOF_MODE=xguest NFS_MODE=xguest; erdma_rs/run_tests.sh $XGUEST_TESTS"
+		--run "export NVMEOF_MODE=xguest NFS_MODE=xguest NCCL_MODE=xguest; erdma_rs/run_tests.sh $XGUEST_TESTS"
 	# The selftests the kernel developers' way (issue 12,
 	# tests/kselftest-standard.sh): a kselftest install from the kernel's own
 	# selftests tree, run by its run_kselftest.sh in one guest: as the harness
@@ -431,7 +432,7 @@ lane_rest() {
 	# connection end and clean up.
 	guest two-guests-iwarp --smp 1 --timeout 2400 --memory 2G --kmemleak 1 \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on --guest 0 --guest 1 \
-		--run "r=0; export CM_PROTO=iwarp NVMEOF_MODE=xguest NFS_MODE=xguest; erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1 $MIXED; $COMPAT_XGUEST || r=1; ERDMA_STATUS_SO_FAR=\$r erdma_rs/run_tests.sh xguest_stop.sh || r=1; exit \$r"
+		--run "r=0; export CM_PROTO=iwarp NVMEOF_MODE=xguest NFS_MODE=xguest NCCL_MODE=xguest; erdma_rs/run_tests.sh $IWARP_XGUEST_TESTS || r=1 $MIXED; $COMPAT_XGUEST || r=1; ERDMA_STATUS_SO_FAR=\$r erdma_rs/run_tests.sh xguest_stop.sh || r=1; exit \$r"
 	# Compat mode (issue 31): two iWARP adapters of one guest shown as RoCEv2
 	# devices, their queue pairs connected the RoCE way, rdma_cm over the
 	# software GSI QP ($COMPAT above).

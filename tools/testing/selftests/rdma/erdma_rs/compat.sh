@@ -133,6 +133,10 @@ if [ "$(echo $compat_bdfs | wc -w)" -ge 2 ] && adapter_pair roce; then
 	klog_mark sgsi_mark
 	py_points "$IB_A: " sgsi_bad.py "$IB_A" "$IP_A" "$IP_B"
 	tap_check "the hostile datagrams left no line in the kernel log" quiet_since "$sgsi_mark"
+	# One end breaking the convention (naming a QPN its peer does not have):
+	# no connection forms, the SEND fails within a bound, the peer gets
+	# nothing, and a right pair works after it (compat_mismatch.py).
+	py_points "" compat_mismatch.py "$IB_A" "$GID_A" "$IB_B" "$GID_B"
 	udp_ip=$IP_A
 else
 	tap_skip "compat mode's device and connections" "fewer than two iWARP adapters in compat mode"

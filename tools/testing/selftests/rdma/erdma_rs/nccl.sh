@@ -19,6 +19,10 @@
 #     pairs and written with RDMA Write with Immediate into the receiver's
 #     ring once its FIFO entry (an RDMA Write into the sender's memory) names
 #     the slot; every immediate and byte checked.
+# NCCL_MODE=xguest: the same between two guests with one adapter each (roles
+# as xguest_adapter gives them: the server's guest runs nccl_like.py's
+# server, the other its client; a beacon says the server's bootstrap
+# listens).
 # Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma; compat mode is
 # erdma_rs's, ERDMA_MODPROBE_ARGS=compat_mode=1).
 
@@ -53,6 +57,45 @@ nccl_pair() {
 # passed NAME WORK: the client of run NAME said workload WORK passed.
 passed() { grep -q "^$2: ok " "$tmp/$1.cli"; }
 
+# xguest: NCCL_MODE=xguest, one adapter in each of two guests.
+xguest() {
+	xguest_begin $NET "$tmp" python3
+	read -r type <"/sys/class/infiniband/$IB/node_type"
+	if [ "$type" = "4: RNIC" ]; then
+		how="2 QPs connected by rdma_cm (each handed over by its number)"
+		args="--cm --src $IP --qps 2 --messages 16"
+		gid=-
+	else
+		how="8 QPs to RTS by ibv_modify_qp, GID index $GID"
+		args="--qps 8 --messages 40"
+		gid=$GID
+	fi
+	if [ "$ROLE" = server ]; then
+		$py server "$IB" "$gid" "$IP" "$PORT" $args >"$tmp/x.srv" 2>&1 &
+		srv=$!
+		wait_for 20 listening "$PORT" || tap_diag "the bootstrap does not listen on $PORT"
+		ready_beacon "$IP" 18990 "$(ksft_within 120)" >/dev/null
+		timeout "$(ksft_within 200)" sh -c "while kill -0 $srv 2>/dev/null; do sleep 1; done"
+		kill "$srv" 2>/dev/null
+		wait "$srv"
+		rc=$?
+		while read -r _line; do tap_diag "server: $_line"; done <"$tmp/x.srv"
+		tap_check "server on $IB ($type): $how; it ended well (exit $rc)" [ "$rc" -eq 0 ]
+	else
+		await_beacon "$SERVER_IP" 18990 "$(ksft_within 120)" ||
+			tap_diag "the server's beacon did not come"
+		timeout "$(ksft_within 200)" $py client "$IB" "$gid" "$SERVER_IP" "$PORT" $args >"$tmp/x.cli" 2>&1
+		rc=$?
+		while read -r _line; do tap_diag "client: $_line"; done <"$tmp/x.cli"
+		tap_check "client on $IB ($type) -> $SERVER_IP: $how; it ended well (exit $rc)" [ "$rc" -eq 0 ]
+		tap_check "zero-byte SEND, SEND with Immediate, Write, Write with Immediate and Read" passed x zero
+		tap_check "NCCL-style messages of 1 byte to 256 KiB written with immediate into the receiver's ring" passed x nccl
+	fi
+	xguest_end 18991 300
+	unload_and_finish "$DRV"
+}
+
+[ "${NCCL_MODE:-local}" = xguest ] && xguest
 tap_header
 nics_up $NET
 load_driver

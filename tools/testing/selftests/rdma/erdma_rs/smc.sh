@@ -22,7 +22,7 @@
 . "$(dirname "$0")/lib.sh"
 
 DRV=$ERDMA_DRIVER
-NET=62
+NET=63
 PORT=18951
 tmp=/tmp/smc
 xguest_begin $NET "$tmp" python3
