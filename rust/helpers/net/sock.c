@@ -109,3 +109,9 @@ __rust_helper unsigned int rust_helper_udp_skb_headers(struct sk_buff *skb, bool
 	memcpy(udph, udp_hdr(skb), sizeof(struct udphdr));
 	return udp_skb_len(skb);
 }
+
+/* Frees a datagram __skb_recv_udp() took (consume_skb() is inline without tracepoints). */
+__rust_helper void rust_helper_udp_skb_consume(struct sk_buff *skb)
+{
+	consume_skb(skb);
+}

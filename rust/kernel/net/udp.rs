@@ -244,7 +244,7 @@ impl UdpSocket {
             Err(EBADMSG)
         };
         // SAFETY: `skb` is ours and not used after this.
-        unsafe { bindings::consume_skb(skb) };
+        unsafe { bindings::udp_skb_consume(skb) };
         copied?;
         let port = |b: &[u8]| u16::from_be_bytes([b[0], b[1]]);
         Ok(Datagram {
