@@ -389,10 +389,10 @@ lane_rest() {
 	# iWARP.
 	[ -z "$C_XGUEST" ] || c_guest two-guests-data-path-c-driver --smp 1 --timeout 2400 --memory 2G \
 		--dev proto=roce --dev proto=roce --guest 0 --guest 1 \
-		--run "export NVMEOF_MODE=xguest NFS_MODE=xguest ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c-; erdma_rs/run_tests.sh $C_XGUEST"
+		--run "export NVMEOF_MODE=xguest NFS_MODE=xguest NCCL_MODE=xguest ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c-; erdma_rs/run_tests.sh $C_XGUEST"
 	[ -z "$C_IWARP_XGUEST" ] || c_guest two-guests-iwarp-c-driver --smp 1 --timeout 2400 --memory 2G \
 		--dev proto=iwarp,test_page=on --dev proto=iwarp,test_page=on --guest 0 --guest 1 \
-		--run "export CM_PROTO=iwarp NVMEOF_MODE=xguest NFS_MODE=xguest ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c-; erdma_rs/run_tests.sh $C_IWARP_XGUEST"
+		--run "export CM_PROTO=iwarp NVMEOF_MODE=xguest NFS_MODE=xguest NCCL_MODE=xguest ERDMA_DRIVER=erdma ERDMA_TAP_PREFIX=c-; erdma_rs/run_tests.sh $C_IWARP_XGUEST"
 	# The control plane, both protocols, 2 vCPUs (so 2 CEQs per adapter); faults are
 	# injected through the model's test page.
 	# The RDMA device on top: attributes (ibdev.sh), contexts, MTU, GIDs, counters,

@@ -239,6 +239,9 @@ struct SoftState {
     send_outstanding: u32,
     /// Receives posted and not yet polled.
     recv_outstanding: u32,
+    /// Counts the resets: a send or receive the port's work took before one completes nothing
+    /// after it (its request is gone with the queue pair's old life).
+    epoch: u32,
 }
 
 impl SoftState {
@@ -264,6 +267,7 @@ impl SoftState {
         while self.recv_done.pop().is_some() {}
         self.send_outstanding = 0;
         self.recv_outstanding = 0;
+        self.epoch = self.epoch.wrapping_add(1);
     }
 }
 
@@ -312,6 +316,7 @@ impl SoftQp {
             recv_done: Ring::new(cap.max_recv_wr)?,
             send_outstanding: 0,
             recv_outstanding: 0,
+            epoch: 0,
         };
         let qp = Arc::pin_init(
             try_pin_init!(Self {
@@ -537,8 +542,12 @@ impl SoftQp {
     /// Sends what waits (the port's send work), each through the socket of its GID.
     fn transmit(&self, port: &GsiPort) {
         loop {
-            let Some(send) = self.st.lock().sends.pop() else {
-                return;
+            let (send, epoch) = {
+                let mut st = self.st.lock();
+                let Some(send) = st.sends.pop() else {
+                    return;
+                };
+                (send, st.epoch)
             };
             port.send(
                 send.sgid_index,
@@ -547,7 +556,7 @@ impl SoftQp {
                 &send.payload[..send.len],
             );
             let mut st = self.st.lock();
-            if st.state == QpState::Reset {
+            if st.epoch != epoch {
                 // Reset (or destroyed) while it was sent: nothing to complete.
                 continue;
             }
@@ -563,7 +572,7 @@ impl SoftQp {
                 drop(st);
                 self.completed(true);
             } else {
-                st.send_outstanding -= 1;
+                st.send_outstanding = st.send_outstanding.saturating_sub(1);
             }
         }
     }
@@ -572,7 +581,7 @@ impl SoftQp {
     /// posted receive (the port's receive work). False if the queue pair cannot receive or
     /// has nothing posted.
     fn receive(&self, ip: &[u8; IPV4_LEN], src_qp: u32, payload: &[u8]) -> bool {
-        let recv = {
+        let (recv, epoch) = {
             let mut st = self.st.lock();
             if !matches!(st.state, QpState::Rtr | QpState::Rts) {
                 return false;
@@ -580,7 +589,7 @@ impl SoftQp {
             let Some(recv) = st.recvs.pop() else {
                 return false;
             };
-            recv
+            (recv, st.epoch)
         };
         let mut grh = [0u8; GRH_LEN];
         grh[GRH_LEN - IPV4_LEN..].copy_from_slice(ip);
@@ -605,7 +614,7 @@ impl SoftQp {
         }
         let fits = parts.iter().all(|p| p.is_empty());
         let mut st = self.st.lock();
-        if st.state == QpState::Reset {
+        if st.epoch != epoch {
             return true;
         }
         let status = match (ok, fits) {
@@ -666,7 +675,7 @@ impl SoftCompletions for SoftQp {
                 let Some(d) = ring.pop() else {
                     break;
                 };
-                *outstanding -= 1;
+                *outstanding = outstanding.saturating_sub(1);
                 let wc = &mut wcs[n];
                 wc.set(
                     &self.events,

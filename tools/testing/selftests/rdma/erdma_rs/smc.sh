@@ -16,8 +16,9 @@
 # a user EID configured on both ends: smc_peer.py adds one over SMC's
 # generic netlink family (smc-tools' "smcr ueid add"; smc-tools is not in
 # Debian). Roles as xguest_adapter gives them; beacons order the steps.
-# erdma_rs only (the upstream C driver has no compat mode; on RoCEv2 it is
-# the same RDMA core path).
+# Runs against either driver (ERDMA_DRIVER=erdma_rs or erdma; the upstream
+# C driver has no compat mode, so its iWARP adapters are RNICs and SMC falls
+# back).
 
 . "$(dirname "$0")/lib.sh"
 
