@@ -28,16 +28,10 @@ from pyverbs.pd import PD
 from pyverbs.qp import QP, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SendWR, SGE
 from rc_attr import rc_rts_attr
+from tap_lib import status, tap
 
 PORT = 1
 SIZE = 64
-results = []
-
-
-def tap(name, ok, detail=""):
-    results.append(ok)
-    print(f"{'ok' if ok else 'not ok'} {len(results)} - {name}"
-          f"{': ' + detail if detail else ''}", flush=True)
 
 
 class End:
@@ -104,7 +98,7 @@ def main():
         f"send {None if wa is None else wa.status}, receive {None if wb is None else wb.status}")
     a.close()
     b.close()
-    return 0 if all(results) else 1
+    return status()
 
 
 if __name__ == "__main__":

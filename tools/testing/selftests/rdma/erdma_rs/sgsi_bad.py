@@ -32,18 +32,12 @@ import struct
 import sys
 import time
 import zlib
+from tap_lib import status, tap
 
 PORT = 4791
 GSI_QKEY = 0x80010000
 IP_MTU_DISCOVER = 10
 IP_PMTUDISC_DO = 2
-results = []
-
-
-def tap(name, ok, detail=""):
-    results.append(ok)
-    print(f"{'ok' if ok else 'not ok'} {len(results)} - {name}"
-          f"{': ' + detail if detail else ''}", flush=True)
 
 
 def counters(ibdev):
@@ -224,7 +218,7 @@ def main():
     tap(f"a flood of {n} bad datagrams: each one the socket took is refused, none delivered",
         refused > 0 and refused + drops == n and delivered == 0,
         f"refused {refused}, dropped by the socket {drops}, delivered {delivered}")
-    return 0 if all(results) else 1
+    return status()
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import socket
 import struct
 import sys
 import time
+from tap_lib import status, tap
 
 AF_SMC = 43
 IPPROTO_SMC = 256
@@ -46,13 +47,6 @@ SMC_MAX_EID_LEN = 32
 # smc_diag extensions (the request's diag_ext bit n - 1 asks for attribute n).
 SMC_DIAG_LGRINFO, SMC_DIAG_FALLBACK = 2, 5
 MODES = {0: "SMCR", 1: "FALLBACK_TCP", 2: "SMCD"}
-results = []
-
-
-def tap(name, ok, detail=""):
-    results.append(ok)
-    print(f"{'ok' if ok else 'not ok'} {len(results)} - {name}"
-          f"{': ' + detail if detail else ''}", flush=True)
 
 
 def attr(kind, data):
@@ -243,7 +237,7 @@ def main():
         serve(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     elif cmd == "connect":
         connect(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
-    return 0 if results and all(results) else 1
+    return status()
 
 
 if __name__ == "__main__":
