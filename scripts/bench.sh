@@ -7,7 +7,10 @@
 # upstream C erdma driver on the same model adapters, and of rdma_rxe on the
 # adapters' twin NICs (an outside reference):
 # tools/testing/selftests/rdma/erdma_rs/bench.sh (and bench_ctl.py) in the
-# guest. Prints one table (scripts/bench_report.py) with the medians, the
+# guest; then, between two guests with one iWARP adapter each, what the
+# kernel's RDMA consumers buy over TCP with ours (NFS over RDMA against NFS
+# over TCP, SMC-R in compat mode against TCP for one socket program:
+# tools/testing/selftests/rdma/erdma_rs/bench_xguest.sh). Prints one table (scripts/bench_report.py) with the medians, the
 # ratios ours/C and ours/rxe, the run's noise and a verdict per row, and
 # writes it to out/bench/results.txt.
 #
@@ -17,7 +20,9 @@
 #      with BENCH_BUILD=0: then the current release build is used as it is);
 #   2. a snapshot of the kernel and its modules into out/bench/kernel, so that
 #      a build running meanwhile cannot swap modules under the guest;
-#   3. the guest run (out/bench/vm/, console in guest0.console.log);
+#   3. the guest runs (out/bench/vm/, console in guest0.console.log; the
+#      iWARP guest's in out/bench/vm-iwarp/, the two guests' in
+#      out/bench/vm-xguest/);
 #   4. the table.
 #
 # Knobs (environment): BENCH_ROUNDS (5), BENCH_PAIRS (20 pairs of ours' and
@@ -29,7 +34,9 @@
 # BENCH_CM_CONNS (50 rdma_cm connections per cmtime run, every driver),
 # BENCH_RPING_COUNT (500 rping round trips of 64 bytes per run),
 # BENCH_RXE_RPING_COUNT (100), BENCH_FIO_SECONDS (3 s per fio job over
-# NVMe/RDMA), BENCH_TIMEOUT (2400 s for the whole guest run), BENCH_BUILD (1;
+# NVMe/RDMA), BENCH_NFS_MIB (64 MiB read over NFS per run), BENCH_SOCK_MIB
+# (64 MiB per socket stream), BENCH_SOCK_PINGS (2000 socket round trips),
+# BENCH_TIMEOUT (2400 s for the whole guest run), BENCH_BUILD (1;
 # 0 uses the current kernel and model as they are, without building anything).
 #
 # Exit status: 0 when every row has figures and ours is nowhere slower than
@@ -51,6 +58,9 @@ CM_CONNS=${BENCH_CM_CONNS:-50}
 RPING_COUNT=${BENCH_RPING_COUNT:-500}
 RXE_RPING_COUNT=${BENCH_RXE_RPING_COUNT:-100}
 FIO_SECONDS=${BENCH_FIO_SECONDS:-3}
+NFS_MIB=${BENCH_NFS_MIB:-64}
+SOCK_MIB=${BENCH_SOCK_MIB:-64}
+SOCK_PINGS=${BENCH_SOCK_PINGS:-2000}
 TIMEOUT=${BENCH_TIMEOUT:-2400}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ERDMA_CACHE/cargo-target}
 EMU=$CARGO_TARGET_DIR/release/erdma-emu
@@ -99,13 +109,13 @@ snapshot() {
 	cp "$KOUT/arch/x86/boot/bzImage" "$OUT/kernel/" &&
 		cp -a "$KOUT/modroot/lib/modules" "$OUT/kernel/" || return 1
 	local m
-	for m in erdma_rs erdma rdma_rxe nvme-rdma nvmet-rdma null_blk; do
+	for m in erdma_rs erdma rdma_rxe nvme-rdma nvmet-rdma null_blk nfsd rpcrdma smc smc_diag; do
 		[ -n "$(find "$OUT/kernel/modules" -name "$m.ko*")" ] || return 1
 	done
 	grep -q rdma_rxe "$OUT/kernel/modules"/*/modules.dep
 }
 snapshot || { sleep 5 && snapshot; } ||
-	die "could not copy the kernel and its modules (erdma_rs, erdma, rdma_rxe, nvme-rdma, nvmet-rdma, null_blk) from $KOUT: build the release kernel (KERNEL_FLAVOR=release scripts/build-kernel.sh)"
+	die "could not copy the kernel and its modules (erdma_rs, erdma, rdma_rxe, nvme-rdma, nvmet-rdma, null_blk, nfsd, rpcrdma, smc, smc_diag) from $KOUT: build the release kernel (KERNEL_FLAVOR=release scripts/build-kernel.sh)"
 say "kernel $(ls "$OUT/kernel/modules") from $KOUT, copied to $OUT/kernel"
 
 # ---- 3. the guest run -------------------------------------------------------------
@@ -142,7 +152,7 @@ bench_guest() {
 		sleep 1
 		if [ "$(date +%s)" -ge $next ]; then
 			next=$((next + 30))
-			last=$(grep -a '^bench: ' "$console" 2>/dev/null | tail -n 1 | cut -c1-110)
+			last=$(cat "$1"/guest*.console.log 2>/dev/null | grep -a '^bench: ' | tail -n 1 | cut -c1-110)
 			say "guest: $(($(date +%s) - start))s; ${last:-booting}"
 		fi
 	done
@@ -170,6 +180,13 @@ bench_guest "$VM_IW" "a guest with two iWARP adapters (4 vCPUs) for $ROUNDS roun
 	--smp 4 --memory 2G --dev proto=iwarp --dev proto=iwarp \
 	--run "BENCH_PROTO=iwarp $KNOBS sh erdma_rs/bench.sh"
 iwarp_rc=$vm_rc
+# The kernel's consumers between two guests (one iWARP adapter each, one vCPU
+# each: two TCG guests on the two host cores), ours only.
+VM_X=$OUT/vm-xguest
+bench_guest "$VM_X" "two guests with one iWARP adapter each for $ROUNDS rounds of NFS and sockets over RDMA and TCP" \
+	--smp 1 --memory 2G --dev proto=iwarp --dev proto=iwarp --guest 0 --guest 1 \
+	--run "BENCH_ROUNDS=$ROUNDS BENCH_NFS_MIB=$NFS_MIB BENCH_SOCK_MIB=$SOCK_MIB BENCH_SOCK_PINGS=$SOCK_PINGS sh erdma_rs/bench_xguest.sh"
+xguest_rc=$vm_rc
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 RAW=$VM/guest0/results/bench.raw
@@ -181,6 +198,10 @@ cp "$RAW" "$OUT/bench.raw"
 # The iWARP rows lack figures in the table if its guest gave none.
 cat "$VM_IW/guest0/results/bench.raw" >>"$OUT/bench.raw" 2>/dev/null ||
 	say "the iWARP guest produced no figures; read $OUT/vm-iwarp.log and $CONSOLE_IW"
+# The client's guest has the consumers' figures (either one, by its MAC).
+cat "$VM_X"/guest[01]/results/bench.raw >>"$OUT/bench.raw" 2>/dev/null
+grep -qs ' nfs_read ' "$OUT/bench.raw" ||
+	say "the two guests produced no figures; read $OUT/vm-xguest.log and $VM_X/guest[01].console.log"
 
 # ---- 4. the table -----------------------------------------------------------------
 tolerated=$(sed -n 's/^vmrun: guest0: tolerated kernel report (--tolerate): //p' "$OUT/vm.log")
@@ -206,15 +227,17 @@ python3 "$TOP/scripts/bench_report.py" "$OUT/bench.raw" --out "$OUT/results.txt"
 	--note "iWARP (ours and C, in a guest of their own, 4 vCPUs, two iWARP adapters): rping as above; perftest with -R (rdma_cm)," \
 	--note "  latency and bandwidth as above; cmtime of rdma-core $CMTIME_RDMA_CORE (the guest's cannot run on iWARP) in a mesh of" \
 	--note "  three, two clients of $((CM_CONNS / 2)) connections each at once, over the longer client's step totals." \
+	--note "Two guests (one vCPU, one iWARP adapter each), ours: NFSv4.2 read of a $NFS_MIB MiB file (the server's tmpfs) with a" \
+	--note "  cold client cache, dd 1 MiB reads; smc_peer.py: a $SOCK_MIB MiB stream and $SOCK_PINGS 1 B round trips (TCP_NODELAY)." \
 	"${notes[@]}" ||
 	report_rc=$?
 say "done in $(($(date +%s) - t0))s; table in $OUT/results.txt, raw figures in $OUT/bench.raw," \
 	"every tool's output in $VM/guest0/results/bench/"
-for run in "$roce_rc $VM" "$iwarp_rc $VM_IW"; do
+for run in "$roce_rc $VM" "$iwarp_rc $VM_IW" "$xguest_rc $VM_X"; do
 	set -- $run
 	[ "$1" -eq 0 ] && continue
 	grep -E '^vmrun: FAIL' "$2.log" | sed 's/^/    /' >&2
-	grep -a '^bench: .*\(FAILED\|failed\|did not\)' "$2/guest0.console.log" | head -n 20 | sed 's/^/    /' >&2
-	die "the guest run failed (exit $1); read $2.log and $2/guest0.console.log"
+	cat "$2"/guest*.console.log | grep -a '^bench: .*\(FAILED\|failed\|did not\)' | head -n 20 | sed 's/^/    /' >&2
+	die "the guest run failed (exit $1); read $2.log and $2/guest*.console.log"
 done
 [ $report_rc -eq 0 ] || die "ours is slower than C beyond the noise, or rows lack figures: see the table"

@@ -49,6 +49,17 @@ COMPAT_ROWS = [
     ("iw_write_bw_q1", "ib_write_bw 64 KiB, 1 QP", False),
 ]
 
+# What the kernel's RDMA consumers buy over TCP (issue 31), measured between
+# two guests with one iWARP adapter each, ours (bench_xguest.sh): the same
+# workload over RDMA (NFS proto=rdma; SMC-R, in compat mode) and over TCP,
+# paired by round. Their "drivers" are the transports.
+RDMA, TCP = "rdma", "tcp"
+CONSUMER_ROWS = [
+    ("nfs_read", "NFS sequential read (cold cache)", False),
+    ("sock_bw", "socket stream, 1 MiB writes", False),
+    ("sock_rtt", "socket ping-pong, 1 B round trip", True),
+]
+
 # Good rounds a row needs, of ours and of C, for a verdict.
 MIN_ROUNDS = 3
 
@@ -189,6 +200,30 @@ def judge(values):
     return out
 
 
+def side_table(lines, values, units, rows, new, base, head, intro):
+    """Appends to `lines` a table of `new` against `base` (two "drivers" of
+    the raw figures) for `rows`, paired by round, when any row has figures
+    of `new`; returns the metrics of the rows without a ratio."""
+    if not any(values[m][new] for m, _, _ in rows):
+        return []
+    missing = []
+    out = []
+    for metric, label, lower in rows:
+        b_med, _ = median(values[metric][base])
+        n_med, _ = median(values[metric][new])
+        r, (lo, hi), _n, _w = paired(values[metric][new], values[metric][base], lower)
+        if math.isnan(r):
+            missing.append(metric)
+        out.append([label, units.get(metric, "-"), num(b_med), num(n_med),
+                    "-" if math.isnan(r) else f"{r:.2f}",
+                    "-" if math.isnan(lo) else f"{lo:.2f}-{hi:.2f}"])
+    w = [max(len(str(x)) for x in col) for col in zip(head, *out)]
+    lines += [""] + intro + ["  ".join(str(x).ljust(k) for x, k in zip(head, w)).rstrip(),
+                             "  ".join("-" * k for k in w)]
+    lines += ["  ".join(str(x).ljust(k) for x, k in zip(r, w)).rstrip() for r in out]
+    return missing
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("raw")
@@ -242,28 +277,22 @@ def main():
                      " see every round below)")
     # What compat mode costs: the same adapters, ours in compat mode (QPs
     # connected by ibv_modify_qp, no -R) against standard mode (-R).
-    compat_missing = []
-    if any(values[m][COMPAT] for m, _, _ in COMPAT_ROWS):
-        chead = ["iWARP, ours", "unit", "standard (-R)", "compat (no -R)", "compat/standard", "interval"]
-        crows = []
-        for metric, label, lower in COMPAT_ROWS:
-            s_med, _ = median(values[metric][OURS])
-            c_med, _ = median(values[metric][COMPAT])
-            cs, (lo, hi), n, _w = paired(values[metric][COMPAT], values[metric][OURS], lower)
-            if math.isnan(cs):
-                compat_missing.append(metric)
-            crows.append([label, units.get(metric, "-"), num(s_med), num(c_med),
-                          "-" if math.isnan(cs) else f"{cs:.2f}",
-                          "-" if math.isnan(lo) else f"{lo:.2f}-{hi:.2f}"])
-        cw = [max(len(str(x)) for x in col) for col in zip(chead, *crows)]
-        lines += ["", "Compat mode (erdma_rs compat_mode=1) against standard mode on the same iWARP adapters,",
-                  "paired by round (>= 1.00: compat at least as good; the data path is the adapter's iWARP in both):",
-                  "  ".join(str(x).ljust(w) for x, w in zip(chead, cw)).rstrip(),
-                  "  ".join("-" * w for w in cw)]
-        lines += ["  ".join(str(x).ljust(w) for x, w in zip(r, cw)).rstrip() for r in crows]
+    compat_missing = side_table(
+        lines, values, units, COMPAT_ROWS, COMPAT, OURS,
+        ["iWARP, ours", "unit", "standard (-R)", "compat (no -R)", "compat/standard", "interval"],
+        ["Compat mode (erdma_rs compat_mode=1) against standard mode on the same iWARP adapters,",
+         "paired by round (>= 1.00: compat at least as good; the data path is the adapter's iWARP in both):"])
+    # What the kernel's consumers buy: RDMA against TCP between two guests.
+    compat_missing += side_table(
+        lines, values, units, CONSUMER_ROWS, RDMA, TCP,
+        ["iWARP, ours, two guests", "unit", "TCP", "RDMA", "RDMA/TCP", "interval"],
+        ["The kernel's RDMA consumers against TCP between two guests, one iWARP adapter each, ours: NFS over",
+         "RDMA (standard mode) and over TCP; one socket program over SMC-R (compat mode; smc_diag showed SMC-R",
+         "carry each connection) and over TCP; paired by round (>= 1.00: RDMA at least as good):"])
     verdict = (f"bench: {len(rows)} rows, {len(slower)} slower than C, {len(missing)} without figures, "
                f"{len(few)} with too few good rounds"
-               + (f", compat rows without figures: {' '.join(compat_missing)}" if compat_missing else ""))
+               + (f", compat or consumer rows without figures: {' '.join(compat_missing)}"
+                  if compat_missing else ""))
     lines += ["", verdict]
     table = "\n".join(lines) + "\n"
     print(table, end="")

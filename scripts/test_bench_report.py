@@ -215,6 +215,27 @@ class ExitStatus(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("1 slower than C", p.stdout)
 
+    def test_consumer_table_pairs_rdma_with_tcp(self):
+        # The two-guest rows: RDMA against TCP by round, latency oriented.
+        extra = "".join(f"rdma {r} nfs_read {200 + r} MiB/s\ntcp {r} nfs_read {100 + r} MiB/s\n"
+                        f"rdma {r} sock_bw 300 MiB/s\ntcp {r} sock_bw 150 MiB/s\n"
+                        f"rdma {r} sock_rtt 50 us\ntcp {r} sock_rtt 100 us\n" for r in range(5))
+        p = self.run_report(raw({}) + extra)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("RDMA/TCP", p.stdout)
+        rows = {line.split("  ")[0]: line.split() for line in p.stdout.splitlines()}
+        self.assertEqual(rows["socket stream, 1 MiB writes"][-2], "2.00")
+        self.assertEqual(rows["socket ping-pong, 1 B round trip"][-2], "2.00")
+
+    def test_a_consumer_row_without_figures_exits_1(self):
+        # SMC-R did not carry the connections (nan): the row has no ratio.
+        extra = "".join(f"rdma {r} nfs_read 200 MiB/s\ntcp {r} nfs_read 100 MiB/s\n"
+                        f"rdma {r} sock_bw nan -\ntcp {r} sock_bw 150 MiB/s\n"
+                        f"rdma {r} sock_rtt 50 us\ntcp {r} sock_rtt 100 us\n" for r in range(5))
+        p = self.run_report(raw({}) + extra)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("rows without figures: sock_bw", p.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()

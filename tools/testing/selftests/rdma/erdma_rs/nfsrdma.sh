@@ -33,9 +33,10 @@ for _c in rpc.nfsd rpc.mountd exportfs mount.nfs; do
 	command -v "$_c" >/dev/null || ksft_skip_all "$_c (nfs-kernel-server, nfs-common) is missing"
 done
 tmp=/tmp/nfsrdma
+NFS_TMP=$tmp
+. "$(dirname "$0")/nfs_lib.sh"
 rm -rf "$tmp"
 mkdir -p "$tmp/export" "$tmp/mnt"
-RDMA_PORT=20049
 MIB=8
 
 # step DESCRIPTION COMMAND...: tap_check, and COMMAND's status (what needs a
@@ -44,42 +45,6 @@ step() {
 	_was=$_tap_failed
 	tap_check "$@"
 	[ "$_tap_failed" = "$_was" ]
-}
-
-# nfs_server_up IP: the kernel NFS server (NFSv4 only) serves $tmp/export
-# as the root of its pseudo file system to IP's subnet, over RDMA on
-# RDMA_PORT (and TCP, which nfsd always opens).
-nfs_server_up() {
-	modprobe_once nfsd || return 1
-	modprobe_once rpcrdma || return 1
-	mount_once nfsd /proc/fs/nfsd || return 1
-	# nfs-utils' state (/var/lib is a tmpfs of the test guest, empty).
-	mkdir -p /var/lib/nfs/v4recovery /var/lib/nfs/rpc_pipefs
-	touch /var/lib/nfs/etab /var/lib/nfs/rmtab
-	# tmpfs has no UUID: the export names its file system (fsid=0: the root).
-	mountpoint -q "$tmp/export" || mount -t tmpfs -o size=64m tmpfs "$tmp/export" || return 1
-	undo_push "! mountpoint -q '$tmp/export' || umount '$tmp/export'"
-	rpc.mountd --no-nfs-version 3 --no-udp >"$tmp/mountd.log" 2>&1 || return 1
-	undo_push "! pgrep -x rpc.mountd >/dev/null || pkill -x rpc.mountd"
-	exportfs -o rw,fsid=0,no_root_squash,no_subtree_check,insecure "${1%.*}.0/24:$tmp/export" ||
-		return 1
-	undo_push "! mountpoint -q /proc/fs/nfsd || exportfs -ua"
-	# The shortest lease and grace period (10 s): a new server refuses
-	# opens in its grace period (90 s by default). (Without client tracking,
-	# nfsdcld or the legacy one, the grace period cannot be ended early.)
-	echo 10 >/proc/fs/nfsd/nfsv4leasetime && echo 10 >/proc/fs/nfsd/nfsv4gracetime || return 1
-	rpc.nfsd --no-nfs-version 3 --no-udp 4 >"$tmp/nfsd.log" 2>&1 || { tap_diag "rpc.nfsd: $(cat "$tmp/nfsd.log")"; return 1; }
-	undo_push "! mountpoint -q /proc/fs/nfsd || rpc.nfsd 0"
-	echo "rdma $RDMA_PORT" >/proc/fs/nfsd/portlist || return 1
-	grep -q "^rdma $RDMA_PORT\$" /proc/fs/nfsd/portlist ||
-		{ tap_diag "portlist: $(tr '\n' ';' </proc/fs/nfsd/portlist)"; return 1; }
-}
-
-# nfs_mount IP: the export mounted on $tmp/mnt over RDMA.
-nfs_mount() {
-	timeout "$(ksft_within 60)" mount -t nfs4 -o "proto=rdma,port=$RDMA_PORT,vers=4.2" "$1:/" "$tmp/mnt" \
-		>"$tmp/mount.log" 2>&1 || { tap_diag "mount: $(tr '\n' ';' <"$tmp/mount.log")"; return 1; }
-	undo_push "! mountpoint -q '$tmp/mnt' || umount -f '$tmp/mnt'"
 }
 
 # over_rdma: the mount's transport, as the NFS client reports it, is rdma.
@@ -101,22 +66,6 @@ write_and_read() {
 	timeout "$(ksft_within 120)" cmp "$tmp/src" "$tmp/mnt/file" || { tap_diag "the file read back differs"; return 1; }
 	# The server's copy too, where the server is this machine.
 	[ "${2:-}" = client ] || cmp "$tmp/src" "$tmp/export/file"
-}
-
-# nfs_down [server|client]: what this machine ran of NFS stops (both, by
-# default): the mount goes, the server stops, and the NFS modules unload
-# (rpcrdma, the client's and the server's, let go of the adapters).
-nfs_down() {
-	if [ "${1:-}" != server ]; then
-		timeout 60 umount "$tmp/mnt" || return 1
-	fi
-	if [ "${1:-}" != client ]; then
-		rpc.nfsd 0 && exportfs -ua && pkill -x rpc.mountd
-		umount /proc/fs/nfsd && umount "$tmp/export" || return 1
-	fi
-	for _m in nfsv4 nfs rpcrdma nfsd; do
-		! grep -q "^$_m " /proc/modules || modprobe -r "$_m" || { tap_diag "modprobe -r $_m failed"; return 1; }
-	done
 }
 
 if [ "${NFS_MODE:-local}" = xguest ]; then

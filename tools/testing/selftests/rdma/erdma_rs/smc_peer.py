@@ -6,6 +6,8 @@ Usage:
   smc_peer.py ueid EID                  add a user EID (SMC's generic netlink)
   smc_peer.py serve IP PORT EXPECT      accept one connection, check its data
   smc_peer.py connect IP PORT EXPECT MIB  send MIB MiB, get the digest back
+  smc_peer.py sink IP PORT              serve make bench: SMC on PORT, TCP on PORT+1
+  smc_peer.py bench IP PORT ROUND MIB PINGS  measure both (make bench's figures)
 
 A TCP client and server using SMC sockets (AF_INET, IPPROTO_SMC), as an
 application (or the smc_run preload library) makes them: the server reads
@@ -22,6 +24,18 @@ SMC-R version 2 (RoCEv2 GIDs) is proposed only with a user EID configured
 add" sets it: "ueid" does that over SMC's generic netlink family.
 
 Prints TAP points ("ok N - ..."); exits 1 if one failed.
+
+"sink" and "bench" are make bench's (bench_xguest.sh): the same socket
+program over SMC (IPPROTO_SMC) and over plain TCP, between two guests. The
+sink serves connections one at a time until it is killed; a connection's
+first byte says what it is: "B" bulk (read until the client shuts its side
+down, answer with the count of bytes as 8 bytes), "P" ping-pong (echo each
+byte). "bench" prints make bench's raw lines, "TRANSPORT ROUND METRIC VALUE
+UNIT", for TRANSPORT rdma (SMC-R) and tcp, in an order that alternates
+with the round: sock_bw (MIB MiB in 1 MiB writes, MiB/s) and sock_rtt (PINGS
+round trips of one byte, TCP_NODELAY, the mean in microseconds). An SMC
+connection that SMC-R does not carry (smc_diag) gets "nan" and a comment
+line with the reason: its figures would be TCP's.
 """
 
 import hashlib
@@ -225,8 +239,116 @@ def connect(ip, port, expect, mib):
         f"{mib / took:.1f} MiB/s")
 
 
+def sink_conn(conn):
+    conn.settimeout(120)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    kind = conn.recv(1)
+    if kind == b"B":
+        total = 0
+        while True:
+            data = conn.recv(1 << 20)
+            if not data:
+                break
+            total += len(data)
+        conn.sendall(struct.pack("=Q", total))
+    elif kind == b"P":
+        while True:
+            data = conn.recv(1)
+            if not data:
+                break
+            conn.sendall(data)
+    conn.close()
+
+
+def sink(ip, port):
+    import threading
+
+    def serve_on(proto, p):
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind((ip, p))
+        ls.listen(4)
+        while True:
+            conn, _ = ls.accept()
+            try:
+                sink_conn(conn)
+            except OSError as e:
+                print(f"# sink: {e}", flush=True)
+
+    threads = [threading.Thread(target=serve_on, args=a, daemon=True)
+               for a in ((IPPROTO_SMC, port), (socket.IPPROTO_TCP, port + 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def bench_conn(ip, port, proto, kind):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+    s.settimeout(120)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.connect((ip, port))
+    s.sendall(kind)
+    if proto == IPPROTO_SMC:
+        got = diag_of(s.getsockname()[1], s.getpeername()[1])
+        if got is None or got[0] != "SMCR":
+            s.close()
+            return None, f"SMC-R does not carry it (smc_diag: {got})"
+    return s, None
+
+
+def bench(ip, port, rnd, mib, pings):
+    order = [("rdma", IPPROTO_SMC, port), ("tcp", socket.IPPROTO_TCP, port + 1)]
+    if rnd % 2 == 0:
+        order.reverse()
+    buf = bytes(range(256)) * 4096
+    for name, proto, p in order:
+        s, why = bench_conn(ip, p, proto, b"B")
+        if s is None:
+            print(f"# round {rnd}: {name} bulk: {why}")
+            print(f"{name} {rnd} sock_bw nan -")
+        else:
+            start = time.perf_counter()
+            for _ in range(mib):
+                s.sendall(buf)
+            s.shutdown(socket.SHUT_WR)
+            answer = b""
+            while len(answer) < 8:
+                data = s.recv(8 - len(answer))
+                if not data:
+                    break
+                answer += data
+            took = time.perf_counter() - start
+            s.close()
+            ok = len(answer) == 8 and struct.unpack("=Q", answer)[0] == mib << 20
+            if not ok:
+                print(f"# round {rnd}: {name} bulk: the server counted {answer!r}, not {mib << 20} bytes")
+            print(f"{name} {rnd} sock_bw {mib / took if ok else 'nan'} MiB/s")
+        s, why = bench_conn(ip, p, proto, b"P")
+        if s is None:
+            print(f"# round {rnd}: {name} ping-pong: {why}")
+            print(f"{name} {rnd} sock_rtt nan -")
+            continue
+        start = time.perf_counter()
+        ok = True
+        for _ in range(pings):
+            s.sendall(b"x")
+            if s.recv(1) != b"x":
+                ok = False
+                break
+        took = time.perf_counter() - start
+        s.close()
+        print(f"{name} {rnd} sock_rtt {took / pings * 1e6 if ok else 'nan'} us")
+    return 0
+
+
 def main():
     cmd = sys.argv[1]
+    if cmd == "sink":
+        sink(sys.argv[2], int(sys.argv[3]))
+        return 0
+    if cmd == "bench":
+        return bench(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
     if cmd == "ueid":
         try:
             add_ueid(sys.argv[2])
