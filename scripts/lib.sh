@@ -183,3 +183,22 @@ run_logged() {
 	fi
 	say "$what: done in $(($(date +%s) - start))s"
 }
+
+# in_buildroot ROOT COMMAND...: COMMAND in the chroot ROOT (issue 32's
+# Debian build root) with /proc, /sys and /dev (objtool and the kernel's
+# build read them) and a clean environment: the host's build variables
+# (RUST_LIB_SRC, LIBCLANG_PATH above, the host's PATH) name the host's
+# toolchain, which the build root must not see.
+in_buildroot() {
+	local r=$1 m rc=0 mounted=()
+	shift
+	for m in proc sys dev; do
+		mountpoint -q "$r/$m" || { mount --bind "/$m" "$r/$m" && mounted+=("$r/$m"); }
+	done
+	chroot "$r" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+		LANG=C.UTF-8 TERM=dumb "$@" || rc=$?
+	for m in "${mounted[@]}"; do
+		umount -l "$m"
+	done
+	return $rc
+}

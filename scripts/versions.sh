@@ -37,3 +37,13 @@ CMTIME_SHA256=340be509137103677ea30798d6ffe64a991148dae333b79a5bc0744e219fde2f
 
 # Host packages (Debian 12), installed with apt-get; none upgrades the base system.
 HOST_PACKAGES="flex bison bc cpio kmod libelf-dev libssl-dev dwarves rsync debootstrap libclang-$LLVM_MAJOR-dev clang-$LLVM_MAJOR lld-$LLVM_MAJOR llvm-$LLVM_MAJOR xz-utils make gcc libibverbs-dev librdmacm-dev debhelper libdw-dev"
+
+# Debian's own kernel (issue 32): erdma_rs built as a module package for an
+# unmodified linux-image of trixie-backports, in a trixie build root with the
+# compilers Debian built that kernel with (its CONFIG_RUSTC_VERSION_TEXT and
+# CONFIG_CC_VERSION_TEXT): rustc, rust-src and libstd-rust-dev of trixie,
+# gcc-14, and trixie's bindgen and libclang.
+DEBIAN_KERNEL=${DEBIAN_KERNEL:-7.3.4+deb13-cloud-amd64}
+DEBIAN_KERNEL_VERSION=${DEBIAN_KERNEL_VERSION:-7.3.4-1~bpo13+1}
+DEBIAN_RUSTC_VERSION=1.85.1+dfsg1-1+deb13u1
+DEBIAN_BUILDROOT_PACKAGES="make,gcc-14,libc6-dev,bc,bison,flex,libelf-dev,libssl-dev,kmod,cpio,xz-utils,python3,bindgen,libclang-19-dev,dwarves,rsync,ca-certificates"
