@@ -676,21 +676,5 @@ done
 
 [ "$PROTO" = iwarp ] || nvme_finish
 
-# A WARN()'s "cut here" line is left out: its WARNING line, which follows,
-# says whose it is (and is what BENCH_TOLERATE names).
-trouble=$(kernel_trouble | grep -vF -e '[ cut here ]' || true)
-if [ -n "${BENCH_TOLERATE:-}" ]; then
-	echo "$trouble" | grep -E "$BENCH_TOLERATE" | sed 's/^/bench: tolerated: /'
-	trouble=$(echo "$trouble" | grep -vE "$BENCH_TOLERATE" || true)
-fi
 [ "$ref_failures" -eq 0 ] || say "$ref_failures measurements of rxe (the reference) failed (nan in $RAW)"
-if [ -n "$trouble" ]; then
-	say "FAILED: the kernel reported trouble:"
-	echo "$trouble" | head -n 20
-	exit 1
-fi
-if [ "$failures" -ne 0 ]; then
-	say "FAILED: $failures measurements failed (nan in $RAW)"
-	exit 1
-fi
-say "done: $(wc -l <"$RAW") measurements in $RAW"
+bench_end "$RAW" "$failures"

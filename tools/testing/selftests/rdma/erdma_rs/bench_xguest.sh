@@ -143,14 +143,4 @@ else
 	await_beacon "$SERVER_IP" 18814 600 || say "the server did not hear that SMC was done"
 fi
 
-trouble=$(kernel_trouble | grep -vF -e '[ cut here ]' || true)
-if [ -n "$trouble" ]; then
-	say "FAILED: the kernel reported trouble:"
-	echo "$trouble" | head -n 20
-	exit 1
-fi
-if [ "$failures" -ne 0 ]; then
-	say "FAILED: $failures measurements failed (nan in $RAW)"
-	exit 1
-fi
-say "done ($ROLE): $(wc -l <"$RAW") measurements in $RAW"
+bench_end "$RAW" "$failures" "($ROLE)"

@@ -997,6 +997,30 @@ modprobe_once() {
 	undo_push "! grep -q '^$1 ' /proc/modules || modprobe -r '$1'"
 }
 
+# bench_end RAW FAILURES [WHO]: the end of a guest half of make bench
+# (bench.sh, bench_xguest.sh): exits 1 if the kernel reported trouble (but
+# what BENCH_TOLERATE, an extended regular expression, names: printed as
+# tolerated) or FAILURES measurements failed; else says how many figures RAW
+# has. A WARN()'s "cut here" line is left out: its WARNING line, which
+# follows, says whose it is (and is what BENCH_TOLERATE names).
+bench_end() {
+	_be_trouble=$(kernel_trouble | grep -vF -e '[ cut here ]' || true)
+	if [ -n "${BENCH_TOLERATE:-}" ]; then
+		echo "$_be_trouble" | grep -E "$BENCH_TOLERATE" | sed 's/^/bench: tolerated: /'
+		_be_trouble=$(echo "$_be_trouble" | grep -vE "$BENCH_TOLERATE" || true)
+	fi
+	if [ -n "$_be_trouble" ]; then
+		echo "bench: FAILED: the kernel reported trouble:"
+		echo "$_be_trouble" | head -n 20
+		exit 1
+	fi
+	if [ "$2" -ne 0 ]; then
+		echo "bench: FAILED: $2 measurements failed (nan in $1)"
+		exit 1
+	fi
+	echo "bench: done${3:+ $3}: $(wc -l <"$1") measurements in $1"
+}
+
 # ---- time ----------------------------------------------------------------------
 # run_kselftest.sh kills a test after the "timeout" of settings (or its -o
 # SECONDS), which it exports as kselftest_timeout; the harness's run_tests.sh

@@ -166,6 +166,17 @@ def check_mode(side, sock, expect):
             mode == "FALLBACK_TCP", detail)
 
 
+def recv_exact(sock, n):
+    """Up to `n` bytes from `sock`: fewer only if the peer shut its side down first."""
+    answer = b""
+    while len(answer) < n:
+        data = sock.recv(n - len(answer))
+        if not data:
+            break
+        answer += data
+    return answer
+
+
 def stream(seed, mib):
     """MIB MiB of data made from `seed`, in 64 KiB pieces."""
     block = hashlib.sha256(seed).digest() * 2048
@@ -227,12 +238,7 @@ def connect(ip, port, expect, mib):
             check_mode("client", s, expect)
             first = False
     s.shutdown(socket.SHUT_WR)
-    answer = b""
-    while len(answer) < 32:
-        data = s.recv(32 - len(answer))
-        if not data:
-            break
-        answer += data
+    answer = recv_exact(s, 32)
     took = time.time() - start
     s.close()
     tap(f"client: {mib} MiB sent, the server's SHA-256 of them matches", answer == h.digest(),
@@ -312,12 +318,7 @@ def bench(ip, port, rnd, mib, pings):
             for _ in range(mib):
                 s.sendall(buf)
             s.shutdown(socket.SHUT_WR)
-            answer = b""
-            while len(answer) < 8:
-                data = s.recv(8 - len(answer))
-                if not data:
-                    break
-                answer += data
+            answer = recv_exact(s, 8)
             took = time.perf_counter() - start
             s.close()
             ok = len(answer) == 8 and struct.unpack("=Q", answer)[0] == mib << 20
