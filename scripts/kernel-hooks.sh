@@ -116,7 +116,7 @@ edit_rust_helpers() {
 # kernel::rdma, kernel::capability, kernel::net::device, kernel::net::namespace,
 # kernel::net::tcp, kernel::net::udp.
 edit_rust_lib() {
-	insert_after "$1" '^pub mod rbtree;$' '#[cfg(CONFIG_INFINIBAND = "y")]\npub mod rdma;'
+	insert_after "$1" '^pub mod rbtree;$' '#[cfg(any(CONFIG_INFINIBAND = "y", erdma_rs_kernel_in_module))]\npub mod rdma;'
 	insert_after "$1" '^pub mod build_assert;$' 'pub mod capability;'
 	insert_before "$1" '^pub mod rbtree;$' 'pub mod ratelimit;'
 }

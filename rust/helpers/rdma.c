@@ -9,7 +9,7 @@
 #include <linux/iommu.h>
 #include <linux/iommu-dma.h>
 
-#if IS_BUILTIN(CONFIG_INFINIBAND)
+#if IS_BUILTIN(CONFIG_INFINIBAND) || defined(ERDMA_RS_KERNEL_IN_MODULE)
 
 __rust_helper u64
 rust_helper_rdma_user_mmap_get_offset(const struct rdma_user_mmap_entry *entry)

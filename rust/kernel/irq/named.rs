@@ -83,9 +83,22 @@ pub struct NamedRegistration<'a, T: Handler> {
     #[pin]
     registration: Registration<'a, T>,
     name: CString,
-    hint: Option<CpumaskVar>,
+    hint: Option<Hint>,
     irq: u32,
 }
+
+/// The affinity mask of one registration's hint, owned by it alone.
+struct Hint(CpumaskVar);
+
+// SAFETY: A `Hint` owns its mask: inline, or (with `CONFIG_CPUMASK_OFFSTACK`) an allocation
+// nothing else points to but the IRQ core's hint, which only reads it. Nothing writes the mask
+// after it is made, so moving a `Hint` to another thread moves an owned value. (`CpumaskVar`
+// itself is not `Send` with `CONFIG_CPUMASK_OFFSTACK`, which Debian's kernels set.)
+unsafe impl Send for Hint {}
+
+// SAFETY: Nothing writes the mask after it is made (see `Send` above): shared references only
+// read it.
+unsafe impl Sync for Hint {}
 
 impl<'a, T: Handler + 'a> NamedRegistration<'a, T> {
     /// Registers `handler` for `request` under `name`, and hints that the IRQ should be handled
@@ -108,10 +121,10 @@ impl<'a, T: Handler + 'a> NamedRegistration<'a, T> {
         // The name lives in its own allocation, so moving the `CString` into `Self` does not
         // move the bytes `request_irq()` keeps a pointer to.
         let name_ptr: *const CStr = &*name;
-        let hint = cpu.map(|cpu| -> Result<CpumaskVar> {
+        let hint = cpu.map(|cpu| -> Result<Hint> {
             let mut mask = CpumaskVar::new_zero(GFP_KERNEL)?;
             mask.set(cpu);
-            Ok(mask)
+            Ok(Hint(mask))
         });
 
         try_pin_init!(Self {
@@ -128,7 +141,7 @@ impl<'a, T: Handler + 'a> NamedRegistration<'a, T> {
                     // SAFETY: `irq` is registered (above), and `mask` is a valid cpumask that
                     // stays pinned inside `Self` until `drop` withdraws the hint.
                     let _ = unsafe {
-                        bindings::__irq_apply_affinity_hint(*irq, mask.as_raw(), true)
+                        bindings::__irq_apply_affinity_hint(*irq, mask.0.as_raw(), true)
                     };
                 }
             },

@@ -37,7 +37,9 @@
 //!
 //! impl PernetOps for Counted {
 //!     type State = u64;
-//!     const ID: &'static PernetId = &COUNTED;
+//!     fn id() -> &'static PernetId {
+//!         &COUNTED
+//!     }
 //!
 //!     fn init(_net: &Net) -> Result<u64> {
 //!         LIVE.fetch_add(1, Ordering::Relaxed);
@@ -149,7 +151,11 @@ pub trait PernetOps: 'static {
     type State: Send + Sync;
 
     /// The storage id of these operations: a `static` [`PernetId`] of the implementation.
-    const ID: &'static PernetId;
+    ///
+    /// (A function, not an associated `const`: a constant that refers to a `static` with
+    /// interior mutability needs Rust 1.86, and the kernel crate also builds with the rustc of
+    /// Debian's kernels, 1.85.)
+    fn id() -> &'static PernetId;
 
     /// Makes the state for `net`, a namespace being made (or existing when the operations
     /// register). An error fails the namespace's creation (or the registration). Process
@@ -164,11 +170,11 @@ pub trait PernetOps: 'static {
 }
 
 /// A registration of [`PernetOps`] `T`: every network namespace has `T`'s state while it lives.
-/// One at a time per `T` (its [`PernetOps::ID`]): a second fails with `EBUSY`.
+/// One at a time per `T` (its [`PernetOps::id`]): a second fails with `EBUSY`.
 ///
 /// # Invariants
 ///
-/// Once `registered`, `ops` is registered with the networking core until drop, with `T::ID` as
+/// Once `registered`, `ops` is registered with the networking core until drop, with `T::id()` as
 /// its id (taken by this registration) and
 /// `size_of::<T::State>()` bytes of generic storage per namespace, which hold an initialised
 /// `T::State` between `T`'s init and exit callbacks for that namespace.
@@ -202,7 +208,7 @@ impl<T: PernetOps> PernetRegistration<T> {
             _t: PhantomData,
         }? Error)
         .pin_chain(|mut this| {
-            if T::ID.taken.swap(true, Ordering::AcqRel) {
+            if T::id().taken.swap(true, Ordering::AcqRel) {
                 return Err(EBUSY);
             }
             let ops = this.ops.get();
@@ -212,12 +218,12 @@ impl<T: PernetOps> PernetRegistration<T> {
                 ops.write(core::mem::zeroed());
                 (*ops).init = Some(Self::init_callback);
                 (*ops).exit = Some(Self::exit_callback);
-                (*ops).id = T::ID.id.get();
+                (*ops).id = T::id().id.get();
                 (*ops).size = core::mem::size_of::<T::State>();
             }
             // SAFETY: `ops` is fully set up and pinned; it stays registered until drop.
             if let Err(e) = to_result(unsafe { bindings::register_pernet_subsys(ops) }) {
-                T::ID.taken.store(false, Ordering::Release);
+                T::id().taken.store(false, Ordering::Release);
                 return Err(e);
             }
             *this.as_mut().project().registered = true;
@@ -231,9 +237,9 @@ impl<T: PernetOps> PernetRegistration<T> {
     ///
     /// `net` must be a live namespace, from a callback of the registration of `T`.
     unsafe fn slot(net: *mut bindings::net) -> *mut T::State {
-        // SAFETY: As the caller guarantees, the storage of `T::ID` in `net` exists and is
+        // SAFETY: As the caller guarantees, the storage of `T::id()` in `net` exists and is
         // `size_of::<T::State>()` bytes, suitably aligned.
-        unsafe { bindings::net_generic(net, T::ID.get()).cast::<T::State>() }
+        unsafe { bindings::net_generic(net, T::id().get()).cast::<T::State>() }
     }
 
     extern "C" fn init_callback(net: *mut bindings::net) -> core::ffi::c_int {
@@ -266,6 +272,6 @@ impl<T: PernetOps> PinnedDrop for PernetRegistration<T> {
         // SAFETY: `ops` is registered (`registered`); unregistering calls exit for every
         // namespace.
         unsafe { bindings::unregister_pernet_subsys(self.ops.get()) };
-        T::ID.taken.store(false, Ordering::Release);
+        T::id().taken.store(false, Ordering::Release);
     }
 }

@@ -52,6 +52,7 @@ use crate::{
         Reply, //
     },
     consts::{
+        multiple_of,
         CQE_SIZE,
         WQEBB_SIZE, //
     },
@@ -206,7 +207,7 @@ impl Slots {
         outcome: Outcome,
     ) -> core::result::Result<(), BadCompletion> {
         let slot = self.in_flight(start).ok_or(BadCompletion::NotInFlight)?;
-        if cookie != Some(slot as u64) || !start.is_multiple_of(CMD_WQEBBS) {
+        if cookie != Some(slot as u64) || !multiple_of(u64::from(start), u64::from(CMD_WQEBBS)) {
             return Err(BadCompletion::Mismatch);
         }
         self.pos_slot[cmd_pos(start)] = None;

@@ -3,6 +3,13 @@
 //! Numbers of the adapter's interface, each stated once: entry sizes, limits, opcodes, object
 //! types and the doorbell spaces of BAR0 (erdma_rs_hw 2.1, 3, 5, 6, 9).
 
+/// Whether `x` is a multiple of `n` (`n` > 0). Rust has `is_multiple_of` from 1.87; the driver
+/// also builds with the rustc Debian's kernels are built with, 1.85 (issue 32).
+#[allow(clippy::manual_is_multiple_of)]
+pub(crate) const fn multiple_of(x: u64, n: u64) -> bool {
+    x % n == 0
+}
+
 /// Bytes of a send-queue basic block (WQEBB), of the command queue's too.
 pub(crate) const WQEBB_SIZE: usize = 32;
 /// Bytes of a receive-queue entry.

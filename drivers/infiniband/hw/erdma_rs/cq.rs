@@ -26,6 +26,7 @@ use crate::{
         DestroyCq, //
     },
     consts::{
+        multiple_of,
         CQE_SIZE,
         CQ_PAGE_SIZES,
         KERNEL_CQ_BYTES,
@@ -120,7 +121,7 @@ impl Cq {
             let req: CreateReq = udata.read_in(size_of::<CreateReq>())?;
             // The buffer must hold every entry (the C driver does not check this).
             let need = u64::from(depth) * cqe_size;
-            if !req.qbuf_va.is_multiple_of(cqe_size)
+            if !multiple_of(req.qbuf_va, cqe_size)
                 || u64::from(req.qbuf_len) < need
                 || req.qbuf_va.checked_add(need).is_none()
             {

@@ -26,6 +26,7 @@ use kernel::{
 };
 
 use crate::consts::{
+    multiple_of,
     INLINE_MTT,
     MAX_MTT_LEVELS, //
 };
@@ -321,7 +322,7 @@ impl DbRecord {
     ) -> Result<Self> {
         let page_size = PAGE_SIZE as u64;
         let offset = va % page_size;
-        if !va.is_multiple_of(8) || offset + len > page_size {
+        if !multiple_of(va, 8) || offset + len > page_size {
             return Err(EINVAL);
         }
         let page_va = va - offset;

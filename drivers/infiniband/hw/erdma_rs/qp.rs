@@ -63,6 +63,7 @@ use crate::{
         QueueMttCfg, //
     },
     consts::{
+        multiple_of,
         qp_type,
         GSI_QPN,
         INLINE_MTT,
@@ -412,7 +413,7 @@ impl Qp {
             // The buffer must hold both queues (the C driver does not check the receive
             // queue), and queue offsets reach the adapter in 4 KiB units.
             let need = rq_offset + rq_bytes;
-            if !req.qbuf_va.is_multiple_of(4096)
+            if !multiple_of(req.qbuf_va, 4096)
                 || u64::from(req.qbuf_len) < need
                 || req.qbuf_va.checked_add(need).is_none()
             {

@@ -101,7 +101,9 @@ pub(crate) struct ReservedPorts;
 
 impl PernetOps for ReservedPorts {
     type State = KVec<TcpSocket>;
-    const ID: &'static PernetId = &RESERVED;
+    fn id() -> &'static PernetId {
+        &RESERVED
+    }
 
     fn init(net: &Net) -> Result<KVec<TcpSocket>> {
         let base = crate::module_parameters::reserve_ports_base.value();

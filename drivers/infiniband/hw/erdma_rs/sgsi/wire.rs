@@ -25,7 +25,10 @@ use zerocopy::{
     IntoBytes, //
 };
 
-use crate::formats::low32;
+use crate::{
+    consts::multiple_of,
+    formats::low32, //
+};
 
 /// The UDP port of RoCEv2.
 pub(crate) const ROCE_PORT: u16 = 4791;
@@ -214,7 +217,7 @@ pub(crate) fn build(
     dport: u16,
     out: &mut [u8; MAX_PACKET],
 ) -> Result<usize> {
-    if payload.len() > MAX_PAYLOAD || !payload.len().is_multiple_of(4) {
+    if payload.len() > MAX_PAYLOAD || !multiple_of(payload.len() as u64, 4) {
         return Err(EMSGSIZE);
     }
     let hdr = UdHeaders {
