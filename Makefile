@@ -14,6 +14,9 @@
 #   make package  Debian packages for an ECS instance in out/package
 #                 (Documentation/infiniband/erdma_rs_ecs.rst)
 #
+#   make debian-module, make debian-spike  erdma_rs for Debian's own kernel
+#                 (issue 32, in progress; Documentation/infiniband/erdma_rs_ecs.rst)
+#
 # Pieces: setup, model, kernel, module (fast path: the erdma_rs module only),
 # rootfs, vm (boot a guest: make vm RUN='cmd'), rustfmt (format our kernel
 # Rust), clippy (lint it), clean.
@@ -40,7 +43,7 @@ KERNEL_FLAVOR ?= debug
 export KERNEL_FLAVOR
 EMU := $(CARGO_TARGET_DIR)/release/erdma-emu
 
-.PHONY: all demo check bench fuzz package setup model kernel module rootfs vm rustfmt clippy clean help
+.PHONY: all demo check bench fuzz package debian-module debian-spike setup model kernel module rootfs vm rustfmt clippy clean help
 
 all: setup model kernel
 
@@ -95,6 +98,15 @@ fuzz:
 # Documentation/infiniband/erdma_rs_ecs.rst).
 package:
 	@scripts/package.sh
+
+# Issue 32, not part of check yet: erdma_rs built for Debian's own kernel
+# (DEBIAN_KERNEL, 7.3.4+deb13-cloud-amd64 by default) in a trixie build root
+# (scripts/debian-module.sh), and that kernel booted to load it
+# (scripts/debian-spike.sh --driver). About 20 minutes cold, a minute warm.
+debian-module:
+	@scripts/debian-module.sh
+debian-spike:
+	@scripts/debian-spike.sh --driver
 
 clean:
 	rm -rf out

@@ -15,18 +15,64 @@
 # hash comes from the crate's name and the compiler's version) are checked
 # against Debian's Module.symvers.
 #
-# Prints the prepared tree's path inside the build root last (/build/linux).
-# Cached: a second run with the same build root and this script does nothing.
+# With --ours it then makes /build/linux-erdma: the same tree with this
+# repository's kernel overlay (rust/, drivers/) and hook edits
+# (scripts/kernel-hooks.sh), prepared with the cfg erdma_rs_kernel_in_module
+# (Rust) and ERDMA_RS_KERNEL_IN_MODULE (C): its kernel crate, with our
+# abstractions (kernel::rdma, kernel::net's sockets, ...), and its C helpers
+# are linked into the erdma_rs module (scripts/debian-module.sh), which so
+# carries what Debian's vmlinux does not have; kernel::rdma is built there
+# though Debian's ib_core is a module, whose exports the module then uses.
+#
+# Prints the prepared tree's path inside the build root last (/build/linux,
+# or /build/linux-erdma with --ours). Cached by the build root, this script
+# and (--ours) the overlay's and the hooks' content.
 
 _step_name=debian-kbuild
 . "$(dirname "$0")/lib.sh"
 
+ours=0
+[ "${1:-}" = --ours ] && ours=1
 root=$("$TOP/scripts/debian-buildroot.sh" | tail -n 1)
 [ -d "$root" ] || die "no build root (scripts/debian-buildroot.sh)"
-key=$(key_of "$root" "$0")
+# The recipe's version: bump it when the steps of /build/kbuild.sh change.
+key=$(key_of "$root" "debian-kbuild 1")
 stamp=$root/build/linux.stamp
+
+# ours_tree: /build/linux-erdma from the prepared /build/linux.
+ours_tree() {
+	local t=$root/build/linux-erdma okey f
+	okey=$(key_of "$key" "$TOP/scripts/kernel-hooks.sh" \
+		"$(cd "$TOP" && find rust drivers scripts/kernel-hooks -type f | LC_ALL=C sort | xargs sha256sum)")
+	if stamp_ok "$t.stamp" "$okey"; then
+		say "our kernel tree for $DEBIAN_KERNEL, prepared: ok ($t)"
+		echo /build/linux-erdma
+		return 0
+	fi
+	rm -rf "$t" "$t.stamp" "$root/build/hooks"
+	cp -a "$root/build/linux" "$t"
+	(cd "$TOP" && find rust drivers -type f) | while read -r f; do
+		[ ! -e "$t/$f" ] || die "overlay file $f would replace a file of Debian's kernel"
+		mkdir -p "$(dirname "$t/$f")"
+		cp "$TOP/$f" "$t/$f"
+	done
+	(
+		KSRC=$t KERNEL_DIR=$root/build/hooks
+		. "$TOP/scripts/kernel-hooks.sh"
+		apply_kernel_hooks
+	)
+	run_logged "our kernel tree for $DEBIAN_KERNEL: modules_prepare (the kernel crate with our abstractions)" \
+		"$root/build/kbuild-erdma.log" in_buildroot "$root" make -C /build/linux-erdma ARCH=x86 \
+		CROSS_COMPILE=x86_64-linux-gnu- CC=x86_64-linux-gnu-gcc-14 HOSTCC=gcc-14 KERNELRELEASE="$DEBIAN_KERNEL" \
+		KRUSTFLAGS="--cfg erdma_rs_kernel_in_module" KCFLAGS="-DERDMA_RS_KERNEL_IN_MODULE" -j"$(nproc)" modules_prepare
+	nm "$t/rust/kernel.o" | grep -q '6kernel4rdma' || die "our kernel crate for $DEBIAN_KERNEL has no kernel::rdma; read $root/build/kbuild-erdma.log"
+	echo "$okey" >"$t.stamp"
+	echo /build/linux-erdma
+}
+
 if stamp_ok "$stamp" "$key"; then
 	say "Debian's kernel tree, prepared: ok ($root/build/linux)"
+	[ $ours = 1 ] && ours_tree && exit 0
 	echo /build/linux
 	exit 0
 fi
@@ -59,11 +105,12 @@ run_logged "Debian's kernel tree: unpack, configure, modules_prepare (the kernel
 	"$root/build/kbuild.log" in_buildroot "$root" bash /build/kbuild.sh
 
 # The kernel crate is the one in Debian's vmlinux: its symbols' crate hash.
-ours=$(nm "$root/build/linux/rust/kernel.o" | awk '$2 == "T" && $3 ~ /^_RNv.*6kernel5print11call_printk$/ { print $3 }')
-[ -n "$ours" ] || die "no kernel::print::call_printk in the rebuilt kernel crate ($root/build/linux/rust/kernel.o)"
-grep -q "^0x[0-9a-f]*	$ours	vmlinux	" "$root/build/linux/Module.symvers" ||
-	die "the rebuilt kernel crate's symbols are not Debian's: $ours is not in Debian's Module.symvers" \
+mine=$(nm "$root/build/linux/rust/kernel.o" | awk '$2 == "T" && $3 ~ /^_RNv.*6kernel5print11call_printk$/ { print $3 }')
+[ -n "$mine" ] || die "no kernel::print::call_printk in the rebuilt kernel crate ($root/build/linux/rust/kernel.o)"
+grep -q "^0x[0-9a-f]*	$mine	vmlinux	" "$root/build/linux/Module.symvers" ||
+	die "the rebuilt kernel crate's symbols are not Debian's: $mine is not in Debian's Module.symvers" \
 		"($(grep -o '_R[^	]*6kernel5print11call_printk' "$root/build/linux/Module.symvers"))"
-say "the rebuilt kernel crate's symbols are those of Debian's vmlinux ($ours)"
+say "the rebuilt kernel crate's symbols are those of Debian's vmlinux ($mine)"
 echo "$key" >"$stamp"
+[ $ours = 1 ] && ours_tree && exit 0
 echo /build/linux

@@ -11,6 +11,11 @@
 # running kernel's, the kernel's taint flags, the module's log lines, and
 # every kernel log line about the module's symbols or its taint; unloads it.
 #
+# With --driver it also loads erdma_rs itself (scripts/debian-module.sh),
+# with the RDMA core modules it depends on taken from Debian's
+# linux-modules-$DEBIAN_KERNEL (decompressed here: busybox's modprobe does not
+# decompress), and unloads it: the kernel's and ib_core's symbols resolve.
+#
 # Exits 0 only when the module loaded and unloaded, its vermagic is the
 # kernel's and the only taint is out-of-tree (O) and unsigned (E). Output
 # in out/debian-spike/ (console.log: the guest's console).
@@ -18,6 +23,10 @@
 _step_name=debian-spike
 . "$(dirname "$0")/lib.sh"
 
+driver=0
+[ "${1:-}" = --driver ] && driver=1
+drv_ko=""
+[ $driver = 0 ] || drv_ko=$("$TOP/scripts/debian-module.sh" | tail -n 1)
 OUT=$TOP/out/debian-spike
 rm -rf "$OUT" && mkdir -p "$OUT"
 tree=$("$TOP/scripts/debian-kbuild.sh" | tail -n 1)
@@ -39,11 +48,14 @@ img=$root/build/image-$DEBIAN_KERNEL_VERSION
 # Debian's vmlinuz: in linux-binary-K (linux-image-K depends on it), under
 # /usr/lib/modules/K.
 vmlinuz=$img/usr/lib/modules/$K/vmlinuz
-if [ ! -f "$vmlinuz" ]; then
+if [ ! -f "$vmlinuz" ] || [ ! -f "$img/usr/lib/modules/$K/modules.dep" ]; then
 	rm -rf "$root/build/debs" "$img" && mkdir -p "$root/build/debs"
 	run_logged "downloading linux-image-$K $DEBIAN_KERNEL_VERSION (its linux-binary) and busybox-static" "$OUT/download.log" \
-		in_buildroot "$root" sh -c "cd /build/debs && apt-get -q download linux-image-$K=$DEBIAN_KERNEL_VERSION linux-binary-$K=$DEBIAN_KERNEL_VERSION busybox-static"
+		in_buildroot "$root" sh -c "cd /build/debs && apt-get -q download linux-image-$K=$DEBIAN_KERNEL_VERSION linux-binary-$K=$DEBIAN_KERNEL_VERSION linux-modules-$K=$DEBIAN_KERNEL_VERSION busybox-static"
 	for d in "$root"/build/debs/*.deb; do dpkg-deb -x "$d" "$img"; done
+	# The package's modules.dep is made at its installation (depmod).
+	in_buildroot "$root" depmod -b "/build/${img##*/}/usr" "$K" ||
+		die "depmod over Debian's linux-modules-$K failed"
 fi
 [ -f "$vmlinuz" ] || die "no $vmlinuz in Debian's linux-binary-$K; read $OUT/download.log"
 
@@ -57,6 +69,30 @@ done
 cp "$ko" "$ini/lib/modules/$K/extra/"
 cp "$img/usr/lib/modules/$K/modules.builtin"* "$ini/lib/modules/$K/" 2>/dev/null || true
 grep '^vermagic' "$OUT/modinfo.txt" | sed 's/^vermagic: *//' >"$ini/vermagic"
+# erdma_rs and, from Debian's modules.dep, every module it needs.
+mods=$img/usr/lib/modules/$K
+if [ -n "$drv_ko" ]; then
+	cp "$drv_ko" "$ini/lib/modules/$K/extra/erdma_rs.ko"
+	need=$(sed -n 's/^depends: *//p' "$(dirname "$drv_ko")/modinfo.txt" | tr ',' ' ')
+	done_list=" "
+	for m in $need; do
+		# "insmod PATH" for the module and every one it needs, in load order.
+		in_buildroot "$root" modprobe -d "/build/${img##*/}/usr" -S "$K" --show-depends "$m" >"$OUT/deps-$m.txt" ||
+			die "no module $m in Debian's linux-modules-$K"
+		for f in $(awk '$1 == "insmod" { print $2 }' "$OUT/deps-$m.txt"); do
+			f=${f#/build/"${img##*/}"/usr/lib/modules/"$K"/}
+			case "$done_list" in *" $f "*) continue ;; esac
+			done_list="$done_list$f "
+			mkdir -p "$ini/lib/modules/$K/$(dirname "$f")"
+			case $f in
+			*.xz) xz -dc "$mods/$f" >"$ini/lib/modules/$K/${f%.xz}" ;;
+			*.zst) zstd -qdc "$mods/$f" >"$ini/lib/modules/$K/${f%.zst}" ;;
+			*) cp "$mods/$f" "$ini/lib/modules/$K/$f" ;;
+			esac
+		done
+	done
+	say "erdma_rs and the modules it needs from Debian's linux-modules-$K:$done_list"
+fi
 cat >"$ini/init" <<'INIT'
 #!/bin/sh
 mount -t proc proc /proc
@@ -72,6 +108,13 @@ else
 	echo "spike: modprobe: FAILED ($?)"
 fi
 echo "spike: taint after: $(cat /proc/sys/kernel/tainted)"
+if [ -f /lib/modules/$(uname -r)/extra/erdma_rs.ko ]; then
+	if modprobe erdma_rs; then echo "spike: modprobe erdma_rs: ok"; else echo "spike: modprobe erdma_rs: FAILED"; fi
+	echo "spike: erdma_rs: $(grep '^erdma_rs ' /proc/modules)"
+	dmesg | grep -e erdma_rs -e 'Unknown symbol' -e 'BUG:' -e 'WARNING:' -e 'Oops' | grep -v abi_probe |
+		sed 's/^/spike: dmesg: /'
+	if rmmod erdma_rs; then echo "spike: rmmod erdma_rs: ok"; else echo "spike: rmmod erdma_rs: FAILED"; fi
+fi
 echo "spike: loaded: $(grep erdma_rs_abi_probe /proc/modules)"
 dmesg | grep -i "erdma_rs_abi_probe\|unknown symbol\|disagrees\|version magic\|taint" | sed 's/^/spike: dmesg: /'
 if rmmod erdma_rs_abi_probe; then echo "spike: rmmod: ok"; else echo "spike: rmmod: FAILED"; fi
@@ -94,6 +137,11 @@ kver=$(grep -a '^spike: kernel ' "$OUT/console.log" | awk '{ print $3 }' | tr -d
 [ "$kver" = "$K" ] || die "the guest did not run $K (it ran '$kver'); read $OUT/console.log"
 grep -aq '^spike: modprobe: ok' "$OUT/console.log" || die "the module did not load; read $OUT/console.log"
 grep -aq '^spike: rmmod: ok' "$OUT/console.log" || die "the module did not unload; read $OUT/console.log"
+if [ -n "$drv_ko" ]; then
+	grep -aq '^spike: modprobe erdma_rs: ok' "$OUT/console.log" || die "erdma_rs did not load; read $OUT/console.log"
+	grep -aq '^spike: rmmod erdma_rs: ok' "$OUT/console.log" || die "erdma_rs did not unload; read $OUT/console.log"
+	! grep -aq '^spike: dmesg: .*\(BUG:\|WARNING:\|Oops\|Unknown symbol\)' "$OUT/console.log" || die "the kernel reported trouble; read $OUT/console.log"
+fi
 grep -aq "^spike: module vermagic: $K " "$OUT/console.log" || die "the module's vermagic is not the kernel's"
 taint=$(grep -a '^spike: taint after: ' "$OUT/console.log" | awk '{ print $4 }' | tr -d '\r')
 # O (out-of-tree) is bit 12, E (unsigned) bit 13: nothing else.
