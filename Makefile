@@ -14,7 +14,7 @@
 #   make package  Debian packages for an ECS instance in out/package
 #                 (Documentation/infiniband/erdma_rs_ecs.rst)
 #
-#   make debian-module, make debian-spike  erdma_rs for Debian's own kernel
+#   make debian-module, debian-spike, debian-package  erdma_rs for Debian's own kernel
 #                 (issue 32, in progress; Documentation/infiniband/erdma_rs_ecs.rst)
 #
 # Pieces: setup, model, kernel, module (fast path: the erdma_rs module only),
@@ -43,7 +43,7 @@ KERNEL_FLAVOR ?= debug
 export KERNEL_FLAVOR
 EMU := $(CARGO_TARGET_DIR)/release/erdma-emu
 
-.PHONY: all demo check bench fuzz package debian-module debian-spike setup model kernel module rootfs vm rustfmt clippy clean help
+.PHONY: all demo check bench fuzz package debian-module debian-spike debian-package setup model kernel module rootfs vm rustfmt clippy clean help
 
 all: setup model kernel
 
@@ -107,6 +107,9 @@ debian-module:
 	@scripts/debian-module.sh
 debian-spike:
 	@scripts/debian-spike.sh --driver
+# The module package erdma-rs-modules-$(DEBIAN_KERNEL) in out/debian-package.
+debian-package:
+	@scripts/debian-package.sh
 
 clean:
 	rm -rf out

@@ -1,0 +1,97 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# debian-package.sh: the module package for Debian's own kernel (issue 32),
+# erdma-rs-modules-$DEBIAN_KERNEL, in out/debian-package/:
+#   /usr/lib/modules/K/updates/erdma-rs/erdma_rs.ko  the driver
+#       (scripts/debian-module.sh), in updates/, which depmod searches first;
+#   /etc/modprobe.d/erdma-rs.conf  the driver choice (as the erdma-rs
+#       package of make package has it: Debian's kernels have no erdma, but
+#       erdma_rs has no PCI alias of its own, so udev needs the file to load
+#       it);
+#   the ECS page.
+# It depends on exactly the kernel package it was built for
+# (linux-image-K (= DEBIAN_KERNEL_VERSION)) and conflicts with the erdma-rs
+# package (the same conffile, for our own kernel). Its postinst runs depmod
+# for K and says so, clearly, when the running kernel is another: the
+# driver is then loaded only after a reboot into K. A new Debian kernel is a
+# rebuild: DEBIAN_KERNEL=... DEBIAN_KERNEL_VERSION=... (scripts/versions.sh).
+# Versioned after the tree, as make package's, with the time of its last
+# commit.
+
+_step_name=debian-package
+. "$(dirname "$0")/lib.sh"
+
+OUT=${PACKAGE_OUT:-$TOP/out/debian-package}
+K=$DEBIAN_KERNEL
+ko=${DEBIAN_MODULE_KO:-}
+[ -n "$ko" ] || ko=$("$TOP/scripts/debian-module.sh" | tail -n 1)
+[ -f "$ko" ] || die "no erdma_rs.ko for $K (scripts/debian-module.sh)"
+grep -q "^vermagic: *$K " "$(dirname "$ko")/modinfo.txt" ||
+	die "$ko is not built for $K: $(grep '^vermagic' "$(dirname "$ko")/modinfo.txt")"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+
+commit=$(git -C "$TOP" rev-parse --short=12 HEAD)
+count=$(git -C "$TOP" rev-list --count HEAD)
+dirty=""
+git -C "$TOP" diff --quiet HEAD -- 2>/dev/null || dirty=.dirty
+epoch=$(git -C "$TOP" log -1 --format=%ct)
+pkgver="${DEBIAN_KERNEL_VERSION%%-*}-1erdmars.$count.g$commit$dirty"
+name=erdma-rs-modules-$K
+
+pkg=$OUT/$name.tree
+mkdir -p "$pkg/DEBIAN" "$pkg/usr/lib/modules/$K/updates/erdma-rs" "$pkg/etc/modprobe.d" \
+	"$pkg/usr/share/doc/$name"
+install -m 0644 "$ko" "$pkg/usr/lib/modules/$K/updates/erdma-rs/erdma_rs.ko"
+install -m 0644 "$TOP/scripts/package/erdma-rs.conf" "$pkg/etc/modprobe.d/erdma-rs.conf"
+install -m 0644 "$TOP/Documentation/infiniband/erdma_rs_ecs.rst" "$pkg/usr/share/doc/$name/"
+install -m 0644 "$TOP/scripts/package/copyright" "$pkg/usr/share/doc/$name/copyright"
+echo /etc/modprobe.d/erdma-rs.conf >"$pkg/DEBIAN/conffiles"
+cat >"$pkg/DEBIAN/control" <<EOF
+Package: $name
+Version: $pkgver
+Architecture: amd64
+Maintainer: The erdma-rs developers <erdma-rs@localhost>
+Depends: linux-image-$K (= $DEBIAN_KERNEL_VERSION), kmod
+Conflicts: erdma-rs
+Section: kernel
+Priority: optional
+Installed-Size: $(du -sk --exclude=DEBIAN "$pkg" | cut -f1)
+Description: Elastic RDMA Adapter driver erdma_rs for Debian's kernel $K
+ The Rust driver erdma_rs for the Alibaba Cloud Elastic RDMA Adapter (PCI
+ 1ded:107f), built for Debian's own linux-image-$K ($DEBIAN_KERNEL_VERSION),
+ unmodified, with the compilers that kernel was built with. udev loads it for
+ the adapter (/etc/modprobe.d/erdma-rs.conf). The module is not signed: on an
+ instance with Secure Boot, sign it with a Machine Owner Key first (see
+ /usr/share/doc/$name/erdma_rs_ecs.rst).
+EOF
+cat >"$pkg/DEBIAN/postinst" <<EOF
+#!/bin/sh
+set -e
+if [ "\$1" = configure ]; then
+	depmod -a $K
+	if [ "\$(uname -r)" != "$K" ]; then
+		echo "erdma-rs: erdma_rs is installed for the kernel $K, but \$(uname -r) is running:"
+		echo "erdma-rs: reboot into $K to use it (it will not load into another kernel)."
+	fi
+fi
+exit 0
+EOF
+cat >"$pkg/DEBIAN/postrm" <<EOF
+#!/bin/sh
+set -e
+if [ "\$1" = remove ] || [ "\$1" = purge ]; then
+	[ ! -d /usr/lib/modules/$K ] || depmod -a $K
+fi
+exit 0
+EOF
+chmod 0755 "$pkg/DEBIAN/postinst" "$pkg/DEBIAN/postrm"
+find "$pkg" -exec touch -h -d "@$epoch" {} +
+deb=$OUT/${name}_${pkgver}_amd64.deb
+dpkg-deb --root-owner-group -Zxz --build "$pkg" "$deb" >/dev/null ||
+	die "dpkg-deb could not build $name"
+rm -rf "$pkg"
+(cd "$OUT" && sha256sum ./*.deb >SHA256SUMS)
+say "done: $deb ($(du -k "$deb" | cut -f1) KiB)"
+echo "$deb"
