@@ -3,7 +3,11 @@
 #
 # build-ecs-image.sh: the rehearsal's instance, a Debian trixie disk image as a
 # stock ECS instance has it (systemd, udev, an initramfs, Debian's cloud kernel,
-# the distribution's rdma-core), made with debootstrap into the cache:
+# the distribution's rdma-core, nftables), made with debootstrap into the cache.
+# Its kernel is Debian's linux-image-$DEBIAN_KERNEL of trixie-backports (the
+# 7.3 cloud kernel the module package of scripts/debian-package.sh is built
+# for), installed with apt from Debian's package as an instance's owner
+# installs it: no other kernel is on the image.
 #   $ERDMA_CACHE/ecs-image/KEY/disk.raw   ext4, label erdma-root (the whole disk)
 #   $ERDMA_CACHE/ecs-image/KEY/vmlinuz    Debian's cloud kernel and its
 #   $ERDMA_CACHE/ecs-image/KEY/initrd     initramfs, which QEMU boots directly
@@ -23,7 +27,8 @@ _step_name=ecs-image
 
 RUST_TOOLCHAIN=$(dirname "$(dirname "$(rustup which rustc 2>/dev/null || command -v rustc)")")
 [ -x "$RUST_TOOLCHAIN/bin/rustc" ] || die "no Rust toolchain found (rustup which rustc)"
-key=$(key_of "$GUEST_SUITE" "$ECS_PACKAGES" "$(rustc -vV)" "$0" "$TOP/scripts/guest/erdma-payload.service")
+key=$(key_of "$GUEST_SUITE" "$ECS_PACKAGES" "$DEBIAN_KERNEL" "$DEBIAN_KERNEL_VERSION" "$(rustc -vV)" "$0" \
+	"$TOP/scripts/guest/erdma-payload.service")
 dir=$ERDMA_CACHE/ecs-image/$key
 
 if stamp_ok "$dir.stamp" "$key" && [ -f "$dir/disk.raw" ]; then
@@ -45,6 +50,13 @@ in_root() { chroot "$root" "$@"; }
 echo "LABEL=erdma-root / ext4 rw,errors=remount-ro 0 1" >"$root/etc/fstab"
 echo ecs-instance >"$root/etc/hostname"
 printf 'deb %s %s main\n' "$(debian_mirror)" "$GUEST_SUITE" >"$root/etc/apt/sources.list"
+printf 'deb %s %s-backports main\n' "$(debian_mirror)" "$GUEST_SUITE" >>"$root/etc/apt/sources.list"
+# Debian's kernel, from trixie-backports (its postinst makes the initramfs).
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+run_logged "apt-get install linux-image-$DEBIAN_KERNEL ($DEBIAN_KERNEL_VERSION)" "$dir/kernel.log" \
+	in_buildroot "$root" sh -c "apt-get -q update && DEBIAN_FRONTEND=noninteractive apt-get -q -y \
+		--no-install-recommends install -t $GUEST_SUITE-backports linux-image-$DEBIAN_KERNEL=$DEBIAN_KERNEL_VERSION"
+rm -f "$root/etc/resolv.conf"
 in_root passwd -d root >/dev/null # console login for whoever debugs a rehearsal
 # Timers that would run apt or scrubs in the middle of a test.
 for t in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer; do
@@ -63,7 +75,7 @@ in_root ldconfig
 in_root /usr/local/bin/rustc --version >/dev/null || die "the copied rustc does not run in the image"
 
 # Debian's cloud kernel and its initramfs (made by the kernel's postinst).
-k=$(cd "$root/boot" && ls vmlinuz-* | head -n 1)
+k=vmlinuz-$DEBIAN_KERNEL
 [ -n "$k" ] && [ -f "$root/boot/initrd.img-${k#vmlinuz-}" ] ||
 	die "the image has no kernel and initramfs in /boot; read $dir/debootstrap.log"
 cp "$root/boot/$k" "$dir/vmlinuz"

@@ -26,7 +26,8 @@
 #
 # Prints the prepared tree's path inside the build root last (/build/linux,
 # or /build/linux-erdma with --ours). Cached by the build root, this script
-# and (--ours) the overlay's and the hooks' content.
+# and (--ours) the content of the overlay's kernel crate, the hooks and the
+# Kconfig files.
 
 _step_name=debian-kbuild
 . "$(dirname "$0")/lib.sh"
@@ -42,8 +43,12 @@ stamp=$root/build/linux.stamp
 # ours_tree: /build/linux-erdma from the prepared /build/linux.
 ours_tree() {
 	local t=$root/build/linux-erdma okey f
-	okey=$(key_of "$key" "$TOP/scripts/kernel-hooks.sh" \
-		"$(cd "$TOP" && find rust drivers scripts/kernel-hooks -type f | LC_ALL=C sort | xargs sha256sum)")
+	# (What modules_prepare reads of ours: rust/, the hooks, and the Kconfig
+	# files they source; the driver's code is the module's, built by
+	# scripts/debian-module.sh, and an edit of it does not prepare again.)
+	okey=$(key_of "$key" "$TOP/scripts/kernel-hooks.sh" "$TOP/Kconfig" \
+		"$(cd "$TOP" && find rust scripts/kernel-hooks drivers -type f \( -path 'rust/*' -o -path 'scripts/*' \
+			-o -name Kconfig -o -name Makefile \) | LC_ALL=C sort | xargs sha256sum)")
 	if stamp_ok "$t.stamp" "$okey"; then
 		say "our kernel tree for $DEBIAN_KERNEL, prepared: ok ($t)"
 		echo /build/linux-erdma
@@ -51,7 +56,7 @@ ours_tree() {
 	fi
 	rm -rf "$t" "$t.stamp" "$root/build/hooks"
 	cp -a "$root/build/linux" "$t"
-	(cd "$TOP" && find rust drivers -type f) | while read -r f; do
+	(cd "$TOP" && find rust -type f && find drivers -type f \( -name Kconfig -o -name Makefile \)) | while read -r f; do
 		[ ! -e "$t/$f" ] || die "overlay file $f would replace a file of Debian's kernel"
 		mkdir -p "$(dirname "$t/$f")"
 		cp "$TOP/$f" "$t/$f"

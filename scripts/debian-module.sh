@@ -20,7 +20,10 @@
 # kernel and ib_core by the module loader.
 #
 # Writes out/debian-module/erdma_rs.ko (debug information stripped) and
-# erdma_kverbs_test.ko, and prints the first's path last.
+# erdma_kverbs_test.ko, and prints the first's path last. Cached by its
+# inputs in $ERDMA_CACHE/debian-module/KEY: the prepared tree's key (the
+# build root, Debian's kernel, our kernel crate), the driver's files and
+# these scripts.
 
 _step_name=debian-module
 . "$(dirname "$0")/lib.sh"
@@ -30,6 +33,15 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 tree=$("$TOP/scripts/debian-kbuild.sh" --ours | tail -n 1)
 root=$(readlink -f "$ERDMA_CACHE/debian-buildroot/current")
 K=$DEBIAN_KERNEL
+mkey=$(key_of "$(cat "$root$tree.stamp")" "$0" "$TOP/scripts/debian/kernel_crate_link.py" \
+	"$(cd "$TOP" && find drivers/infiniband/hw/erdma_rs -type f | LC_ALL=C sort | xargs sha256sum)")
+cache=$ERDMA_CACHE/debian-module/$mkey
+if stamp_ok "$cache.stamp" "$mkey" && [ -f "$cache/erdma_rs.ko" ]; then
+	cp "$cache"/* "$OUT/"
+	say "erdma_rs for $K: ok, built before ($cache)"
+	echo "$OUT/erdma_rs.ko"
+	exit 0
+fi
 mod=$root/build/erdma_rs
 rm -rf "$mod" && mkdir -p "$mod"
 cp -r "$TOP/drivers/infiniband/hw/erdma_rs/." "$mod/"
@@ -88,4 +100,8 @@ for m in erdma_rs erdma_kverbs_test; do
 done
 in_buildroot "$root" modinfo /build/erdma_rs/erdma_rs.ko >"$OUT/modinfo.txt"
 say "erdma_rs for $K: $(du -k "$OUT/erdma_rs.ko" | cut -f1) KiB; $(grep '^vermagic\|^depends' "$OUT/modinfo.txt" | tr -s ' ' | tr '\n' ';')"
+# Only this key's build is kept.
+rm -rf "$ERDMA_CACHE/debian-module" && mkdir -p "$cache"
+cp "$OUT"/erdma_rs.ko "$OUT"/erdma_kverbs_test.ko "$OUT"/modinfo.txt "$OUT"/left-to-vmlinux.txt "$cache/"
+echo "$mkey" >"$cache.stamp"
 echo "$OUT/erdma_rs.ko"

@@ -18,6 +18,14 @@
 # rebuild: DEBIAN_KERNEL=... DEBIAN_KERNEL_VERSION=... (scripts/versions.sh).
 # Versioned after the tree, as make package's, with the time of its last
 # commit.
+#
+# Signing, for instances with Secure Boot (whose lockdown refuses modules
+# their keys did not sign): ERDMA_SIGNING_KEY=FILE (a PEM private key) and
+# ERDMA_SIGNING_CERT=FILE (its X.509 certificate, PEM or DER; by default the
+# key file, if it holds the certificate too) sign erdma_rs.ko with Debian's
+# own sign-file (linux-headers-K), SHA-256, as the kernel signs its modules;
+# modinfo then names the signer. The certificate is the Machine Owner Key to
+# enroll (mokutil --import, erdma_rs_ecs.rst).
 
 _step_name=debian-package
 . "$(dirname "$0")/lib.sh"
@@ -44,6 +52,30 @@ pkg=$OUT/$name.tree
 mkdir -p "$pkg/DEBIAN" "$pkg/usr/lib/modules/$K/updates/erdma-rs" "$pkg/etc/modprobe.d" \
 	"$pkg/usr/share/doc/$name"
 install -m 0644 "$ko" "$pkg/usr/lib/modules/$K/updates/erdma-rs/erdma_rs.ko"
+signed=unsigned
+if [ -n "${ERDMA_SIGNING_KEY:-}" ]; then
+	cert=${ERDMA_SIGNING_CERT:-$ERDMA_SIGNING_KEY}
+	[ -r "$ERDMA_SIGNING_KEY" ] || die "ERDMA_SIGNING_KEY=$ERDMA_SIGNING_KEY cannot be read"
+	[ -r "$cert" ] || die "ERDMA_SIGNING_CERT=$cert cannot be read"
+	root=$(readlink -f "$ERDMA_CACHE/debian-buildroot/current")
+	[ -x "$root/usr/src/linux-headers-$K/scripts/sign-file" ] ||
+		die "no sign-file of linux-headers-$K in the build root (scripts/debian-buildroot.sh)"
+	# (In the build root, with Debian's sign-file and OpenSSL; the key is
+	# there only while it signs.)
+	sign=$root/build/sign
+	rm -rf "$sign" && mkdir -m 0700 "$sign"
+	trap 'rm -rf "$sign"' EXIT
+	cp "$ERDMA_SIGNING_KEY" "$sign/key" && cp "$cert" "$sign/cert" &&
+		cp "$pkg/usr/lib/modules/$K/updates/erdma-rs/erdma_rs.ko" "$sign/erdma_rs.ko"
+	in_buildroot "$root" "/usr/src/linux-headers-$K/scripts/sign-file" sha256 /build/sign/key /build/sign/cert \
+		/build/sign/erdma_rs.ko || die "sign-file could not sign erdma_rs.ko with $ERDMA_SIGNING_KEY"
+	signer=$(in_buildroot "$root" modinfo -F signer /build/sign/erdma_rs.ko)
+	[ -n "$signer" ] || die "erdma_rs.ko has no signature after sign-file"
+	install -m 0644 "$sign/erdma_rs.ko" "$pkg/usr/lib/modules/$K/updates/erdma-rs/erdma_rs.ko"
+	rm -rf "$sign"
+	signed="signed by \"$signer\""
+	say "erdma_rs.ko signed (sha256) by $signer"
+fi
 install -m 0644 "$TOP/scripts/package/erdma-rs.conf" "$pkg/etc/modprobe.d/erdma-rs.conf"
 install -m 0644 "$TOP/Documentation/infiniband/erdma_rs_ecs.rst" "$pkg/usr/share/doc/$name/"
 install -m 0644 "$TOP/scripts/package/copyright" "$pkg/usr/share/doc/$name/copyright"
@@ -62,9 +94,9 @@ Description: Elastic RDMA Adapter driver erdma_rs for Debian's kernel $K
  The Rust driver erdma_rs for the Alibaba Cloud Elastic RDMA Adapter (PCI
  1ded:107f), built for Debian's own linux-image-$K ($DEBIAN_KERNEL_VERSION),
  unmodified, with the compilers that kernel was built with. udev loads it for
- the adapter (/etc/modprobe.d/erdma-rs.conf). The module is not signed: on an
- instance with Secure Boot, sign it with a Machine Owner Key first (see
- /usr/share/doc/$name/erdma_rs_ecs.rst).
+ the adapter (/etc/modprobe.d/erdma-rs.conf). The module is $signed: on an
+ instance with Secure Boot, its key must be an enrolled Machine Owner Key
+ (see /usr/share/doc/$name/erdma_rs_ecs.rst).
 EOF
 cat >"$pkg/DEBIAN/postinst" <<EOF
 #!/bin/sh
@@ -93,5 +125,5 @@ dpkg-deb --root-owner-group -Zxz --build "$pkg" "$deb" >/dev/null ||
 	die "dpkg-deb could not build $name"
 rm -rf "$pkg"
 (cd "$OUT" && sha256sum ./*.deb >SHA256SUMS)
-say "done: $deb ($(du -k "$deb" | cut -f1) KiB)"
+say "done: $deb ($(du -k "$deb" | cut -f1) KiB, erdma_rs.ko $signed)"
 echo "$deb"

@@ -56,6 +56,38 @@ key_of() {
 	done | sha256sum | cut -c1-16
 }
 
+# test_signing_key: the path of a module signing key for tests (the
+# rehearsal signs the module package with it), made once with openssl into
+# the cache: one PEM file with the private key (RSA 3072) and its
+# self-signed certificate, CN "erdma-rs test signing key", for code signing
+# only, as the kernel's own certs/x509.genkey makes a module signing key.
+test_signing_key() {
+	local d=$ERDMA_CACHE/test-signing-key
+	if [ ! -s "$d/key.pem" ]; then
+		mkdir -p "$d"
+		cat >"$d/x509.genkey" <<'EOF'
+[ req ]
+distinguished_name = dn
+prompt = no
+x509_extensions = ext
+[ dn ]
+O = erdma-rs
+CN = erdma-rs test signing key
+[ ext ]
+basicConstraints = critical,CA:FALSE
+keyUsage = digitalSignature
+extendedKeyUsage = codeSigning
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+EOF
+		openssl req -new -x509 -newkey rsa:3072 -nodes -utf8 -sha256 -days 36500 -batch \
+			-config "$d/x509.genkey" -outform PEM -out "$d/key.pem.tmp" -keyout "$d/key.pem.tmp" \
+			>"$d/openssl.log" 2>&1 || die "openssl could not make the test signing key; read $d/openssl.log"
+		mv "$d/key.pem.tmp" "$d/key.pem"
+	fi
+	echo "$d/key.pem"
+}
+
 # stamp_ok FILE KEY: true when FILE exists and holds KEY.
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 

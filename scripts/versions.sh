@@ -22,9 +22,12 @@ RDMA_CORE_SERIES=56.1
 GUEST_PACKAGES="rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,perftest,python3-pyverbs,iproute2,kmod,busybox,pciutils,nvme-cli,fio,nfs-kernel-server,nfs-common,bsdextrautils"
 
 # The rehearsal's instance (make check, scripts/build-ecs-image.sh): a trixie
-# system as an ECS instance runs it, with Debian's cloud kernel and the
-# distribution's rdma-core, plus what an out-of-tree module build needs.
-ECS_PACKAGES="systemd-sysv,udev,dbus,initramfs-tools,zstd,e2fsprogs,linux-image-cloud-amd64,kmod,iproute2,procps,rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,make,clang-$LLVM_MAJOR,lld-$LLVM_MAJOR,llvm-$LLVM_MAJOR,libelf1t64,libc6-dev"
+# system as an ECS instance runs it, with the distribution's rdma-core, the
+# instance's own tools (nftables; nvme-cli and fio for NVMe over RDMA), and
+# what an out-of-tree module build needs; its kernel is Debian's cloud kernel
+# of trixie-backports, linux-image-$DEBIAN_KERNEL (below), installed from
+# Debian's package.
+ECS_PACKAGES="systemd-sysv,udev,dbus,initramfs-tools,zstd,e2fsprogs,kmod,iproute2,procps,nftables,nvme-cli,fio,rdma-core,ibverbs-utils,ibverbs-providers,rdmacm-utils,make,clang-$LLVM_MAJOR,lld-$LLVM_MAJOR,llvm-$LLVM_MAJOR,libelf1t64,libc6-dev"
 
 # cmtime of a newer rdma-core, for iWARP (the guest's 56.1 cannot run there:
 # its out-of-band socket takes the port of its rdma_cm listener, which an

@@ -450,11 +450,18 @@ lane_rest() {
 	# kernel, then two such instances with a RoCEv2 and an iWARP adapter each:
 	# the driver loading by itself, rdma link, ibv_devinfo, ibv_rc_pingpong and
 	# rping between them, the out-of-tree module build, the driver choice undone
-	# and redone. Last in its lane but two short scenarios (its second boot
-	# runs two guests).
+	# and redone; then Debian's own kernel with the module package (issue 32):
+	# installed with apt, udev loading the signed module, the instance's own
+	# tools, RDMA traffic on both personalities and NVMe over RDMA. Last in
+	# its lane but two short scenarios (its second boot runs two guests).
+	# Its last part (issue 32) installs the module package for Debian's own
+	# kernel (make debian-package), signed with a test key: built in a trixie
+	# build root, about 20 minutes cold, cached by its inputs (a driver
+	# change rebuilds the module alone, about a minute).
+	step debian-package env ERDMA_SIGNING_KEY="$(test_signing_key)" "$TOP/scripts/debian-package.sh" || true
 	if [ -f "$LOGS/package.log" ] && ls "$TOP"/out/package/erdma-rs_*.deb >/dev/null 2>&1; then
 		step rehearsal "$TOP/tests/rehearsal.sh" || true
-		for phase in install check; do
+		for phase in install check stock-install stock-check; do
 			[ -f "$TOP/out/vm/rehearsal-$phase.rc" ] || continue
 			cp "$TOP/out/vm/rehearsal-$phase.rc" "$LOGS/guest-rehearsal-$phase.rc"
 			ln -sf rehearsal.log "$LOGS/guest-rehearsal-$phase.log"
