@@ -92,6 +92,24 @@ edit_rust_irq() {
 edit_rust_cpu() {
 	insert_after "$1" '^use crate::\{bindings, device::Device' '\nmod online;\npub use online::{local_spread, num_online_cpus};'
 }
+# replace_line FILE OLD NEW: replace the first line that is exactly OLD by
+# NEW; fails loudly if there is none.
+replace_line() {
+	grep -qxF -- "$2" "$1" || die "hook line '$2' not found in $1 (kernel source changed?)"
+	awk -v old="$2" -v new="$3" '!done && $0 == old { print new; done = 1; next } { print }' "$1" >"$1.new"
+	mv "$1.new" "$1"
+}
+
+# Module parameters shown in sysfs, read-only (kernel::module_param_show):
+# the get operation of every parameter type, and the permissions 0444 in
+# the module! macro (upstream gives 0: not in sysfs).
+edit_rust_module_param() {
+	replace_line "$1" '            get: None,' '            get: Some($crate::module_param_show::show_param::<$ty>),'
+}
+edit_rust_macros_module() {
+	replace_line "$1" '                                perm: 0, // Will not appear in sysfs' \
+		'                                perm: 0o444, // Read-only in sysfs (kernel::module_param_show)'
+}
 
 # CondVar::wait_timeout: the uninterruptible timed wait (condvar.rs has only the
 # interruptible one).
@@ -113,12 +131,13 @@ edit_rust_helpers() {
 	insert_after "$1" '^#include "net/genetlink.c"$' '#include "net/netdevice.c"\n#include "net/sock.c"'
 }
 
-# kernel::rdma, kernel::capability, kernel::net::device, kernel::net::namespace,
-# kernel::net::tcp, kernel::net::udp.
+# kernel::rdma, kernel::capability, kernel::module_param_show,
+# kernel::net::device, kernel::net::namespace, kernel::net::tcp, kernel::net::udp.
 edit_rust_lib() {
 	insert_after "$1" '^pub mod rbtree;$' '#[cfg(any(CONFIG_INFINIBAND = "y", erdma_rs_kernel_in_module))]\npub mod rdma;'
 	insert_after "$1" '^pub mod build_assert;$' 'pub mod capability;'
 	insert_before "$1" '^pub mod rbtree;$' 'pub mod ratelimit;'
+	insert_after "$1" '^pub mod module_param;$' 'pub mod module_param_show;'
 }
 
 edit_rust_net() {
@@ -164,6 +183,8 @@ apply_kernel_hooks() {
 	hook rust/bindings/bindings_helper.h edit_bindings_helper
 	hook rust/helpers/helpers.c edit_rust_helpers
 	hook rust/kernel/lib.rs edit_rust_lib
+	hook rust/kernel/module_param.rs edit_rust_module_param
+	hook rust/macros/module.rs edit_rust_macros_module
 	hook rust/kernel/net/mod.rs edit_rust_net
 	hook rust/kernel/workqueue.rs edit_rust_workqueue
 	hook scripts/package/install-extmod-build edit_install_extmod_build

@@ -95,9 +95,11 @@ bindings() { for _p in $(erdma_functions); do echo "$_p: $(readlink "/sys/bus/pc
 if [ "$PHASE" = stock-install ]; then
 	PKG=erdma-rs-modules-$KREL
 	KVER=$(cat "$PKGDIR/kernel-version")
+	# (Its postinst copies the package's /usr/lib/modules/K/vmlinuz to /boot.)
 	check "booted Debian's $KREL, from Debian's package linux-image-$KREL ($KVER)" \
 		sh -c "[ '$(uname -r)' = '$KREL' ] && [ \"\$(dpkg-query -W -f='\${Version}' linux-image-$KREL)\" = '$KVER' ] &&
-			dpkg -S /boot/vmlinuz-$KREL | grep -q '^linux-image-$KREL:'"
+			cmp /boot/vmlinuz-$KREL /usr/lib/modules/$KREL/vmlinuz &&
+			dpkg -S /usr/lib/modules/$KREL/vmlinuz | grep -E '^linux-(image|binary)-' | grep -F -- '-$KREL: '"
 	check "Debian's kernel has no eRDMA driver of its own (no erdma, no erdma_rs)" \
 		sh -c "! modinfo erdma >/dev/null 2>&1 && ! modinfo erdma_rs >/dev/null 2>&1"
 	say "apt-get install of $(ls "$PKGDIR"/*.deb | tr '\n' ' ')"
@@ -158,18 +160,22 @@ if [ "$PHASE" = stock-check ]; then
 	# driver, as every selftest starts), then their pairs.
 	nics_up 91
 	check "modprobe erdma_rs (with the NICs addressed)" modprobe erdma_rs
+	# (udev renames the new devices: their names are read once it is done.)
+	udevadm settle --timeout=60
 	check "with the NICs up, every port is ACTIVE within 30 s" wait_for 30 all_active
 	tap_diag "$(rdma link show | tr '\n' ';')"
 	tmp=/tmp/rehearsal
 	rm -rf "$tmp" && mkdir -p "$tmp"
 	PORT=18600
-	RUN_PAIR_READY=cm_listening
-	# rping_on KIND: rping from IB_B to IB_A, 100 validated round trips.
+	# rping_on KIND: rping from IB_B to IB_A, 100 validated round trips
+	# (run_pair waits for the rdma_cm listener).
 	rping_on() {
 		next_port
+		RUN_PAIR_READY=cm_listening
 		tap_check "rping $IB_B -> $IB_A ($1), 100 round trips of 1024 bytes, validated" \
 			run_pair "rping-$1" "$PORT" '' rping -s -a "$IP_A" -p "$PORT" -C 100 -S 1024 -- \
 			rping -c -a "$IP_A" -I "$IP_B" -p "$PORT" -C 100 -S 1024 -V
+		RUN_PAIR_READY=
 	}
 	PROTO=roce
 	if roce_pair; then
@@ -196,8 +202,9 @@ if [ "$PHASE" = stock-check ]; then
 	iwarp_nds=$(expected_adapters | awk '$2 == "iwarp" { print $1 }' | while read -r mac; do netdev_of "$mac"; done)
 	check "erdma_rs loaded again with compat_mode=1" \
 		sh -c "modprobe -r erdma_rs && modprobe erdma_rs compat_mode=1 &&
-			[ \"\$(cat /sys/module/erdma_rs/parameters/compat_mode)\" = 1 ]"
+			[ \"\$(cat /sys/module/erdma_rs/parameters/compat_mode)\" = Y ]"
 	wait_for 60 all_active
+	udevadm settle --timeout=60
 	cibs="" cgids="" cips=""
 	for nd in $iwarp_nds; do
 		wait_for 20 sh -c "rdma link show | grep -q ' netdev $nd '"

@@ -108,6 +108,12 @@ case " ${ERDMA_MODPROBE_ARGS:-} " in
 *) ERDMA_MODPROBE_ARGS="compat_mode=1${ERDMA_MODPROBE_ARGS:+ $ERDMA_MODPROBE_ARGS}" ;;
 esac
 load_driver
+# The parameters in sysfs, read-only: the mode chosen, the default base; a
+# write is refused and changes nothing.
+param_is() { [ "$(cat "/sys/module/erdma_rs/parameters/$1" 2>/dev/null)" = "$2" ]; }
+param_read_only() { ! (echo N >"/sys/module/erdma_rs/parameters/$1") 2>/dev/null && param_is "$1" "$2"; }
+tap_check "sysfs: compat_mode is Y, reserve_ports_base 30608, and neither can be written" \
+	eval 'param_read_only compat_mode Y && param_is reserve_ports_base 30608 && param_read_only reserve_ports_base 30608'
 # Compat mode changes only iWARP adapters: those whose log says so.
 compat_bdfs=""
 for _bdf in $(erdma_functions); do
@@ -147,6 +153,7 @@ tap_check "rmmod erdma_rs" unload erdma_rs
 tap_check "the ports are free after rmmod" port_free 30608
 ERDMA_MODPROBE_ARGS=""
 load_driver
+tap_check "without compat mode sysfs shows compat_mode N" param_is compat_mode N
 tap_check "without compat mode the ports are free" port_free 30608
 [ -z "${udp_ip:-}" ] || tap_check "without compat mode nothing holds UDP $udp_ip:4791" udp_free "$udp_ip"
 unload_and_finish "$DRV"

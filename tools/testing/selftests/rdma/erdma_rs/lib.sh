@@ -325,14 +325,16 @@ wait_for() {
 # function as parent (ours) and the device has its netdev, that netdev's;
 # else from the adapter's NETDEV_MAC registers (busybox devmem: /dev/mem,
 # which a kernel with IO_STRICT_DEVMEM closes to a BAR a driver holds).
+# Without busybox (the rehearsal's instance), only the first way.
 mac_of() {
-	if ! is_emulated; then
+	if ! is_emulated || ! command -v busybox >/dev/null; then
 		for _mo in /sys/bus/pci/devices/"$1"/infiniband/*; do
 			[ -d "$_mo" ] || break
 			_mo=$(rdma link show "${_mo##*/}/1" 2>/dev/null | sed -n 's/.* netdev \([^ ]*\).*/\1/p')
 			[ -n "$_mo" ] && read -r _mo <"/sys/class/net/$_mo/address" && { echo "$_mo"; return 0; }
 		done
 	fi
+	command -v busybox >/dev/null || return 1
 	bar=$(bar0_addr "$1")
 	lo=$(($(busybox devmem $((bar + 0x18)) 32)))
 	hi=$(($(busybox devmem $((bar + 0x1c)) 32)))

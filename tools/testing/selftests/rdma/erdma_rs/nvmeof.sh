@@ -129,12 +129,21 @@ nvme_ctrls() {
 	done
 }
 
-# namespaces: both namespaces of $CTRL have their block devices.
+# namespaces: both namespaces of $CTRL have their block devices. With
+# native NVMe multipath (CONFIG_NVME_MULTIPATH, as Debian's kernels have it)
+# a namespace is the block device of its subsystem, nvmeXnY, over one hidden
+# device per path, nvmeXcZnY (its multipath/ links): the namespace is
+# $CTRL's if one of its paths is.
 namespaces() {
 	NS_NULL="" NS_RAM=""
 	for _b in /sys/block/nvme*n*; do
 		[ -r "$_b/nsid" ] || continue
-		case "$(readlink -f "$_b/device")" in */"$CTRL" | */"$CTRL"/*) ;; *) continue ;; esac
+		case "${_b##*/}" in nvme*c*n*) continue ;; esac
+		_mine=0
+		for _p in "$_b" "$_b"/multipath/*; do
+			case "$(readlink -f "$_p/device")" in */"$CTRL" | */"$CTRL"/*) _mine=1 ;; esac
+		done
+		[ $_mine = 1 ] || continue
 		read -r _id <"$_b/nsid"
 		[ "$_id" = 1 ] && NS_NULL=${_b##*/}
 		[ "$_id" = 2 ] && NS_RAM=${_b##*/}
@@ -200,12 +209,15 @@ written_or_gone() { written_past "$1" || ! kill -0 "$2" 2>/dev/null; }
 
 # disrupted NAME ACTION: fio (one job, 4 KiB random writes then verify) runs
 # in the background; once it has written, ACTION disrupts the connection
-# while fio still runs; fio must then finish, and its data verify.
+# while fio still runs; fio must then finish, and its data verify. Its
+# writes (not its reads) are held to 400 a second (2.5 s at least for the
+# 1,024): a release kernel otherwise writes them all before the disruption
+# (the debug kernel under TCG writes fewer than that anyway).
 disrupted() {
 	_name=$1 _action=$2
 	_start=$(writes "$NS_RAM")
 	timeout "$(ksft_within 600)" fio --thread --name="$_name" --filename="/dev/$NS_RAM" --direct=1 --rw=randwrite \
-		--ioengine=libaio --iodepth=8 --bs=4k --size=4M --offset=32M \
+		--ioengine=libaio --iodepth=8 --bs=4k --size=4M --offset=32M --rate_iops=,400 \
 		--verify=crc32c --verify_fatal=1 --do_verify=1 >"$tmp/$_name" 2>&1 &
 	_fio=$!
 	wait_for 60 written_or_gone $((_start + 200)) $_fio || tap_diag "$_name: fio has not written 200 blocks in 60 s"
