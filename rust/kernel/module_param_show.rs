@@ -3,7 +3,7 @@
 //! Module parameters shown in sysfs, read-only.
 //!
 //! The [`module!`] macro gives every parameter the permissions `0444` and the `get` operation
-//! [`show_param`]: `/sys/module/NAME/parameters/PARAM` shows the value the module was loaded with
+//! `show_param`: `/sys/module/NAME/parameters/PARAM` shows the value the module was loaded with
 //! (its default if none was given), formatted as the C `param_get_*()` functions format theirs:
 //! integers in decimal, `bool` as `Y` or `N`. A parameter still cannot be written after the module
 //! is loaded.
