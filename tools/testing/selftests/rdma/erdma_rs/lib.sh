@@ -391,6 +391,9 @@ ipv4_of() { ip -4 -o addr show dev "$1" | awk '{ split($4, a, "/"); print a[1]; 
 # one, IB_A).
 adapter_pair() {
 	_ibs="" _gids="" _ips=""
+	# Where udev renames RDMA devices (rdma-core's rule, on an instance), the
+	# names are read once it is done.
+	! command -v udevadm >/dev/null || udevadm settle --timeout=30
 	for _bdf in $(erdma_functions); do
 		wait_for 10 is_bound "$_bdf" || continue
 		_nd=$(netdev_of "$(mac_of "$_bdf")") || continue
