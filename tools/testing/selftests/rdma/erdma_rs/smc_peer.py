@@ -61,6 +61,9 @@ SMC_MAX_EID_LEN = 32
 # smc_diag extensions (the request's diag_ext bit n - 1 asks for attribute n).
 SMC_DIAG_LGRINFO, SMC_DIAG_FALLBACK = 2, 5
 MODES = {0: "SMCR", 1: "FALLBACK_TCP", 2: "SMCD"}
+# Connections serve() and connect() make at most: a second only after the race of
+# lost_first_contact.
+ATTEMPTS = 2
 
 
 def attr(kind, data):
@@ -148,22 +151,58 @@ def diag_of(local_port, remote_port):
     return None
 
 
-def check_mode(side, sock, expect):
+# SMC's CLC decline reasons (net/smc/smc_clc.h) that name the first-contact race below.
+DECL_TIMEOUT_CL, DECL_PEERDECL = 0x02010000, 0x05000000
+
+
+def lost_first_contact(side, got):
+    """Whether the connection `got` (diag_of) fell back to TCP by the race of
+    SMC's first contact: the server declines with "timeout waiting for CONFIRM
+    LINK" (0x2010000), the client with "peer declined" (0x5000000, peer
+    0x2010000). The client sends its CLC CONFIRM before its LLC flow waits for
+    the server's CONFIRM LINK (smc_connect_rdma: smc_clc_send_confirm, then
+    smc_llc_flow_initiate); a CONFIRM LINK handled in between finds no flow and
+    is freed (smc_llc_event_handler), so the server's wait times out and its
+    DELETE LINK is the first message the client's flow gets ("dropped
+    unexpected LLC msg: msg 4 exp 1" in the client's log). It takes the
+    client's vCPU held off between the two steps for the server's whole round
+    trip: make check's loaded host did that in its last two runs (the same
+    signature both times); 18 first contacts on an idle or a busy-looped host
+    did not. The adapter delivered that CONFIRM LINK: the model logs the
+    requests it loses, and its log had none."""
+    if got is None or got[0] != "FALLBACK_TCP" or got[2] is None:
+        return False
+    reason, peer = got[2]
+    if side == "server":
+        return reason == DECL_TIMEOUT_CL
+    return reason == DECL_PEERDECL and peer == DECL_TIMEOUT_CL
+
+
+def check_mode(side, sock, expect, last=True):
+    """Asks the kernel's SMC diagnostics who carries the connection of `sock`
+    and makes it a TAP point; returns False instead if SMC-R was expected, the
+    connection lost its first contact to the race of lost_first_contact and
+    this is not the `last` attempt (the point then belongs to the next)."""
     port, peer = sock.getsockname()[1], sock.getpeername()[1]
     got = diag_of(port, peer)
     if got is None:
         tap(f"{side}: the kernel's SMC diagnostics list the connection", False,
             f"no AF_SMC socket of local port {port}")
-        return
+        return True
     mode, ibname, reason = got
     detail = f"mode {mode}" + (f" over {ibname}" if ibname else "") + \
         (f", fallback reason {reason[0]:#x} (peer {reason[1]:#x})" if reason and mode != "SMCR" else "")
+    if expect == "smcr" and not last and lost_first_contact(side, got):
+        print(f"# {side}: {detail}: SMC's first contact lost its CONFIRM LINK to the race of "
+              "the client's LLC flow (smc_peer.py lost_first_contact); a second connection")
+        return False
     if expect == "smcr":
         tap(f"{side}: SMC-R carries the connection (smc_diag: mode SMCR, an RDMA device)",
             mode == "SMCR" and bool(ibname), detail)
     else:
         tap(f"{side}: the connection fell back to TCP (smc_diag: mode FALLBACK_TCP)",
             mode == "FALLBACK_TCP", detail)
+    return True
 
 
 def recv_exact(sock, n):
@@ -190,30 +229,34 @@ def serve(ip, port, expect):
     ls.bind((ip, port))
     ls.listen(1)
     ls.settimeout(180)
-    conn, peer = ls.accept()
-    conn.settimeout(120)
-    h = hashlib.sha256()
-    total = 0
-    checked = False
-    while True:
-        data = conn.recv(1 << 20)
-        if not data:
+    for attempt in range(ATTEMPTS):
+        conn, peer = ls.accept()
+        ls.settimeout(60)
+        conn.settimeout(120)
+        h = hashlib.sha256()
+        total = 0
+        counted = None
+        while True:
+            data = conn.recv(1 << 20)
+            if not data:
+                break
+            if counted is None:
+                counted = check_mode("server", conn, expect, attempt == ATTEMPTS - 1)
+            h.update(data)
+            total += len(data)
+        conn.sendall(h.digest())
+        conn.shutdown(socket.SHUT_WR)
+        conn.recv(1)
+        conn.close()
+        if counted is not False:
             break
-        if not checked:
-            check_mode("server", conn, expect)
-            checked = True
-        h.update(data)
-        total += len(data)
-    conn.sendall(h.digest())
-    conn.shutdown(socket.SHUT_WR)
-    conn.recv(1)
-    conn.close()
     ls.close()
     print(f"# server: {total} bytes from {peer[0]}")
     tap("server: the client's data arrived", total > 0, f"{total} bytes")
 
 
-def connect(ip, port, expect, mib):
+def connect_once(ip, port, expect, mib, last):
+    """One connection of connect(); returns whether it counted (check_mode)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_SMC)
     s.settimeout(120)
     deadline = time.time() + 60
@@ -230,19 +273,29 @@ def connect(ip, port, expect, mib):
             s.settimeout(120)
     h = hashlib.sha256()
     start = time.time()
-    first = True
+    counted = None
     for piece in stream(b"erdma-rs smc", mib):
         s.sendall(piece)
         h.update(piece)
-        if first:
-            check_mode("client", s, expect)
-            first = False
+        if counted is None:
+            counted = check_mode("client", s, expect, last)
     s.shutdown(socket.SHUT_WR)
     answer = recv_exact(s, 32)
     took = time.time() - start
     s.close()
+    if not counted:
+        if answer != h.digest():
+            tap(f"client: {mib} MiB sent over TCP, the server's SHA-256 of them matches", False)
+        return False
     tap(f"client: {mib} MiB sent, the server's SHA-256 of them matches", answer == h.digest(),
         f"{mib / took:.1f} MiB/s")
+    return True
+
+
+def connect(ip, port, expect, mib):
+    for attempt in range(ATTEMPTS):
+        if connect_once(ip, port, expect, mib, attempt == ATTEMPTS - 1):
+            break
 
 
 def sink_conn(conn):
