@@ -96,10 +96,13 @@ fuzz:
 
 # Debian packages for an ECS instance in out/package (scripts/package.sh;
 # Documentation/infiniband/erdma_rs_ecs.rst).
+# Then the module packages for Debian 13's own kernels (both flavours;
+# DEBIAN_KERNEL=K for one): make debian-package.
 package:
 	@scripts/package.sh
+	@scripts/debian-package.sh --all
 
-# Issue 32, not part of check yet: erdma_rs built for Debian's own kernel
+# Issue 32: erdma_rs built for Debian's own kernel
 # (DEBIAN_KERNEL, 7.3.4+deb13-cloud-amd64 by default) in a trixie build root
 # (scripts/debian-module.sh), and that kernel booted to load it
 # (scripts/debian-spike.sh --driver). About 20 minutes cold, a minute warm.
@@ -107,9 +110,10 @@ debian-module:
 	@scripts/debian-module.sh
 debian-spike:
 	@scripts/debian-spike.sh --driver
-# The module package erdma-rs-modules-$(DEBIAN_KERNEL) in out/debian-package.
+# The module packages erdma-rs-modules-K in out/debian-package, for K in
+# 7.3.4+deb13-cloud-amd64 and 7.3.4+deb13-amd64 (DEBIAN_KERNEL=K: K alone).
 debian-package:
-	@scripts/debian-package.sh
+	@scripts/debian-package.sh --all
 
 clean:
 	rm -rf out

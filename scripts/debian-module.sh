@@ -31,7 +31,7 @@ _step_name=debian-module
 OUT=$TOP/out/debian-module
 rm -rf "$OUT" && mkdir -p "$OUT"
 tree=$("$TOP/scripts/debian-kbuild.sh" --ours | tail -n 1)
-root=$(readlink -f "$ERDMA_CACHE/debian-buildroot/current")
+root=$("$TOP/scripts/debian-buildroot.sh" | tail -n 1)
 K=$DEBIAN_KERNEL
 mkey=$(key_of "$(cat "$root$tree.stamp")" "$0" "$TOP/scripts/debian/kernel_crate_link.py" \
 	"$(cd "$TOP" && find drivers/infiniband/hw/erdma_rs -type f | LC_ALL=C sort | xargs sha256sum)")

@@ -1,8 +1,9 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# debian-package.sh: the module package for Debian's own kernel (issue 32),
-# erdma-rs-modules-$DEBIAN_KERNEL, in out/debian-package/:
+# debian-package.sh [--all]: the module package for Debian's own kernel
+# (issue 32), erdma-rs-modules-$DEBIAN_KERNEL, in out/debian-package/ (with
+# --all, one for each kernel of DEBIAN_KERNELS: make package's):
 #   /usr/lib/modules/K/updates/erdma-rs/erdma_rs.ko  the driver
 #       (scripts/debian-module.sh), in updates/, which depmod searches first;
 #   /etc/modprobe.d/erdma-rs.conf  the driver choice (as the erdma-rs
@@ -30,6 +31,15 @@
 _step_name=debian-package
 . "$(dirname "$0")/lib.sh"
 
+# --all: a package for each kernel of DEBIAN_KERNELS (both flavours unless
+# DEBIAN_KERNEL names one), as make package makes them.
+if [ "${1:-}" = --all ]; then
+	for k in $DEBIAN_KERNELS; do
+		DEBIAN_KERNEL=$k "$0" || exit 1
+	done
+	exit 0
+fi
+
 OUT=${PACKAGE_OUT:-$TOP/out/debian-package}
 K=$DEBIAN_KERNEL
 ko=${DEBIAN_MODULE_KO:-}
@@ -37,7 +47,6 @@ ko=${DEBIAN_MODULE_KO:-}
 [ -f "$ko" ] || die "no erdma_rs.ko for $K (scripts/debian-module.sh)"
 grep -q "^vermagic: *$K " "$(dirname "$ko")/modinfo.txt" ||
 	die "$ko is not built for $K: $(grep '^vermagic' "$(dirname "$ko")/modinfo.txt")"
-rm -rf "$OUT"
 mkdir -p "$OUT"
 
 commit=$(git -C "$TOP" rev-parse --short=12 HEAD)
@@ -49,6 +58,7 @@ pkgver="${DEBIAN_KERNEL_VERSION%%-*}-1erdmars.$count.g$commit$dirty"
 name=erdma-rs-modules-$K
 
 pkg=$OUT/$name.tree
+rm -rf "$pkg" "$OUT/${name}_"*.deb
 mkdir -p "$pkg/DEBIAN" "$pkg/usr/lib/modules/$K/updates/erdma-rs" "$pkg/etc/modprobe.d" \
 	"$pkg/usr/share/doc/$name"
 install -m 0644 "$ko" "$pkg/usr/lib/modules/$K/updates/erdma-rs/erdma_rs.ko"
@@ -57,7 +67,7 @@ if [ -n "${ERDMA_SIGNING_KEY:-}" ]; then
 	cert=${ERDMA_SIGNING_CERT:-$ERDMA_SIGNING_KEY}
 	[ -r "$ERDMA_SIGNING_KEY" ] || die "ERDMA_SIGNING_KEY=$ERDMA_SIGNING_KEY cannot be read"
 	[ -r "$cert" ] || die "ERDMA_SIGNING_CERT=$cert cannot be read"
-	root=$(readlink -f "$ERDMA_CACHE/debian-buildroot/current")
+	root=$("$TOP/scripts/debian-buildroot.sh" | tail -n 1)
 	[ -x "$root/usr/src/linux-headers-$K/scripts/sign-file" ] ||
 		die "no sign-file of linux-headers-$K in the build root (scripts/debian-buildroot.sh)"
 	# (In the build root, with Debian's sign-file and OpenSSL; the key is

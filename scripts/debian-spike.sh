@@ -30,7 +30,7 @@ drv_ko=""
 OUT=$TOP/out/debian-spike
 rm -rf "$OUT" && mkdir -p "$OUT"
 tree=$("$TOP/scripts/debian-kbuild.sh" | tail -n 1)
-root=$(readlink -f "$ERDMA_CACHE/debian-buildroot/current")
+root=$("$TOP/scripts/debian-buildroot.sh" | tail -n 1)
 K=$DEBIAN_KERNEL
 
 # ---- the module, built out of tree against the prepared tree ---------------------

@@ -46,6 +46,9 @@ HOST_PACKAGES="flex bison bc cpio kmod libelf-dev libssl-dev dwarves rsync deboo
 # compilers Debian built that kernel with (its CONFIG_RUSTC_VERSION_TEXT and
 # CONFIG_CC_VERSION_TEXT): rustc, rust-src and libstd-rust-dev of trixie,
 # gcc-14, and trixie's bindgen and libclang.
+# The flavours make package builds for (the cloud kernel, which the
+# rehearsal's instance runs, first); DEBIAN_KERNEL=K builds for K alone.
+DEBIAN_KERNELS=${DEBIAN_KERNELS:-${DEBIAN_KERNEL:-7.3.4+deb13-cloud-amd64 7.3.4+deb13-amd64}}
 DEBIAN_KERNEL=${DEBIAN_KERNEL:-7.3.4+deb13-cloud-amd64}
 DEBIAN_KERNEL_VERSION=${DEBIAN_KERNEL_VERSION:-7.3.4-1~bpo13+1}
 DEBIAN_RUSTC_VERSION=1.85.1+dfsg1-1+deb13u1
