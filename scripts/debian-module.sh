@@ -21,9 +21,9 @@
 #
 # Writes out/debian-module/erdma_rs.ko (debug information stripped) and
 # erdma_kverbs_test.ko, and prints the first's path last. Cached by its
-# inputs in $ERDMA_CACHE/debian-module/KEY: the prepared tree's key (the
-# build root, Debian's kernel, our kernel crate), the driver's files and
-# these scripts.
+# inputs in $ERDMA_CACHE/debian-module/K/KEY (one build kept per kernel K):
+# the prepared tree's key (the build root, Debian's kernel, our kernel
+# crate), the driver's files and these scripts.
 
 _step_name=debian-module
 . "$(dirname "$0")/lib.sh"
@@ -35,7 +35,8 @@ root=$("$TOP/scripts/debian-buildroot.sh" | tail -n 1)
 K=$DEBIAN_KERNEL
 mkey=$(key_of "$(cat "$root$tree.stamp")" "$0" "$TOP/scripts/debian/kernel_crate_link.py" \
 	"$(cd "$TOP" && find drivers/infiniband/hw/erdma_rs -type f | LC_ALL=C sort | xargs sha256sum)")
-cache=$ERDMA_CACHE/debian-module/$mkey
+# One build kept per kernel (make package builds for each of DEBIAN_KERNELS).
+cache=$ERDMA_CACHE/debian-module/$K/$mkey
 if stamp_ok "$cache.stamp" "$mkey" && [ -f "$cache/erdma_rs.ko" ]; then
 	cp "$cache"/* "$OUT/"
 	say "erdma_rs for $K: ok, built before ($cache)"
@@ -101,7 +102,7 @@ done
 in_buildroot "$root" modinfo /build/erdma_rs/erdma_rs.ko >"$OUT/modinfo.txt"
 say "erdma_rs for $K: $(du -k "$OUT/erdma_rs.ko" | cut -f1) KiB; $(grep '^vermagic\|^depends' "$OUT/modinfo.txt" | tr -s ' ' | tr '\n' ';')"
 # Only this key's build is kept.
-rm -rf "$ERDMA_CACHE/debian-module" && mkdir -p "$cache"
+rm -rf "$ERDMA_CACHE/debian-module/$K" && mkdir -p "$cache"
 cp "$OUT"/erdma_rs.ko "$OUT"/erdma_kverbs_test.ko "$OUT"/modinfo.txt "$OUT"/left-to-vmlinux.txt "$cache/"
 echo "$mkey" >"$cache.stamp"
 echo "$OUT/erdma_rs.ko"
